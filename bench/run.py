@@ -1,0 +1,618 @@
+"""toolkeeper benchmark: a direct client→server connection vs the same through toolkeeper, in ONE run.
+
+    python bench/run.py                      # full run (~1-3 min on 2 cores)
+    python bench/run.py --calls 200 --repeat 1 --json out.json
+
+Every job spawns fresh processes over stdio with the official SDK client
+(`mcp.Client(stdio_client(StdioServerParameters(...)), mode=...)`, client-side response cache off)
+and the echo server beside this file.
+Direct and gateway jobs are interleaved and repeated; the table shows the median of the repeats and
+the ratio through/direct. Ratios only mean something within one run. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, MCPError, StdioServerParameters, stdio_client
+from mcp.client.client import MODERN_PROTOCOL_VERSIONS
+from mcp_types import CONNECTION_CLOSED
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+ECHO = HERE / "echo_server.py"
+SRC = ROOT / "src"
+TOOL = "echo_0"
+TEXT = "hello world"
+BIG_SERVERS, BIG_TOOLS_EACH = 10, 50
+BIG_TOTAL = BIG_SERVERS * BIG_TOOLS_EACH
+SMALL_TOOLS = 3
+BODY_TIMEOUT_S = 180.0
+now = time.perf_counter
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception, flattening (nested) exception groups."""
+
+    def leaves(e: BaseException):
+        if isinstance(e, BaseExceptionGroup):
+            for sub in e.exceptions:
+                yield from leaves(sub)
+        else:
+            yield e
+
+    seen: list[str] = []
+    for e in leaves(exc):
+        text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        if text not in seen:
+            seen.append(text)
+    return "; ".join(seen)
+
+
+def stderr_tail(f, lines: int = 3, width: int = 300) -> str:
+    try:
+        f.flush()
+        f.seek(0)
+        rows = [r.strip() for r in f.read().splitlines() if r.strip()]
+    except (OSError, ValueError):
+        return ""
+    return " | ".join(rows[-lines:])[-width:]
+
+
+def pick_tool(names: list[str], wanted: str) -> str:
+    """Exact name, else a `<server>__<wanted>` name, else any name ending with `wanted`.
+
+    With several candidates (10 servers) take the last listed one, so a linear lookup would show.
+    """
+    if wanted in names:
+        return wanted
+    cands = [n for n in names if n.endswith("__" + wanted)] or [n for n in names if n.endswith(wanted)]
+    if not cands:
+        raise LookupError(f"no tool named like {wanted!r} among {len(names)} tools")
+    return cands[-1]
+
+
+def pct(sorted_vals: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    return sorted_vals[max(0, math.ceil(q * len(sorted_vals)) - 1)]
+
+
+async def list_all(client: Client) -> list:
+    """tools/list following pagination; all pages count as one listing."""
+    tools: list = []
+    cursor = None
+    for _ in range(10_000):
+        res = await client.list_tools(cursor=cursor)
+        tools.extend(res.tools)
+        cursor = res.next_cursor
+        if not cursor:
+            return tools
+    raise RuntimeError("tools/list pagination did not end")
+
+
+# --------------------------------------------------------------------------- targets
+
+
+@dataclass
+class Target:
+    label: str
+    kind: str  # "direct" | "gateway"
+    params: StdioServerParameters
+    expected_tools: int
+
+
+def echo_params(n_tools: int) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=[str(ECHO)], env={"ECHO_TOOLS": str(n_tools)})
+
+
+def gateway_config(servers: dict[str, int], workdir: Path) -> Path:
+    cfg = {
+        "mcpServers": {
+            name: {"command": sys.executable, "args": [str(ECHO)], "env": {"ECHO_TOOLS": str(n)}}
+            for name, n in servers.items()
+        }
+    }
+    path = workdir / f"toolkeeper-bench-{len(servers)}x{max(servers.values())}.json"
+    path.write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+def gateway_params(config: Path, gateway_cmd: str | None) -> StdioServerParameters:
+    if gateway_cmd:
+        argv = [a.replace("{config}", str(config)) for a in shlex.split(gateway_cmd)]
+    else:
+        argv = [sys.executable, "-m", "toolkeeper", "serve", "--config", str(config)]
+    # Run the working tree's toolkeeper even when it is not installed into this interpreter.
+    pythonpath = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+    return StdioServerParameters(command=argv[0], args=argv[1:], env={"PYTHONPATH": pythonpath})
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+@dataclass
+class Session:
+    client: Client
+    tools: list
+    connect_ms: float
+    startup_ms: float
+    list_attempts: int
+    protocol: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+async def run_session(
+    target: Target,
+    mode: str,
+    timeout: float,
+    body: Callable[[Session], Awaitable[dict[str, Any]]] | None = None,
+    ready: Callable[[Session], Awaitable[None]] | None = None,
+) -> dict[str, Any]:
+    """Spawn target, connect, retry tools/list until the expected tool count shows (within `timeout`),
+    then run `body`. Start-up = spawn → connected → first complete listing."""
+    errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+    state: dict[str, Any] = {"seen": 0, "last_error": None, "phase": "connect"}
+    out: dict[str, Any] = {}
+    try:
+        with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
+            t0 = now()
+            async with Client(stdio_client(target.params, errlog=errlog), mode=mode, cache=None) as client:
+                t_conn = now()
+                state["phase"] = "tools/list"
+                attempts = 0
+                while True:
+                    attempts += 1
+                    try:
+                        tools = await list_all(client)
+                        state["seen"] = len(tools)
+                        if len(tools) >= target.expected_tools:
+                            break
+                    except MCPError as e:
+                        if e.code == CONNECTION_CLOSED:
+                            raise
+                        state["last_error"] = describe(e)
+                    await anyio.sleep(0.01)
+                t_listed = now()
+                sess = Session(
+                    client=client,
+                    tools=tools,
+                    connect_ms=(t_conn - t0) * 1e3,
+                    startup_ms=(t_listed - t0) * 1e3,
+                    list_attempts=attempts,
+                    protocol=getattr(client, "protocol_version", ""),
+                )
+                state["phase"] = "measure"
+                scope.deadline = anyio.current_time() + BODY_TIMEOUT_S
+                if ready is not None:
+                    await ready(sess)
+                out = {
+                    "startup_ms": sess.startup_ms,
+                    "connect_ms": sess.connect_ms,
+                    "tools": len(tools),
+                    "list_attempts": attempts,
+                    "protocol": sess.protocol,
+                }
+                if body is not None:
+                    out.update(await body(sess))
+        if scope.cancelled_caught:
+            if state["phase"] == "measure":
+                raise TimeoutError(f"measurement did not finish within {BODY_TIMEOUT_S:.0f} s")
+            msg = f"no complete tools/list with {target.expected_tools} tools within {timeout:g} s"
+            msg += f" (phase {state['phase']}, last saw {state['seen']} tools"
+            msg += f", last error: {state['last_error']})" if state["last_error"] else ")"
+            raise TimeoutError(msg)
+        return out
+    except Exception as e:
+        tail = stderr_tail(errlog)
+        raise JobError(describe(e) + (f" [stderr: {tail}]" if tail else "")) from e
+    finally:
+        errlog.close()
+
+
+class JobError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+async def time_calls(client: Client, tool: str, n: int, concurrency: int) -> tuple[list[float], float]:
+    lat: list[float] = []
+    bad: list[str] = []
+
+    async def worker(k: int) -> None:
+        for _ in range(k):
+            s = now()
+            r = await client.call_tool(tool, {"text": TEXT})
+            lat.append(now() - s)
+            if r.is_error or not r.content or getattr(r.content[0], "text", None) != TEXT:
+                bad.append(repr(r)[:200])
+
+    base, extra = divmod(n, concurrency)
+    gc.collect()
+    s = now()
+    async with anyio.create_task_group() as tg:
+        for i in range(concurrency):
+            tg.start_soon(worker, base + (1 if i < extra else 0))
+    wall = now() - s
+    if bad:
+        raise RuntimeError(f"{len(bad)} bad call results, e.g. {bad[0]}")
+    return lat, wall
+
+
+def call_body(args, *, c1: bool = True, c8: bool = True, lists: int = 0):
+    async def body(sess: Session) -> dict[str, Any]:
+        res: dict[str, Any] = {}
+        if lists:
+            samples = []
+            gc.collect()
+            for _ in range(lists):
+                s = now()
+                tools = await list_all(sess.client)
+                samples.append(now() - s)
+                if len(tools) != len(sess.tools):
+                    raise RuntimeError(f"tools/list returned {len(tools)} tools, first saw {len(sess.tools)}")
+            res["list_ms"] = statistics.median(samples) * 1e3
+        if c1 or c8:
+            tool = pick_tool([t.name for t in sess.tools], TOOL)
+            res["tool"] = tool
+            await time_calls(sess.client, tool, args.warmup, 1)
+        if c1:
+            lat, _ = await time_calls(sess.client, tool, args.calls, 1)
+            lat.sort()
+            res["call_us_median"] = statistics.median(lat) * 1e6
+            res["call_us_p99"] = pct(lat, 0.99) * 1e6
+        if c8:
+            lat, wall = await time_calls(sess.client, tool, args.calls, args.concurrency)
+            res["calls_per_s"] = len(lat) / wall
+        return res
+
+    return body
+
+
+async def direct_many(args) -> dict[str, Any]:
+    """What a host does without a gateway: spawn and list 10 servers × 50 tools concurrently.
+    Start-up = time until the last of the ten listings has returned."""
+    done = anyio.Event()
+    finished: list[float] = []
+    t0 = now()
+
+    async def one() -> None:
+        async def ready(sess: Session) -> None:
+            finished.append(now())
+            if len(finished) == BIG_SERVERS:
+                done.set()
+            await done.wait()
+
+        target = Target("echo", "direct", echo_params(BIG_TOOLS_EACH), BIG_TOOLS_EACH)
+        await run_session(target, args.mode, args.timeout, ready=ready)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for _ in range(BIG_SERVERS):
+                tg.start_soon(one)
+    except Exception as e:
+        raise JobError(describe(e)) from e
+    return {"startup_ms": (max(finished) - t0) * 1e3}
+
+
+# --------------------------------------------------------------------------- jobs
+
+# metric key -> (label, unit, higher_is_better)
+METRICS: dict[str, tuple[str, str, bool]] = {
+    "call_median": ("1. call latency, c=1, median", "µs", False),
+    "call_p99": ("   call latency, c=1, p99", "µs", False),
+    "calls_per_s": ("2. throughput, c={conc}", "calls/s", True),
+    "list_ms": ("3. tools/list, 500 tools, median of {lists}", "ms", False),
+    "startup_1": ("4. start-up to first tools/list, 1 server", "ms", False),
+    "startup_10": ("   start-up to first tools/list, 10 servers", "ms", False),
+    "call_median_many": ("5. call latency, c=1, median, 500 tools", "µs", False),
+}
+
+DEFINITIONS = [
+    "Every figure is the median over the repeats; ratio = toolkeeper / direct (same run only).",
+    "1-2. one echo server with 3 tools; direct = client → echo server, toolkeeper = client → toolkeeper"
+    " → the same echo server. {calls} calls per figure after {warmup} warm-up calls; c=8 means {conc}"
+    " concurrent callers on one session, calls/s = calls / wall time.",
+    "3. tools/list (all pages) of 500 tools: direct = ONE echo server with ECHO_TOOLS=500; toolkeeper ="
+    " the gateway fronting 10 echo servers × 50 tools. Median of {lists} listings after start-up.",
+    "4. start-up = spawn → connected → first complete tools/list (retried until all expected tools"
+    " show, timeout {timeout:g} s). 1 server: one echo server (3 tools) vs the gateway fronting it."
+    " 10 servers: direct = the client spawning and listing 10 echo servers × 50 tools concurrently"
+    " (until the last listing returns) vs the gateway fronting the same 10.",
+    "5. the product goal, call latency does not grow with the number of tools: toolkeeper fronting"
+    " 10×50 tools vs 1×3 tools (growth line); the direct column is one echo server with 500 tools.",
+]
+
+
+@dataclass
+class Job:
+    name: str
+    kind: str  # direct | gateway
+    run: Callable[[], Awaitable[dict[str, Any]]]
+    # result key -> metric key
+    produces: dict[str, str]
+
+
+def make_jobs(args, workdir: Path) -> list[tuple[Job, Job | None]]:
+    gw_small_cfg = gateway_config({"echo": SMALL_TOOLS}, workdir)
+    gw_big_cfg = gateway_config({f"echo{i}": BIG_TOOLS_EACH for i in range(BIG_SERVERS)}, workdir)
+    direct_small = Target("direct 1×3", "direct", echo_params(SMALL_TOOLS), SMALL_TOOLS)
+    direct_big = Target("direct 1×500", "direct", echo_params(BIG_TOTAL), BIG_TOTAL)
+    gw_small = Target(
+        "toolkeeper 1×3", "gateway", gateway_params(gw_small_cfg, args.gateway_cmd), SMALL_TOOLS
+    )
+    gw_big = Target("toolkeeper 10×50", "gateway", gateway_params(gw_big_cfg, args.gateway_cmd), BIG_TOTAL)
+
+    def session_job(name, target, body, produces):
+        return Job(name, target.kind, lambda: run_session(target, args.mode, args.timeout, body), produces)
+
+    small = {
+        "startup_ms": "startup_1",
+        "call_us_median": "call_median",
+        "call_us_p99": "call_p99",
+        "calls_per_s": "calls_per_s",
+    }
+    a = session_job("direct 1×3", direct_small, call_body(args), small)
+    b = session_job("toolkeeper 1×3", gw_small, call_body(args), small)
+    c = session_job(
+        "direct 1×500",
+        direct_big,
+        call_body(args, c8=False, lists=args.lists),
+        {"list_ms": "list_ms", "call_us_median": "call_median_many"},
+    )
+    d = session_job(
+        "toolkeeper 10×50",
+        gw_big,
+        call_body(args, c8=False, lists=args.lists),
+        {"startup_ms": "startup_10", "list_ms": "list_ms", "call_us_median": "call_median_many"},
+    )
+    e = Job("direct 10×50", "direct", lambda: direct_many(args), {"startup_ms": "startup_10"})
+    return [(a, b), (c, d), (e, None)]
+
+
+# --------------------------------------------------------------------------- report
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "—"
+    if v >= 1000:
+        return f"{v:,.0f}"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def spread(vals: list[float]) -> str:
+    if len(vals) < 2:
+        return ""
+    m = statistics.median(vals)
+    return f"±{(max(vals) - min(vals)) / 2 / m * 100:.0f}%" if m else ""
+
+
+def summarize(runs: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for key in METRICS:
+        d = runs["direct"].get(key, [])
+        g = runs["gateway"].get(key, [])
+        dm = statistics.median(d) if d else None
+        gm = statistics.median(g) if g else None
+        out[key] = {
+            "direct": dm,
+            "toolkeeper": gm,
+            "ratio": (gm / dm) if (dm and gm is not None) else None,
+            "direct_runs": d,
+            "toolkeeper_runs": g,
+        }
+    g_many = runs["gateway"].get("call_median_many", [])
+    g_small = runs["gateway"].get("call_median", [])
+    out["gateway_call_growth"] = {
+        "toolkeeper_10x50_us": statistics.median(g_many) if g_many else None,
+        "toolkeeper_1x3_us": statistics.median(g_small) if g_small else None,
+        "ratio": (statistics.median(g_many) / statistics.median(g_small)) if g_many and g_small else None,
+    }
+    return out
+
+
+def print_report(args, meta, summary, errors) -> None:
+    subs = {
+        "conc": args.concurrency,
+        "lists": args.lists,
+        "calls": args.calls,
+        "warmup": args.warmup,
+        "timeout": args.timeout,
+    }
+    print()
+    print(f"toolkeeper benchmark — {meta['when']}")
+    print(
+        f"python {meta['python']}, mcp {meta['mcp']}, {meta['cpus']} CPUs, mode={args.mode} "
+        f"(negotiated: direct {meta['protocol'].get('direct') or '?'}, "
+        f"toolkeeper {meta['protocol'].get('gateway') or '?'}), repeats={args.repeat}, calls={args.calls}"
+    )
+    print()
+    w = 47
+    head = f"{'metric':<{w}} {'unit':>7} {'direct':>9} {'toolkeeper':>11} {'ratio':>7}  spread d / t"
+    print(head)
+    print("-" * len(head))
+    gw_cell = "unavail." if errors.get("gateway") else "—"
+    for key, (label, unit, _) in METRICS.items():
+        s = summary[key]
+        t = fmt(s["toolkeeper"]) if s["toolkeeper"] is not None else gw_cell
+        r = f"{s['ratio']:.2f}×" if s["ratio"] is not None else "—"
+        sp = f"{spread(s['direct_runs']) or '-'} / {spread(s['toolkeeper_runs']) or '-'}"
+        print(f"{label.format(**subs):<{w}} {unit:>7} {fmt(s['direct']):>9} {t:>11} {r:>7}  {sp}")
+    g = summary["gateway_call_growth"]
+    if g["ratio"] is not None:
+        print(
+            f"5. toolkeeper call latency 10×50 vs 1×3 tools: {fmt(g['toolkeeper_10x50_us'])} µs vs "
+            f"{fmt(g['toolkeeper_1x3_us'])} µs = {g['ratio']:.2f}× (goal: ≈1.00×)"
+        )
+    else:
+        print("5. toolkeeper call latency 10×50 vs 1×3 tools: —")
+    print()
+    for kind, by_job in errors.items():
+        grouped: dict[str, list[str]] = {}
+        for job, msg in by_job.items():
+            grouped.setdefault(msg, []).append(job)
+        for msg, jobs in grouped.items():
+            prefix = "gateway unavailable" if kind == "gateway" else "DIRECT FAILED"
+            print(f"{prefix}: {msg}  (jobs: {', '.join(jobs)})")
+    if errors:
+        print()
+    print("Definitions:")
+    for line in DEFINITIONS:
+        print("  " + line.format(**subs))
+    print(f"  Wall time of this run: {meta['wall_s']} s.")
+    print(flush=True)
+
+
+# --------------------------------------------------------------------------- main
+
+
+async def amain(args) -> int:
+    runs: dict[str, dict[str, list[float]]] = {"direct": {}, "gateway": {}}
+    errors: dict[str, dict[str, str]] = {}
+    protocol: dict[str, str] = {}
+    details: list[dict[str, Any]] = []
+    failed: set[str] = set()
+    t_start = now()
+    with tempfile.TemporaryDirectory(prefix="toolkeeper-bench-") as tmp:
+        pairs = make_jobs(args, Path(tmp))
+        for rep in range(args.repeat):
+            order: list[Job] = []
+            for d, g in pairs:
+                pair = [d, g] if rep % 2 == 0 else [g, d]
+                order.extend(j for j in pair if j is not None)
+            for job in order:
+                if job.name in failed:
+                    continue
+                t = now()
+                try:
+                    res = await job.run()
+                except JobError as e:
+                    failed.add(job.name)
+                    errors.setdefault(job.kind, {})[job.name] = str(e)
+                    log(f"[{rep + 1}/{args.repeat}] {job.name:<17} FAILED: {e}")
+                    continue
+                if res.get("protocol"):
+                    protocol.setdefault(job.kind, res["protocol"])
+                for rkey, mkey in job.produces.items():
+                    if rkey in res:
+                        runs[job.kind].setdefault(mkey, []).append(res[rkey])
+                details.append({"repeat": rep + 1, "job": job.name, "kind": job.kind, **res})
+                shown = ", ".join(
+                    f"{k}={fmt(v) if isinstance(v, float) else v}"
+                    for k, v in res.items()
+                    if k not in ("protocol", "tool", "list_attempts")
+                )
+                log(f"[{rep + 1}/{args.repeat}] {job.name:<17} {now() - t:5.1f} s  {shown}")
+                await anyio.sleep(args.settle)
+    import mcp
+
+    meta = {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "python": platform.python_version(),
+        "mcp": getattr(mcp, "__version__", None) or _dist_version("mcp"),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "protocol": protocol,
+        "wall_s": round(now() - t_start, 1),
+        "args": {k: v for k, v in vars(args).items() if k != "json"},
+    }
+    summary = summarize(runs)
+    print_report(args, meta, summary, errors)
+    if args.json:
+        subs = {
+            "conc": args.concurrency,
+            "lists": args.lists,
+            "calls": args.calls,
+            "warmup": args.warmup,
+            "timeout": args.timeout,
+        }
+        doc = {
+            "meta": meta,
+            "metrics": {
+                k: {"label": METRICS[k][0].strip().format(**subs), "unit": METRICS[k][1], **summary[k]}
+                for k in METRICS
+            },
+            "gateway_call_growth": summary["gateway_call_growth"],
+            "definitions": [d.format(**subs) for d in DEFINITIONS],
+            "errors": errors,
+            "jobs": details,
+        }
+        Path(args.json).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        log(f"wrote {args.json}")
+    return 1 if "direct" in errors else 0
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:
+        return None
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument("--calls", type=int, default=500, help="timed calls per latency/throughput figure")
+    p.add_argument("--warmup", type=int, default=50, help="untimed calls before timing, per session")
+    p.add_argument("--concurrency", type=int, default=8, help="concurrent callers for the throughput figure")
+    p.add_argument("--lists", type=int, default=20, help="tools/list samples per listing figure")
+    p.add_argument("--repeat", type=int, default=3, help="repeats of every job; the table shows medians")
+    p.add_argument(
+        "--mode",
+        default="auto",
+        choices=["auto", "legacy", *MODERN_PROTOCOL_VERSIONS],
+        help="client protocol era (mcp.Client mode=)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds allowed from spawn to a complete tools/list"
+    )
+    p.add_argument("--settle", type=float, default=0.3, help="pause between jobs, seconds")
+    p.add_argument(
+        "--gateway-cmd",
+        default=None,
+        help="override the gateway command line; '{config}' is replaced by the config path "
+        "(default: python -m toolkeeper serve --config {config})",
+    )
+    p.add_argument("--json", metavar="FILE", help="also write all figures and per-repeat values as JSON")
+    args = p.parse_args(argv)
+    if args.calls < 1 or args.repeat < 1 or args.concurrency < 1 or args.lists < 1 or args.warmup < 0:
+        p.error("--calls, --repeat, --concurrency and --lists must be >= 1, --warmup >= 0")
+    try:
+        return anyio.run(amain, args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

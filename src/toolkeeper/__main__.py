@@ -1,0 +1,3 @@
+from toolkeeper.cli.app import main
+
+main()

@@ -1,0 +1,323 @@
+"""Find, read and validate the configuration file.
+
+A file-level problem (bad JSON, an unknown top-level key, a wrong type in the `toolkeeper`
+section) stops the gateway with a `ConfigError` naming the file, the line or field and the fix.
+A problem inside one server entry only skips that server, with a warning: the others serve.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from toolkeeper.config.model import (
+    DEFAULT_CALL_TIMEOUT,
+    DEFAULT_HTTP_HOST,
+    DEFAULT_HTTP_PORT,
+    Config,
+    GatewaySettings,
+    ServerConfig,
+)
+
+logger = logging.getLogger(__name__)
+
+TOP_LEVEL_KEYS = {"mcpServers", "toolkeeper", "$schema"}
+STDIO_KEYS = {"command", "args", "env", "cwd"}
+REMOTE_KEYS = {"url", "headers"}
+COMMON_KEYS = {"type", "transport", "disabled", "prefix", "trust", "timeout", "description"}
+SETTINGS_KEYS = {"home", "databaseUrl", "http", "logLevel", "maxConcurrentConnects", "featureFlags"}
+TRANSPORT_ALIASES = {
+    "stdio": "stdio",
+    "http": "http",
+    "streamable-http": "http",
+    "streamableHttp": "http",
+    "sse": "sse",
+}
+SERVER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+PREFIX = re.compile(r"^[A-Za-z0-9_-]{0,40}$")
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used at all. The message says where and what to do."""
+
+
+class EntryError(Exception):
+    """One server entry cannot be used; that server is skipped."""
+
+
+def user_config_path() -> Path:
+    return Path(platformdirs.user_config_dir("toolkeeper")) / "config.json"
+
+
+def demo_config_path() -> Path:
+    return Path(str(resources.files("toolkeeper.demo").joinpath("config.json")))
+
+
+def find_config(explicit: str | os.PathLike[str] | None) -> tuple[Path, str]:
+    """Where the configuration comes from: `--config`, then `TOOLKEEPER_CONFIG`, then the user
+    config directory, then the bundled demo configuration. Returns the path and its origin."""
+    if explicit:
+        return Path(explicit).expanduser(), "--config"
+    from_env = os.environ.get("TOOLKEEPER_CONFIG")
+    if from_env:
+        return Path(from_env).expanduser(), "TOOLKEEPER_CONFIG"
+    user = user_config_path()
+    if user.exists():
+        return user, "user config directory"
+    return demo_config_path(), "bundled demo (no --config, no TOOLKEEPER_CONFIG, no " + str(user) + ")"
+
+
+def load_config(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    path, origin = find_config(explicit)
+    logger.info("configuration: %s (%s)", path, origin)
+    return parse_config_file(path, environ=environ)
+
+
+def parse_config_file(path: Path, environ: Mapping[str, str] | None = None) -> Config:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no such file. Create it (see the README's configuration reference) "
+            "or pass another file with --config."
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror}). Check its permissions.") from None
+    return parse_config_text(text, path, environ=environ)
+
+
+def parse_config_text(text: str, path: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if environ is None else environ
+    where = str(path) if path else "<config>"
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{where}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}. "
+            "Fix the syntax there (a trailing comma or a missing quote is the usual cause)."
+        ) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f'{where}: the top level must be a JSON object like {{"mcpServers": {{...}}}}.')
+    for key in raw:
+        if key not in TOP_LEVEL_KEYS:
+            raise ConfigError(
+                f"{where}:{_line_of_key(text, key)}: unknown top-level key {key!r}. "
+                f"Allowed: {', '.join(sorted(TOP_LEVEL_KEYS))}; gateway settings go under 'toolkeeper'."
+            )
+    servers_raw = raw.get("mcpServers", {})
+    if not isinstance(servers_raw, dict):
+        raise ConfigError(f"{where}: 'mcpServers' must be an object mapping server names to entries.")
+    try:
+        settings = _parse_settings(raw.get("toolkeeper", {}), where, env)
+    except EntryError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+    servers: list[ServerConfig] = []
+    skipped: dict[str, str] = {}
+    disabled: list[str] = []
+    for name, entry in servers_raw.items():
+        try:
+            if isinstance(entry, dict) and entry.get("disabled") is True:
+                disabled.append(name)
+                continue
+            servers.append(_parse_server(name, entry, env))
+        except EntryError as exc:
+            reason = str(exc)
+            skipped[name] = reason
+            logger.warning("%s: server %r skipped: %s", where, name, reason)
+    return Config(
+        path=path,
+        servers=tuple(servers),
+        settings=settings,
+        skipped=skipped,
+        disabled=tuple(disabled),
+    )
+
+
+def _line_of_key(text: str, key: str) -> int:
+    match = re.search(r'"' + re.escape(key) + r'"\s*:', text)
+    return text.count("\n", 0, match.start()) + 1 if match else 1
+
+
+def builtin_variable(name: str) -> str | None:
+    """Variables toolkeeper defines itself when the environment does not."""
+    if name == "TOOLKEEPER_PYTHON":
+        return sys.executable
+    if name == "TOOLKEEPER_DEMO_DIR":
+        return str(Path(platformdirs.user_data_dir("toolkeeper")) / "demo")
+    return None
+
+
+def expand(value: str, env: Mapping[str, str], field: str) -> str:
+    """`${VAR}` and `${VAR:-default}` as in a shell; an unset variable without default is an error."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        found = env.get(name)
+        if found is None:
+            found = builtin_variable(name)
+        if found is not None and (found != "" or default is None):
+            return found
+        if default is not None:
+            return default
+        raise EntryError(f"{field}: environment variable {name} is not set; set it or write ${{{name}:-default}}")
+
+    return ENV_REFERENCE.sub(substitute, value)
+
+
+def _string(entry: dict[str, Any], key: str, env: Mapping[str, str]) -> str | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise EntryError(f"'{key}' must be a string, got {type(value).__name__}")
+    return expand(value, env, key)
+
+
+def _string_map(entry: dict[str, Any], key: str, env: Mapping[str, str]) -> dict[str, str]:
+    value = entry.get(key) or {}
+    if not isinstance(value, dict):
+        raise EntryError(f"'{key}' must be an object of string values")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            raise EntryError(f"'{key}.{k}' must be a string")
+        out[str(k)] = expand(str(v), env, f"{key}.{k}")
+    return out
+
+
+def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig:
+    if not SERVER_NAME.match(name):
+        raise EntryError("server names may use letters, digits, '_', '-' and '.', at most 64 characters")
+    if not isinstance(entry, dict):
+        raise EntryError("the entry must be an object with 'command' (stdio) or 'url' (http/sse)")
+    kind = entry.get("type", entry.get("transport"))
+    if kind is None:
+        kind = "stdio" if "command" in entry else "http" if "url" in entry else None
+    if kind not in TRANSPORT_ALIASES:
+        raise EntryError(
+            f"unknown transport {kind!r}; use 'stdio' (with 'command') or 'http' / 'sse' (with 'url')"
+            if kind is not None
+            else "neither 'command' (stdio) nor 'url' (http/sse) is given"
+        )
+    transport = TRANSPORT_ALIASES[kind]
+    allowed = COMMON_KEYS | (STDIO_KEYS if transport == "stdio" else REMOTE_KEYS)
+    for key in entry:
+        if key not in allowed:
+            logger.warning("server %r: key %r is not used by a %s server and is ignored", name, key, transport)
+
+    prefix = entry.get("prefix", name)
+    if not isinstance(prefix, str) or not PREFIX.match(prefix):
+        raise EntryError("'prefix' must be at most 40 letters, digits, '_' or '-' (empty allowed)")
+    trust = entry.get("trust", "untrusted")
+    if trust not in ("trusted", "untrusted"):
+        raise EntryError(f"'trust' must be 'trusted' or 'untrusted', got {trust!r}")
+    timeout = entry.get("timeout", DEFAULT_CALL_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise EntryError(f"'timeout' must be a positive number of seconds, got {timeout!r}")
+
+    if transport == "stdio":
+        command = _string(entry, "command", env)
+        if not command:
+            raise EntryError("a stdio server needs a non-empty 'command'")
+        args = entry.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str | int | float) for a in args):
+            raise EntryError("'args' must be a list of strings")
+        return ServerConfig(
+            name=name,
+            transport="stdio",
+            command=command,
+            args=tuple(expand(str(a), env, f"args[{i}]") for i, a in enumerate(args)),
+            env=_string_map(entry, "env", env),
+            cwd=_string(entry, "cwd", env),
+            prefix=prefix,
+            trust=trust,
+            timeout=float(timeout),
+        )
+    url = _string(entry, "url", env)
+    if not url or not url.startswith(("http://", "https://")):
+        raise EntryError(f"a {transport} server needs a 'url' starting with http:// or https://")
+    return ServerConfig(
+        name=name,
+        transport=transport,
+        url=url,
+        headers=_string_map(entry, "headers", env),
+        prefix=prefix,
+        trust=trust,
+        timeout=float(timeout),
+    )
+
+
+def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySettings:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: 'toolkeeper' must be an object of gateway settings.")
+    for key in raw:
+        if key not in SETTINGS_KEYS:
+            raise ConfigError(
+                f"{where}: unknown setting 'toolkeeper.{key}'. Allowed: {', '.join(sorted(SETTINGS_KEYS))}."
+            )
+
+    def setting(key: str, env_name: str, kind: type, default: Any) -> Any:
+        if env_name in env:
+            value: Any = env[env_name]
+            source = f"environment variable {env_name}"
+        elif key in raw:
+            value = raw[key]
+            source = f"{where}: toolkeeper.{key}"
+        else:
+            return default
+        if isinstance(value, str) and kind is not str:
+            value = _coerce(value, kind, source)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(f"{source} must be a {kind.__name__}, got {value!r}.")
+        return value
+
+    http = raw.get("http", {})
+    if not isinstance(http, dict) or set(http) - {"host", "port"}:
+        raise ConfigError(f'{where}: toolkeeper.http must look like {{"host": "127.0.0.1", "port": 8765}}.')
+    flags = raw.get("featureFlags", {})
+    if not isinstance(flags, dict) or not all(isinstance(v, bool) for v in flags.values()):
+        raise ConfigError(f"{where}: toolkeeper.featureFlags must map flag names to true/false.")
+    home = setting("home", "TOOLKEEPER_HOME", str, None)
+    host = env.get("TOOLKEEPER_HTTP_HOST", http.get("host", DEFAULT_HTTP_HOST))
+    port = _coerce(env.get("TOOLKEEPER_HTTP_PORT", http.get("port", DEFAULT_HTTP_PORT)), int, "http port")
+    if not 0 < port < 65536:
+        raise ConfigError(f"{where}: the HTTP port must be between 1 and 65535, got {port}.")
+    connects = setting("maxConcurrentConnects", "TOOLKEEPER_MAX_CONCURRENT_CONNECTS", int, 8)
+    if connects < 1:
+        raise ConfigError(f"{where}: toolkeeper.maxConcurrentConnects must be at least 1.")
+    return GatewaySettings(
+        home=Path(expand(home, env, "toolkeeper.home")).expanduser() if home else None,
+        database_url=setting("databaseUrl", "TOOLKEEPER_DATABASE_URL", str, None),
+        http_host=host,
+        http_port=port,
+        log_level=str(setting("logLevel", "TOOLKEEPER_LOG_LEVEL", str, "INFO")).upper(),
+        max_concurrent_connects=connects,
+        feature_flags=dict(flags),
+    )
+
+
+def _coerce(value: Any, kind: type, source: str) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        if kind is bool:
+            lowered = value.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        return kind(value)
+    except ValueError:
+        raise ConfigError(f"{source} must be a {kind.__name__}, got {value!r}.") from None

@@ -1,0 +1,66 @@
+"""What the configuration file describes: downstream servers and gateway settings.
+
+The `mcpServers` part is the format Claude Desktop, Cursor and Claude Code use, so a person can
+point toolkeeper at the file they already have. toolkeeper's own per-server keys (`prefix`,
+`trust`, `timeout`) sit beside the standard ones; gateway settings live under `toolkeeper`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Transport = Literal["stdio", "http", "sse"]
+Trust = Literal["trusted", "untrusted"]
+
+DEFAULT_CALL_TIMEOUT = 60.0
+DEFAULT_HTTP_HOST = "127.0.0.1"
+DEFAULT_HTTP_PORT = 8765
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One downstream MCP server, after `${VAR}` expansion and validation."""
+
+    name: str
+    transport: Transport
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    prefix: str = ""
+    trust: Trust = "untrusted"
+    timeout: float = DEFAULT_CALL_TIMEOUT
+
+    def describe(self) -> str:
+        """A one-line, secret-free description for logs and `toolkeeper servers`."""
+        if self.transport == "stdio":
+            return " ".join([self.command or "", *self.args]).strip()
+        return f"{self.transport} {self.url}"
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """The `toolkeeper` section: how the gateway itself runs."""
+
+    home: Path | None = None
+    database_url: str | None = None
+    http_host: str = DEFAULT_HTTP_HOST
+    http_port: int = DEFAULT_HTTP_PORT
+    log_level: str = "INFO"
+    # How many downstream servers are started at once; the rest wait their turn.
+    max_concurrent_connects: int = 8
+    feature_flags: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None
+    servers: tuple[ServerConfig, ...]
+    settings: GatewaySettings
+    # Entries that were present but could not be used, with the reason (already logged).
+    skipped: dict[str, str] = field(default_factory=dict)
+    disabled: tuple[str, ...] = ()

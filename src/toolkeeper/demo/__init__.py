@@ -1,0 +1,1 @@
+"""Bundled demo MCP servers (``notes`` and ``files``) used by the demo configuration and the tests."""

@@ -1,0 +1,257 @@
+"""Demo MCP server ``toolkeeper-files``: one multi-action file tool confined to a sandbox.
+
+Modelled on the reference implementation of the "Dynamic Tool Annotations" SEP: a single
+tool ``manage_files(path, action, content?)`` whose behaviour depends on ``action``:
+
+========  =====================================================  ==========================
+action    effect                                                 per-action hints (SEP)
+========  =====================================================  ==========================
+read      returns the file's text                                read-only
+append    appends ``content`` (creates the file if missing)      additive, not idempotent
+replace   overwrites the file with ``content`` (creating it)     destructive, idempotent
+delete    removes the file                                       destructive, idempotent
+========  =====================================================  ==========================
+
+Its *static* annotations describe the worst case across all actions, as the SEP says:
+``readOnlyHint=false, destructiveHint=true, idempotentHint=false, openWorldHint=false``.
+The per-action refinements are kept in :data:`ACTION_ANNOTATIONS` for a later
+argument-specific resolution handler (``tools/resolve`` / ``tools/annotations``), which
+is not served yet; :func:`build_server` accepts SDK ``extensions`` and
+:func:`lowlevel_server` exposes the low-level ``Server`` so such handlers can be
+registered on this same server.
+
+Every path is confined to the sandbox root (the working directory unless ``--root DIR``):
+relative paths are taken from the root, and any path whose real location (after ``..``
+and symlinks are resolved) lies outside the root is refused with an ``isError`` result
+naming the path.
+
+Run it with ``python -m toolkeeper.demo.files [--root DIR]`` (stdio) or add
+``--transport http --host 127.0.0.1 --port N`` for streamable HTTP at ``/mcp``. The
+server only ever logs to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Literal
+
+from mcp.server.extension import Extension
+from mcp.server.lowlevel.server import Server
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
+
+logger = logging.getLogger("toolkeeper.demo.files")
+
+SERVER_NAME = "toolkeeper-files"
+TOOL_NAME = "manage_files"
+TOOL_TITLE = "Manage Files"
+TOOL_DESCRIPTION = (
+    "Read, append, replace, or delete file contents. Paths are relative to the sandbox root; "
+    "paths leading outside it are refused."
+)
+
+Action = Literal["read", "append", "replace", "delete"]
+ACTIONS: tuple[Action, ...] = ("read", "append", "replace", "delete")
+
+#: Static (worst-case) annotations of ``manage_files``, as declared in ``tools/list``.
+STATIC_ANNOTATIONS = ToolAnnotations(
+    readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=False
+)
+
+#: Argument-specific annotations per action, from the SEP's reference implementation.
+#: Not served yet; each is within the conservative bound of STATIC_ANNOTATIONS.
+ACTION_ANNOTATIONS: dict[Action, ToolAnnotations] = {
+    "read": ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False),
+    "append": ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False),
+    "replace": ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False),
+    "delete": ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False),
+}
+
+
+# --------------------------------------------------------------------------- sandbox + actions
+
+
+class Sandbox:
+    """A root directory; :meth:`resolve` maps a user path to a real path inside it or refuses."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(os.path.realpath(root))
+        if not self.root.is_dir():
+            raise ValueError(f"sandbox root {str(root)!r} is not a directory")
+
+    def resolve(self, path: str) -> Path:
+        if not path or "\x00" in path:
+            raise ToolError(f"Invalid path {path!r}")
+        candidate = Path(path)
+        if not candidate.is_absolute():
+            candidate = self.root / candidate
+        real = Path(os.path.realpath(candidate))
+        if real != self.root and self.root not in real.parents:
+            raise ToolError(f"Path {path!r} is outside the sandbox root; refused")
+        return real
+
+
+def _require_content(action: str, path: str, content: str | None) -> str:
+    if content is None:
+        raise ToolError(f"Action {action!r} on {path!r} needs 'content'")
+    return content
+
+
+def read_file(target: Path, path: str) -> str:
+    """``read``: the file's text."""
+    try:
+        return target.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ToolError(f"File {path!r} not found") from None
+    except UnicodeDecodeError:
+        raise ToolError(f"File {path!r} is not UTF-8 text") from None
+
+
+def append_file(target: Path, path: str, content: str) -> str:
+    """``append``: add ``content`` at the end (creating the file)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a", encoding="utf-8") as fh:
+        fh.write(content)
+    return f"Appended {len(content)} characters to {path}"
+
+
+def replace_file(target: Path, path: str, content: str) -> str:
+    """``replace``: overwrite the file with ``content`` (creating it)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content, encoding="utf-8")
+    return f"Wrote {len(content)} characters to {path}"
+
+
+def delete_file(target: Path, path: str) -> str:
+    """``delete``: remove the file (directories are refused)."""
+    if target.is_dir():
+        raise ToolError(f"Path {path!r} is a directory; only files can be deleted")
+    try:
+        target.unlink()
+    except FileNotFoundError:
+        raise ToolError(f"File {path!r} not found") from None
+    return f"Deleted {path}"
+
+
+def perform(sandbox: Sandbox, path: str, action: str, content: str | None = None) -> str:
+    """Run one ``manage_files`` call; raises :class:`ToolError` (an ``isError`` result) on failure."""
+    target = sandbox.resolve(path)
+    try:
+        match action:
+            case "read":
+                return read_file(target, path)
+            case "append":
+                return append_file(target, path, _require_content(action, path, content))
+            case "replace":
+                return replace_file(target, path, _require_content(action, path, content))
+            case "delete":
+                return delete_file(target, path)
+            case _:
+                raise ToolError(f"Unknown action {action!r} for {path!r}; expected one of {', '.join(ACTIONS)}")
+    except IsADirectoryError:
+        raise ToolError(f"Path {path!r} is a directory") from None
+    except OSError as exc:
+        raise ToolError(f"Cannot {action} {path!r}: {exc.strerror or exc}") from None
+
+
+# --------------------------------------------------------------------------- server
+
+
+def build_server(root: str | Path = ".", *, extensions: Sequence[Extension] | None = None) -> MCPServer:
+    """Build the files server confined to ``root``.
+
+    ``extensions`` are passed to :class:`MCPServer` (e.g. one binding ``tools/resolve``).
+    """
+    sandbox = Sandbox(root)
+    server = MCPServer(
+        SERVER_NAME,
+        title="Toolkeeper demo files",
+        instructions=f"Manage text files under one sandbox directory with {TOOL_NAME}.",
+        version="0.1.0",
+        extensions=extensions,
+    )
+
+    def manage_files(
+        path: Annotated[str, Field(description="File path to operate on, relative to the sandbox root")],
+        action: Annotated[Action, Field(description="Operation to perform")],
+        content: Annotated[
+            str | SkipJsonSchema[None],
+            Field(
+                description="Content for append/replace operations",
+                json_schema_extra=lambda schema: schema.pop("default", None),
+            ),
+        ] = None,
+    ) -> str:
+        return perform(sandbox, path, action, content)
+
+    server.add_tool(
+        manage_files,
+        name=TOOL_NAME,
+        title=TOOL_TITLE,
+        description=TOOL_DESCRIPTION,
+        annotations=STATIC_ANNOTATIONS,
+        structured_output=False,
+    )
+    return server
+
+
+def lowlevel_server(server: MCPServer) -> Server:
+    """The SDK low-level ``Server`` under ``server``, for registering extra request handlers."""
+    return server._lowlevel_server  # noqa: SLF001
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _stderr_log_config() -> dict:
+    """Uvicorn's default logging config, with the access log moved from stdout to stderr."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    for handler in config["handlers"].values():
+        handler["stream"] = "ext://sys.stderr"
+    return config
+
+
+def run(server: MCPServer, transport: str, host: str, port: int) -> None:
+    """Serve ``server`` over stdio, or over streamable HTTP at ``http://host:port/mcp``."""
+    if transport == "stdio":
+        server.run("stdio")
+        return
+    import anyio
+    import uvicorn
+
+    app = server.streamable_http_app(streamable_http_path="/mcp", host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_config=_stderr_log_config(), log_level="warning")
+    logger.info("serving streamable HTTP on http://%s:%d/mcp", host, port)
+    anyio.run(uvicorn.Server(config).serve)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m toolkeeper.demo.files", description=__doc__.splitlines()[0])
+    parser.add_argument("--root", default=".", help="sandbox root directory (default: the working directory)")
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8766, help="HTTP port (default: 8766)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    server = build_server(args.root)
+    logger.info("sandbox root: %s", os.path.realpath(args.root))
+    run(server, args.transport, args.host, args.port)
+
+
+if __name__ == "__main__":
+    main()

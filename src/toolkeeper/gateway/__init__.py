@@ -1,0 +1,1 @@
+"""The gateway: what MCP clients connect to."""

@@ -1,0 +1,52 @@
+"""Tell every connected client that the tool list changed, each in its own protocol era.
+
+Legacy (handshake-era) sessions get `notifications/tools/list_changed` on their session;
+modern (2026-07-28) clients get it on the `subscriptions/listen` streams they opened.
+Bursts (ten servers coming up at once) are folded into one notification.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+
+import anyio
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
+
+logger = logging.getLogger(__name__)
+
+DEBOUNCE_SECONDS = 0.05
+
+
+class ClientNotifier:
+    def __init__(self) -> None:
+        self.bus = InMemorySubscriptionBus()
+        self._legacy_sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
+        self._pending = anyio.Event()
+        self.sent = 0
+
+    def add_legacy_session(self, session: ServerSession) -> None:
+        self._legacy_sessions.add(session)
+
+    def tools_changed(self) -> None:
+        """Ask for a notification; safe to call from anywhere on the event loop, any number of times."""
+        self._pending.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._pending.wait()
+            await anyio.sleep(DEBOUNCE_SECONDS)
+            self._pending = anyio.Event()
+            await self._send()
+
+    async def _send(self) -> None:
+        self.sent += 1
+        await self.bus.publish(ToolsListChanged())
+        for session in list(self._legacy_sessions):
+            try:
+                with anyio.fail_after(5):
+                    await session.send_tool_list_changed()
+            except Exception as exc:  # a client that went away must not stop the others
+                logger.debug("dropping a client session that could not be notified: %s", exc)
+                self._legacy_sessions.discard(session)

@@ -1,0 +1,68 @@
+"""Run the gateway over stdio or streamable HTTP until the client leaves or a signal arrives.
+
+Whichever way it ends (stdin closed, SIGTERM, SIGINT), the task group is cancelled and every
+downstream child is stopped and reaped by its transport before the process exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+import anyio
+import uvicorn
+from mcp.server.stdio import stdio_server
+
+from toolkeeper.config.model import Config
+from toolkeeper.gateway.core import Gateway
+from toolkeeper.gateway.server import build_server
+
+logger = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+
+
+async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            logger.info("received %s; stopping downstream servers", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
+async def serve_stdio(config: Config) -> None:
+    gateway = Gateway(config)
+    server = build_server(gateway)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+        await tg.start(gateway.run)
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        logger.info("client disconnected; stopping downstream servers")
+        tg.cancel_scope.cancel()
+
+
+async def serve_http(config: Config, host: str, port: int) -> None:
+    gateway = Gateway(config)
+    server = build_server(gateway)
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    web = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    async with anyio.create_task_group() as tg:
+        await tg.start(gateway.run)
+        tg.start_soon(_announce_when_listening, web, gateway, host, port)
+        # uvicorn handles SIGTERM/SIGINT itself and returns from serve(); then we stop the rest.
+        await web.serve()
+        tg.cancel_scope.cancel()
+
+
+async def _announce_when_listening(web: uvicorn.Server, gateway: Gateway, host: str, port: int) -> None:
+    while not web.started:
+        await anyio.sleep(0.05)
+    await gateway.started.wait()
+    print(
+        f"toolkeeper: serving {len(gateway.listing)} tools from {len(gateway.config.servers)} servers "
+        f"at http://{host}:{port}{MCP_PATH}",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -1,0 +1,100 @@
+"""The MCP face clients talk to: one low-level SDK `Server`, both protocol eras."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import mcp_types as types
+from mcp.server.caching import CacheHint
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import ListenHandler
+from mcp.shared.exceptions import MCPError
+
+from toolkeeper import __version__
+from toolkeeper.gateway.core import Gateway
+from toolkeeper.upstreams.connection import CallTimedOut, Unavailable
+
+logger = logging.getLogger(__name__)
+
+INVALID_PARAMS = -32602
+INSTRUCTIONS = (
+    "toolkeeper is a gateway: the tools listed here come from several MCP servers. "
+    "Tool names are prefixed with their server's name."
+)
+
+
+class GatewayServer(Server[Any]):
+    """A low-level server that declares `listChanged` to legacy clients, because it honours it."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+def error_result(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def build_server(gateway: Gateway) -> GatewayServer:
+    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
+        if not gateway.started.is_set():
+            await gateway.started.wait()
+        return {"tools": gateway.listing}
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+        tool = gateway.catalog.by_exposed.get(params.name)
+        if tool is None:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"Unknown tool '{params.name}'. Call tools/list for the tools this gateway exposes now.",
+            )
+        upstream = gateway.upstream_of(tool)
+        meta = (ctx.params or {}).get("_meta") or {}
+        token = meta.get("progressToken")
+        on_progress = None
+        if token is not None:
+
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                await ctx.session.send_progress_notification(
+                    token, progress, total, message, related_request_id=ctx.request_id
+                )
+
+        try:
+            return await upstream.call_tool(tool.name, params.arguments, meta=meta, on_progress=on_progress)
+        except (Unavailable, CallTimedOut) as exc:
+            return error_result(f"{tool.exposed_name}: {exc}")
+
+    listen = ListenHandler(gateway.notifier.bus)
+    server = GatewayServer(
+        "toolkeeper",
+        version=__version__,
+        title="toolkeeper MCP gateway",
+        instructions=INSTRUCTIONS,
+        # Tool lists change with server state (and later with modes and toolsets): never cache.
+        cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_subscriptions_listen=listen,
+    )
+
+    async def track_legacy_sessions(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.method == "notifications/initialized":
+            gateway.notifier.add_legacy_session(ctx.session)
+        return result
+
+    # The SDK's default OpenTelemetry middleware is left out: it costs time on every call and
+    # records nothing until an exporter is installed.
+    server.middleware = [track_legacy_sessions]
+    return server

@@ -1,0 +1,1 @@
+"""The service layer: every operation a person can do, once, for the MCP, CLI and web faces."""

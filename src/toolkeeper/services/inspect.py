@@ -1,0 +1,59 @@
+"""What is connected and what it offers: the data behind `toolkeeper servers` and `toolkeeper tools`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from toolkeeper.gateway.core import Gateway
+
+HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+def server_rows(gateway: Gateway) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    now = time.monotonic()
+    for upstream in gateway.pool:
+        rows.append(
+            {
+                "name": upstream.name,
+                "state": upstream.state.value,
+                "transport": upstream.config.transport,
+                "era": upstream.era,
+                "protocolVersion": upstream.protocol_version,
+                "tools": len(upstream.tools),
+                "trust": upstream.config.trust,
+                "prefix": upstream.config.prefix,
+                "lastError": upstream.last_error,
+                "connects": upstream.connects,
+                "upSeconds": round(now - upstream.connected_since, 1)
+                if upstream.available and upstream.connected_since
+                else None,
+                "target": upstream.config.describe(),
+            }
+        )
+    for name, reason in gateway.config.skipped.items():
+        rows.append({"name": name, "state": "invalid", "lastError": reason, "tools": 0})
+    for name in gateway.config.disabled:
+        rows.append({"name": name, "state": "disabled", "lastError": None, "tools": 0})
+    return rows
+
+
+def tool_rows(gateway: Gateway, include_unavailable: bool = True) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for tool in gateway.catalog.tools:
+        if not tool.available and not include_unavailable:
+            continue
+        annotations = tool.declared.get("annotations") or {}
+        rows.append(
+            {
+                "name": tool.exposed_name,
+                "namespacedName": tool.namespaced_name,
+                "server": tool.server,
+                "title": tool.declared.get("title") or annotations.get("title"),
+                "available": tool.available,
+                "annotations": {h: annotations[h] for h in HINTS if h in annotations},
+                "refId": tool.ref_id,
+            }
+        )
+    return rows

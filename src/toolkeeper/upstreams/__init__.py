@@ -1,0 +1,1 @@
+"""Upstream connections: one supervised, persistent session per downstream server."""

@@ -1,0 +1,43 @@
+"""All downstream servers of one configuration, each under its own supervisor."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import anyio
+
+from toolkeeper.config.model import Config
+from toolkeeper.upstreams.connection import Upstream
+
+logger = logging.getLogger(__name__)
+
+
+class UpstreamPool:
+    def __init__(self, config: Config, on_change: Callable[[Upstream], None]) -> None:
+        self.config = config
+        # Config order matters: it is the order tools are listed in.
+        self.upstreams: dict[str, Upstream] = {s.name: Upstream(s, on_change) for s in config.servers}
+        self._slots = anyio.CapacityLimiter(config.settings.max_concurrent_connects)
+
+    def __getitem__(self, name: str) -> Upstream:
+        return self.upstreams[name]
+
+    def __iter__(self):
+        return iter(self.upstreams.values())
+
+    async def run(self) -> None:
+        """Supervise every server until cancelled; cancelling stops (and reaps) them all."""
+        async with anyio.create_task_group() as tg:
+            for upstream in self.upstreams.values():
+                tg.start_soon(upstream.run, self._slots, name=f"upstream:{upstream.name}")
+
+    async def wait_started(self, timeout: float) -> bool:
+        """Wait until every server has had its first connection attempt, at most `timeout`."""
+        with anyio.move_on_after(timeout):
+            for upstream in self.upstreams.values():
+                await upstream.first_attempt_done.wait()
+            return True
+        pending = [u.name for u in self.upstreams.values() if not u.first_attempt_done.is_set()]
+        logger.warning("still starting after %.0fs: %s; serving the others", timeout, ", ".join(pending))
+        return False
