@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ BIG_SERVERS, BIG_TOOLS_EACH = 10, 50
 BIG_TOTAL = BIG_SERVERS * BIG_TOOLS_EACH
 SMALL_TOOLS = 3
 BODY_TIMEOUT_S = 180.0
+TEARDOWN_TIMEOUT_S = 15.0
 now = time.perf_counter
 
 
@@ -61,7 +62,10 @@ def describe(exc: BaseException) -> str:
 
     seen: list[str] = []
     for e in leaves(exc):
-        text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        if isinstance(e, JobError):
+            text = str(e)
+        else:
+            text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         if text not in seen:
             seen.append(text)
     return "; ".join(seen)
@@ -156,7 +160,6 @@ class Session:
     startup_ms: float
     list_attempts: int
     protocol: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 async def run_session(
@@ -212,7 +215,13 @@ async def run_session(
                 }
                 if body is not None:
                     out.update(await body(sess))
+                # Shutting the server down is not measured; just don't hang on it.
+                state["phase"] = "teardown"
+                scope.deadline = anyio.current_time() + TEARDOWN_TIMEOUT_S
         if scope.cancelled_caught:
+            if state["phase"] == "teardown":
+                out["teardown_timeout"] = True
+                return out
             if state["phase"] == "measure":
                 raise TimeoutError(f"measurement did not finish within {BODY_TIMEOUT_S:.0f} s")
             msg = f"no complete tools/list with {target.expected_tools} tools within {timeout:g} s"

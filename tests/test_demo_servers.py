@@ -1,4 +1,4 @@
-"""The two bundled demo servers, run as real subprocesses (stdio and streamable HTTP), in both protocol eras."""
+"""The two bundled demo servers as real subprocesses (stdio and streamable HTTP), in both protocol eras."""
 
 from __future__ import annotations
 
@@ -99,18 +99,11 @@ NOTES_PARAMS = {
 }
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_notes_tool_listing(tmp_path: Path, mode: str) -> None:
-    async with Client(stdio("notes", tmp_path), mode=mode) as client:
-        check_era(client, mode)
-        if mode == "legacy":  # a pinned 2026-07-28 client skips discovery, so has no serverInfo
-            assert client.server_info is not None and client.server_info.name == "toolkeeper-notes"
-        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-
+def assert_notes_listing(tools: dict[str, Tool]) -> None:
     assert list(tools) == list(NOTES_EXPECTED)
-    for name, (title, annotations) in NOTES_EXPECTED.items():
+    for name, (title, hints) in NOTES_EXPECTED.items():
         assert tools[name].title == title, name
-        assert annotations_of(tools[name]) == annotations, name
+        assert annotations_of(tools[name]) == hints, name
         assert tools[name].description, name
         assert list(param_descriptions(tools[name])) == NOTES_PARAMS[name], name
     # Tri-state: the misleading update_note leaves destructiveHint absent (not false).
@@ -126,16 +119,23 @@ async def test_notes_tool_listing(tmp_path: Path, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_notes_every_tool_and_error_path(tmp_path: Path, mode: str) -> None:
+async def test_notes_listing_every_tool_and_error_path(tmp_path: Path, mode: str) -> None:
     async with Client(stdio("notes", tmp_path), mode=mode) as client:
         check_era(client, mode)
+        if mode == "legacy":  # a pinned 2026-07-28 client skips discovery, so has no serverInfo
+            assert client.server_info is not None and client.server_info.name == "toolkeeper-notes"
+        assert_notes_listing({tool.name: tool for tool in (await client.list_tools()).tools})
         call = client.call_tool
 
         assert ok(await call("list_categories", {})) == {"categories": []}
         assert ok(await call("search_notes", {"query": ""})) == {"notes": []}
 
         n1 = ok(await call("create_note", {"title": "Groceries", "content": "bread", "category": "home"}))
-        n2 = ok(await call("create_note", {"title": "Standup", "content": "yesterday: gateway", "category": "work"}))
+        n2 = ok(
+            await call(
+                "create_note", {"title": "Standup", "content": "yesterday: gateway", "category": "work"}
+            )
+        )
         n3 = ok(await call("create_note", {"title": "Ideas", "content": "100% more hints"}))
         assert (n1["id"], n2["id"], n3["id"]) == (1, 2, 3)
         assert n1["title"] == "Groceries" and n1["content"] == "bread" and n1["category"] == "home"
@@ -191,8 +191,7 @@ async def test_notes_every_tool_and_error_path(tmp_path: Path, mode: str) -> Non
 
 
 async def test_notes_db_option_persists_across_restarts(tmp_path: Path) -> None:
-    db = tmp_path / "data" / "mine.sqlite"
-    db.parent.mkdir()
+    db = tmp_path / "data" / "mine.sqlite"  # the parent directory is created on demand
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     async with Client(stdio("notes", cwd, "--db", str(db)), mode=MODERN) as client:
@@ -203,29 +202,30 @@ async def test_notes_db_option_persists_across_restarts(tmp_path: Path) -> None:
     assert not (cwd / "notes.sqlite").exists()
 
 
-async def test_auto_mode_negotiates_the_modern_era(tmp_path: Path) -> None:
-    """mode="auto" probes server/discover: both servers answer it."""
+async def test_auto_mode_discovers_modern_era_and_files_default_root(tmp_path: Path) -> None:
+    """mode="auto" probes server/discover: both servers answer it, with their serverInfo."""
     for module in ("notes", "files"):
         async with Client(stdio(module, tmp_path), mode="auto") as client:
             assert client.protocol_version == MODERN
+            assert client.server_info is not None and client.server_info.name == f"toolkeeper-{module}"
             assert (await client.list_tools()).tools
+            if module == "files":  # without --root the sandbox root is the working directory
+                args = {"path": "hello.txt", "action": "replace", "content": "hi"}
+                assert not (await client.call_tool("manage_files", args)).is_error
+    assert (tmp_path / "hello.txt").read_text() == "hi"
 
 
 # --------------------------------------------------------------------------- files
 
-FILES_ANNOTATIONS = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False, "openWorldHint": False}
+FILES_ANNOTATIONS = {
+    "readOnlyHint": False,
+    "destructiveHint": True,
+    "idempotentHint": False,
+    "openWorldHint": False,
+}
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_files_tool_listing_and_default_root(tmp_path: Path, mode: str) -> None:
-    async with Client(stdio("files", tmp_path), mode=mode) as client:
-        check_era(client, mode)
-        if mode == "legacy":  # a pinned 2026-07-28 client skips discovery, so has no serverInfo
-            assert client.server_info is not None and client.server_info.name == "toolkeeper-files"
-        tools = (await client.list_tools()).tools
-        # default sandbox root is the working directory
-        ok(await client.call_tool("manage_files", {"path": "hello.txt", "action": "replace", "content": "hi"}))
-
+def assert_files_listing(tools: list[Tool]) -> None:
     assert [t.name for t in tools] == ["manage_files"]
     tool = tools[0]
     assert tool.title == "Manage Files"
@@ -237,11 +237,10 @@ async def test_files_tool_listing_and_default_root(tmp_path: Path, mode: str) ->
     assert props["content"]["type"] == "string"
     assert tool.input_schema["required"] == ["path", "action"]
     assert all(p.get("description") for p in props.values())
-    assert (tmp_path / "hello.txt").read_text() == "hi"
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_files_every_action_and_sandbox_escapes(tmp_path: Path, mode: str) -> None:
+async def test_files_listing_every_action_and_sandbox_escapes(tmp_path: Path, mode: str) -> None:
     sandbox = tmp_path / "sandbox"
     sandbox.mkdir()
     cwd = tmp_path / "elsewhere"
@@ -254,6 +253,9 @@ async def test_files_every_action_and_sandbox_escapes(tmp_path: Path, mode: str)
 
     async with Client(stdio("files", cwd, "--root", str(sandbox)), mode=mode) as client:
         check_era(client, mode)
+        if mode == "legacy":
+            assert client.server_info is not None and client.server_info.name == "toolkeeper-files"
+        assert_files_listing((await client.list_tools()).tools)
 
         async def manage(path: str, action: str, content: str | None = None) -> CallToolResult:
             args: dict[str, Any] = {"path": path, "action": action}
@@ -295,7 +297,14 @@ async def test_files_every_action_and_sandbox_escapes(tmp_path: Path, mode: str)
         assert error(await manage("new.txt", "chmod"))
 
         # sandbox escapes: .., absolute outside, symlinks pointing outside - for every action
-        escapes = ["../secret.txt", "docs/../../secret.txt", str(secret), "link", "dirlink/secret.txt", "/etc/passwd"]
+        escapes = [
+            "../secret.txt",
+            "docs/../../secret.txt",
+            str(secret),
+            "link",
+            "dirlink/secret.txt",
+            "/etc/passwd",
+        ]
         for path in escapes:
             for action, content in [("read", None), ("append", "x"), ("replace", "x"), ("delete", None)]:
                 message = error(await manage(path, action, content))
@@ -303,6 +312,28 @@ async def test_files_every_action_and_sandbox_escapes(tmp_path: Path, mode: str)
         assert secret.read_text() == "top secret"
         assert (sandbox / "link").is_symlink()
         assert not (cwd / "docs").exists()  # the root is --root, not the working directory
+
+
+def test_files_building_blocks_for_later_resolution(tmp_path: Path) -> None:
+    """In-process: per-action hints stay within the static worst case; the low-level server is reachable."""
+    from mcp.server.lowlevel.server import Server
+
+    from toolkeeper.demo import files
+
+    assert set(files.ACTION_ANNOTATIONS) == set(files.ACTIONS)
+    static = files.STATIC_ANNOTATIONS
+    assert static.model_dump(by_alias=True, exclude_none=True) == FILES_ANNOTATIONS
+    for action, hints in files.ACTION_ANNOTATIONS.items():
+        assert not (static.read_only_hint and not hints.read_only_hint), action
+        assert not (static.destructive_hint is False and hints.destructive_hint), action
+        assert not (static.open_world_hint is False and hints.open_world_hint), action
+    assert files.ACTION_ANNOTATIONS["read"].read_only_hint is True
+    assert files.ACTION_ANNOTATIONS["append"].destructive_hint is False
+
+    server = files.build_server(tmp_path)
+    assert isinstance(files.lowlevel_server(server), Server)
+    assert files.perform(files.Sandbox(tmp_path), "a.txt", "replace", "x") == "Wrote 1 characters to a.txt"
+    assert (tmp_path / "a.txt").read_text() == "x"
 
 
 # --------------------------------------------------------------------------- stdout hygiene
@@ -322,7 +353,12 @@ async def test_stdio_stdout_carries_only_protocol_messages(tmp_path: Path) -> No
             },
         },
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "get_note", "arguments": {"note_id": 7}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "get_note", "arguments": {"note_id": 7}},
+        },
     ]
     env = {**os.environ, **ENV}
     with anyio.fail_after(15):
@@ -379,10 +415,14 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 15.
 async def test_streamable_http_both_eras(tmp_path: Path, module: str) -> None:
     port = free_port()
     stdout_path, stderr_path = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    # a missing --db parent / --root directory is created on demand
+    fresh = tmp_path / "fresh"
+    extra = ["--db", str(fresh / "n.sqlite")] if module == "notes" else ["--root", str(fresh)]
     with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", f"toolkeeper.demo.{module}", "--transport", "http", "--host", "127.0.0.1"]
-            + ["--port", str(port)],
+            + ["--port", str(port)]
+            + extra,
             cwd=tmp_path,
             env={**os.environ, **ENV},
             stdout=out,
@@ -417,3 +457,7 @@ async def test_streamable_http_both_eras(tmp_path: Path, module: str) -> None:
             proc.kill()
             proc.wait()
     assert stdout_path.read_bytes() == b""  # even uvicorn's access log goes to stderr
+    if module == "notes":
+        assert (fresh / "n.sqlite").is_file()
+    else:
+        assert sorted(p.name for p in fresh.iterdir()) == ["2026-07-28.txt", "auto.txt", "legacy.txt"]

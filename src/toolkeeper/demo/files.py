@@ -70,10 +70,13 @@ STATIC_ANNOTATIONS = ToolAnnotations(
 #: Argument-specific annotations per action, from the SEP's reference implementation.
 #: Not served yet; each is within the conservative bound of STATIC_ANNOTATIONS.
 ACTION_ANNOTATIONS: dict[Action, ToolAnnotations] = {
-    "read": ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False),
-    "append": ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False),
-    "replace": ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False),
-    "delete": ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False),
+    action: ToolAnnotations(readOnlyHint=ro, destructiveHint=de, idempotentHint=idem, openWorldHint=False)
+    for action, ro, de, idem in [
+        ("read", True, False, True),
+        ("append", False, False, False),
+        ("replace", False, True, True),
+        ("delete", False, True, True),
+    ]
 }
 
 
@@ -156,7 +159,9 @@ def perform(sandbox: Sandbox, path: str, action: str, content: str | None = None
             case "delete":
                 return delete_file(target, path)
             case _:
-                raise ToolError(f"Unknown action {action!r} for {path!r}; expected one of {', '.join(ACTIONS)}")
+                raise ToolError(
+                    f"Unknown action {action!r} for {path!r}; expected one of {', '.join(ACTIONS)}"
+                )
     except IsADirectoryError:
         raise ToolError(f"Path {path!r} is a directory") from None
     except OSError as exc:
@@ -237,7 +242,9 @@ def run(server: MCPServer, transport: str, host: str, port: int) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m toolkeeper.demo.files", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m toolkeeper.demo.files", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--root", default=".", help="sandbox root directory (default: the working directory)")
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
@@ -247,6 +254,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    Path(args.root).mkdir(parents=True, exist_ok=True)  # e.g. a fresh demo directory
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     server = build_server(args.root)
     logger.info("sandbox root: %s", os.path.realpath(args.root))

@@ -15,23 +15,26 @@ Deliberate gaps
 This server is the test bed of toolkeeper's annotation lint, so its metadata is
 *deliberately* imperfect. Lint tests assert exactly this table; do not "fix" it.
 
-=================  ==============  ====================================================  ==============================
-tool               title           annotations                                           deliberate gap
-=================  ==============  ====================================================  ==============================
-search_notes       Search Notes    readOnlyHint=true, openWorldHint=false                none (correct)
-get_note           Get Note        readOnlyHint=true, openWorldHint=false                none (correct)
-create_note        Create Note     readOnlyHint=false, destructiveHint=false,            parameter ``category`` has no
-                                   idempotentHint=false, openWorldHint=false             description (hints correct)
-update_note        Update Note     readOnlyHint=true, idempotentHint=false,              MISLEADING: claims read-only
-                                   openWorldHint=false                                   although it overwrites content
-append_to_note     (none)          (none)                                                no title and no annotations
-delete_note        Delete Note     readOnlyHint=false, destructiveHint=true,             none (correct)
-                                   idempotentHint=true, openWorldHint=false
-list_categories    (none)          (none)                                                no title and no annotations
-=================  ==============  ====================================================  ==============================
+===============  ============  =======================  ================================================
+tool             title         annotations              deliberate gap
+===============  ============  =======================  ================================================
+search_notes     Search Notes  R=true O=false           none (correct)
+get_note         Get Note      R=true O=false           none (correct)
+create_note      Create Note   R=false D=false I=false  parameter ``category`` has no description
+                               O=false                  (title and hints are correct)
+update_note      Update Note   R=true I=false O=false   MISLEADING: claims read-only although it
+                                                        overwrites the note's content
+append_to_note   (none)        (none)                   no title and no annotations at all
+delete_note      Delete Note   R=false D=true I=true    none (correct)
+                               O=false
+list_categories  (none)        (none)                   no title and no annotations at all
+===============  ============  =======================  ================================================
+
+R/D/I/O = readOnlyHint / destructiveHint / idempotentHint / openWorldHint. A hint not
+listed is absent on the wire (e.g. update_note has no destructiveHint), not false.
 
 Every parameter other than ``create_note.category`` carries a description, and every
-tool has a description (its docstring). ``list_categories`` takes no parameters.
+tool has a description. ``list_categories`` takes no parameters.
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ logger = logging.getLogger("toolkeeper.demo.notes")
 
 SERVER_NAME = "toolkeeper-notes"
 DEFAULT_DB = "notes.sqlite"
+INSTRUCTIONS = (
+    "A small notes store. Read a note with get_note before updating it (update_note needs its etag)."
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS notes (
@@ -148,6 +154,7 @@ class NotesStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
             conn.execute(_SCHEMA)
 
@@ -189,12 +196,17 @@ class NotesStore:
         pattern = f"%{escaped}%"
         with self._connect() as conn:
             rows = conn.execute(
-                "SELECT * FROM notes WHERE title LIKE ? ESCAPE '\\' OR content LIKE ? ESCAPE '\\' ORDER BY id",
+                "SELECT * FROM notes WHERE title LIKE ? ESCAPE '\\' OR content LIKE ? ESCAPE '\\'"
+                " ORDER BY id",
                 (pattern, pattern),
             ).fetchall()
         return [
             NoteSummary(
-                id=r["id"], title=r["title"], category=r["category"], etag=r["etag"], modified=_iso(r["modified"])
+                id=r["id"],
+                title=r["title"],
+                category=r["category"],
+                etag=r["etag"],
+                modified=_iso(r["modified"]),
             )
             for r in rows
         ]
@@ -208,7 +220,8 @@ class NotesStore:
         etag = compute_etag(content, modified, 1)
         with self._connect() as conn:
             cur = conn.execute(
-                "INSERT INTO notes (title, content, category, modified, revision, etag) VALUES (?, ?, ?, ?, 1, ?)",
+                "INSERT INTO notes (title, content, category, modified, revision, etag)"
+                " VALUES (?, ?, ?, ?, 1, ?)",
                 (title, content, category, modified, etag),
             )
             return _note_from_row(self._get_row(conn, int(cur.lastrowid or 0)))
@@ -218,8 +231,9 @@ class NotesStore:
             row = self._get_row(conn, note_id)
             if row["etag"] != etag:
                 raise ToolError(
-                    f"Note {note_id} ({row['title']!r}) has changed since you read it: etag {etag!r} is stale, "
-                    f"the current etag is {row['etag']!r}. Fetch it again with get_note and retry."
+                    f"Note {note_id} ({row['title']!r}) has changed since you read it: "
+                    f"etag {etag!r} is stale, the current etag is {row['etag']!r}. "
+                    "Fetch it again with get_note and retry."
                 )
             return self._write(conn, row, content)
 
@@ -240,7 +254,8 @@ class NotesStore:
     def categories(self) -> list[Category]:
         with self._connect() as conn:
             rows = conn.execute(
-                "SELECT category, COUNT(*) AS n FROM notes WHERE category != '' GROUP BY category ORDER BY category"
+                "SELECT category, COUNT(*) AS n FROM notes WHERE category != ''"
+                " GROUP BY category ORDER BY category"
             ).fetchall()
         return [Category(name=r["category"], note_count=r["n"]) for r in rows]
 
@@ -256,7 +271,7 @@ def build_server(db_path: str | Path = DEFAULT_DB) -> MCPServer:
     server = MCPServer(
         SERVER_NAME,
         title="Toolkeeper demo notes",
-        instructions="A small notes store. Read a note with get_note before updating it (update_note needs its etag).",
+        instructions=INSTRUCTIONS,
         version="0.1.0",
     )
 
@@ -370,8 +385,12 @@ def run(server: MCPServer, transport: str, host: str, port: int) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m toolkeeper.demo.notes", description=__doc__.splitlines()[0])
-    parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite file holding the notes (default: ./{DEFAULT_DB})")
+    parser = argparse.ArgumentParser(
+        prog="python -m toolkeeper.demo.notes", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--db", default=DEFAULT_DB, help=f"SQLite file holding the notes (default: ./{DEFAULT_DB})"
+    )
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="HTTP port (default: 8765)")

@@ -22,12 +22,16 @@ DEBOUNCE_SECONDS = 0.05
 class ClientNotifier:
     def __init__(self) -> None:
         self.bus = InMemorySubscriptionBus()
-        self._legacy_sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
+        # The SDK builds a ServerSession per request; what lives as long as the client is its
+        # connection. Keyed weakly by the connection, a departed client's entry disappears with it.
+        self._legacy_sessions: weakref.WeakKeyDictionary[object, ServerSession] = weakref.WeakKeyDictionary()
         self._pending = anyio.Event()
         self.sent = 0
 
     def add_legacy_session(self, session: ServerSession) -> None:
-        self._legacy_sessions.add(session)
+        # No public accessor for the connection in mcp 2.3; fall back to the session itself.
+        connection = getattr(session, "_connection", session)
+        self._legacy_sessions[connection] = session
 
     def tools_changed(self) -> None:
         """Ask for a notification; safe to call from anywhere on the event loop, any number of times."""
@@ -43,10 +47,10 @@ class ClientNotifier:
     async def _send(self) -> None:
         self.sent += 1
         await self.bus.publish(ToolsListChanged())
-        for session in list(self._legacy_sessions):
+        for connection, session in list(self._legacy_sessions.items()):
             try:
                 with anyio.fail_after(5):
                     await session.send_tool_list_changed()
             except Exception as exc:  # a client that went away must not stop the others
                 logger.debug("dropping a client session that could not be notified: %s", exc)
-                self._legacy_sessions.discard(session)
+                self._legacy_sessions.pop(connection, None)

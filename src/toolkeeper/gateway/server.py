@@ -43,17 +43,21 @@ class GatewayServer(Server[Any]):
 
 
 def error_result(text: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": text}], "isError": True}
+    return {"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": True}
 
 
 def build_server(gateway: Gateway) -> GatewayServer:
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
         if not gateway.started.is_set():
             await gateway.started.wait()
-        return {"tools": gateway.listing}
+        return {"resultType": "complete", "tools": gateway.listing}
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
         tool = gateway.catalog.by_exposed.get(params.name)
+        if tool is None and not gateway.started.is_set():
+            # A client may call before the servers have connected: wait, as tools/list does.
+            await gateway.started.wait()
+            tool = gateway.catalog.by_exposed.get(params.name)
         if tool is None:
             raise MCPError(
                 code=INVALID_PARAMS,
@@ -71,9 +75,13 @@ def build_server(gateway: Gateway) -> GatewayServer:
                 )
 
         try:
-            return await upstream.call_tool(tool.name, params.arguments, meta=meta, on_progress=on_progress)
+            result = await upstream.call_tool(tool.name, params.arguments, meta=meta, on_progress=on_progress)
         except (Unavailable, CallTimedOut) as exc:
             return error_result(f"{tool.exposed_name}: {exc}")
+        # A legacy downstream's result has no resultType; a modern client requires one.
+        if "resultType" not in result:
+            result["resultType"] = "complete"
+        return result
 
     listen = ListenHandler(gateway.notifier.bus)
     server = GatewayServer(

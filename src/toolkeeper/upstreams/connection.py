@@ -160,6 +160,7 @@ class Upstream:
             "server %r: ready (%s, protocol %s, %d tools)", self.name, self.era, self.protocol_version, len(tools)
         )
         self._set_state(State.READY)
+        self.first_attempt_done.set()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._refresh_when_dirty, client)

@@ -1,0 +1,121 @@
+"""Shared helpers: real gateway processes, real downstream servers, real ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTROLLABLE = str(ROOT / "tests" / "servers" / "controllable.py")
+PY = sys.executable
+MODES = ["legacy", "2026-07-28"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def controllable(**options: Any) -> dict[str, Any]:
+    """A config entry for the steerable test server over stdio."""
+    args = [CONTROLLABLE]
+    for key, value in options.pop("server_args", {}).items():
+        args += [f"--{key}", str(value)]
+    return {"command": PY, "args": args, **options}
+
+
+def write_config(directory: Path, servers: dict[str, Any], **settings: Any) -> Path:
+    path = directory / "toolkeeper.json"
+    body: dict[str, Any] = {"mcpServers": servers}
+    if settings:
+        body["toolkeeper"] = settings
+    path.write_text(json.dumps(body, indent=2))
+    return path
+
+
+def gateway_params(config: Path, *extra: str, env: dict[str, str] | None = None) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=PY,
+        args=["-m", "toolkeeper", "serve", "--config", str(config), *extra],
+        env={"TOOLKEEPER_LOG_LEVEL": "DEBUG", **(env or {})},
+        cwd=str(config.parent),
+    )
+
+
+@asynccontextmanager
+async def gateway_client(config: Path, mode: str, **client_options: Any) -> AsyncIterator[Client]:
+    async with Client(gateway_params(config), mode=mode, **client_options) as client:
+        yield client
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
+
+
+def spawn(args: list[str], cwd: Path, env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        args,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=kw.pop("stderr", subprocess.DEVNULL),
+        **kw,
+    )
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+async def eventually(predicate: Any, timeout: float = 20.0, interval: float = 0.05) -> Any:
+    """Poll an (async or plain) predicate until it returns something truthy."""
+    with anyio.fail_after(timeout):
+        while True:
+            value = predicate()
+            if hasattr(value, "__await__"):
+                value = await value
+            if value:
+                return value
+            await anyio.sleep(interval)
+
+
+def server_everything_entry() -> dict[str, Any] | None:
+    """The npm reference server over stdio, installed by the test script into .test-deps."""
+    local = ROOT / ".test-deps" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+    node = shutil.which("node")
+    if node and local.exists():
+        return {"command": node, "args": [str(local), "stdio"]}
+    return None

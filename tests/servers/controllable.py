@@ -1,0 +1,178 @@
+"""A downstream MCP server the tests can steer: change its tool list, crash, hang, report progress.
+
+Runs over stdio (default) or streamable HTTP (`--http PORT`), serving both protocol eras.
+`--record FILE` appends one JSON line per request it receives (method, headers on HTTP), so a
+test can see what actually reached the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+def text_tool(name: str, description: str, properties: dict[str, Any] | None = None) -> types.Tool:
+    return types.Tool(
+        name=name,
+        description=description,
+        input_schema={"type": "object", "properties": properties or {}},
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on this port")
+    parser.add_argument("--extra-tools", type=int, default=0)
+    parser.add_argument("--record", default=None)
+    parser.add_argument("--name", default="controllable")
+    args = parser.parse_args()
+
+    bus = InMemorySubscriptionBus()
+    extra: list[str] = [f"extra_{i}" for i in range(args.extra_tools)]
+    legacy_sessions: list[Any] = []
+
+    def record(entry: dict[str, Any]) -> None:
+        if args.record:
+            with open(args.record, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+
+    def tool_list() -> list[types.Tool]:
+        tools = [
+            types.Tool(
+                name="echo",
+                title="Echo",
+                description="Echo the text back.",
+                input_schema={
+                    "type": "object",
+                    "properties": {"text": {"type": "string", "description": "What to echo"}},
+                    "required": ["text"],
+                },
+                output_schema={"type": "object", "properties": {"echo": {"type": "string"}}},
+                annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+                icons=[types.Icon(src="data:image/png;base64," + PNG_1PX, mime_type="image/png")],
+                _meta={"com.example/owner": "tests"},
+            ),
+            text_tool("add_tool", "Add a tool to this server's list.", {"name": {"type": "string"}}),
+            text_tool("crash", "Exit the process at once."),
+            text_tool("sleep", "Sleep for a while.", {"seconds": {"type": "number"}}),
+            text_tool("progress", "Report progress in steps.", {"steps": {"type": "integer"}}),
+            text_tool("mixed_content", "Return every kind of content."),
+            text_tool("fail", "Return an error result."),
+            text_tool("pid", "Return this process's id."),
+        ]
+        tools += [text_tool(name, f"Extra tool {name}.") for name in extra]
+        return tools
+
+    async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tool_list())
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+        arguments = params.arguments or {}
+        name = params.name
+        if name == "echo":
+            text = str(arguments.get("text", ""))
+            return types.CallToolResult(
+                content=[types.TextContent(text=text)], structured_content={"echo": text}
+            )
+        if name == "add_tool":
+            extra.append(str(arguments.get("name", f"added_{len(extra)}")))
+            await bus.publish(ToolsListChanged())
+            for session in list(legacy_sessions):
+                try:
+                    await session.send_tool_list_changed()
+                except Exception:
+                    legacy_sessions.remove(session)
+            return types.CallToolResult(content=[types.TextContent(text="added")])
+        if name == "crash":
+            os._exit(3)
+        if name == "sleep":
+            await anyio.sleep(float(arguments.get("seconds", 3600)))
+            return types.CallToolResult(content=[types.TextContent(text="slept")])
+        if name == "progress":
+            token = (ctx.params or {}).get("_meta", {}).get("progressToken")
+            steps = int(arguments.get("steps", 3))
+            for i in range(1, steps + 1):
+                if token is not None:
+                    await ctx.session.send_progress_notification(
+                        token, i, steps, f"step {i}", related_request_id=ctx.request_id
+                    )
+                await anyio.sleep(0.01)
+            return types.CallToolResult(content=[types.TextContent(text=f"done {steps}")])
+        if name == "mixed_content":
+            return types.CallToolResult(
+                content=[
+                    types.TextContent(text="hello", annotations=types.Annotations(audience=["user"], priority=0.5)),
+                    types.ImageContent(data=PNG_1PX, mime_type="image/png"),
+                    types.AudioContent(data="UklGRg==", mime_type="audio/wav"),
+                    types.EmbeddedResource(
+                        resource=types.TextResourceContents(uri="file:///x.txt", text="x", mime_type="text/plain")
+                    ),
+                    types.ResourceLink(uri="file:///y.txt", name="y"),
+                ],
+                structured_content={"n": 1},
+                _meta={"com.example/trace": "abc"},
+            )
+        if name == "fail":
+            return types.CallToolResult(content=[types.TextContent(text="it failed")], is_error=True)
+        if name == "pid":
+            return types.CallToolResult(content=[types.TextContent(text=str(os.getpid()))])
+        if name in extra:
+            return types.CallToolResult(content=[types.TextContent(text=name)])
+        raise ValueError(f"unknown tool {name}")
+
+    server = Server(
+        args.name,
+        version="1.0",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_subscriptions_listen=ListenHandler(bus),
+    )
+
+    async def observe(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        headers = None
+        request = ctx.request
+        if request is not None and hasattr(request, "headers"):
+            headers = {k.lower(): v for k, v in request.headers.items()}
+        record({"method": ctx.method, "headers": headers, "version": ctx.protocol_version})
+        result = await call_next(ctx)
+        if ctx.method == "notifications/initialized" and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            legacy_sessions.append(ctx.session)
+        return result
+
+    server.middleware = [observe]
+    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+    print(f"controllable server {args.name} pid {os.getpid()} starting", file=sys.stderr, flush=True)
+
+    if args.http is None:
+
+        async def run_stdio() -> None:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, options)
+
+        anyio.run(run_stdio)
+    else:
+        import uvicorn
+
+        original = server.create_initialization_options
+        server.create_initialization_options = lambda *a, **k: original(  # type: ignore[method-assign]
+            NotificationOptions(tools_changed=True)
+        )
+        app = server.streamable_http_app(streamable_http_path="/mcp")
+        uvicorn.run(app, host="127.0.0.1", port=args.http, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
