@@ -610,8 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--gateway-cmd",
         default=None,
-        help="override the gateway command line; '{config}' is replaced by the config path "
-        "(default: python -m toolkeeper serve --config {config})",
+        help="gateway command line to run instead of 'python -m toolkeeper serve --config {config}'; "
+        "'{config}' is replaced by the generated config path",
     )
     p.add_argument("--json", metavar="FILE", help="also write all figures and per-repeat values as JSON")
     args = p.parse_args(argv)

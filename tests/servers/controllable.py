@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any
 
 import anyio
@@ -38,7 +39,13 @@ def main() -> None:
     parser.add_argument("--extra-tools", type=int, default=0)
     parser.add_argument("--record", default=None)
     parser.add_argument("--name", default="controllable")
+    parser.add_argument(
+        "--start-delay-file", default=None, help="if this file exists, sleep the seconds it holds before serving"
+    )
     args = parser.parse_args()
+    if args.start_delay_file and os.path.exists(args.start_delay_file):
+        with open(args.start_delay_file, encoding="utf-8") as f:
+            time.sleep(float(f.read().strip() or 0))
 
     bus = InMemorySubscriptionBus()
     extra: list[str] = [f"extra_{i}" for i in range(args.extra_tools)]

@@ -93,6 +93,8 @@ def parse_config_file(path: Path, environ: Mapping[str, str] | None = None) -> C
         ) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror}). Check its permissions.") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}). Save it as UTF-8.") from None
     return parse_config_text(text, path, environ=environ)
 
 
@@ -145,8 +147,18 @@ def parse_config_text(text: str, path: Path | None = None, environ: Mapping[str,
 
 
 def _line_of_key(text: str, key: str) -> int:
-    match = re.search(r'"' + re.escape(key) + r'"\s*:', text)
-    return text.count("\n", 0, match.start()) + 1 if match else 1
+    """The line of `key` in the top-level object of `text` (already known to be valid JSON)."""
+    decoder, space = json.JSONDecoder(), re.compile(r"[ \t\n\r]*")
+    pos = space.match(text, 0).end() + 1  # after the opening brace
+    while True:
+        pos = space.match(text, pos).end()
+        if text[pos] != '"':
+            return 1
+        found, end = decoder.raw_decode(text, pos)
+        if found == key:
+            return text.count("\n", 0, pos) + 1
+        value_start = space.match(text, space.match(text, end).end() + 1).end()  # past the ':'
+        pos = space.match(text, decoder.raw_decode(text, value_start)[1]).end() + 1  # past ',' or '}'
 
 
 def builtin_variable(name: str) -> str | None:
@@ -185,7 +197,9 @@ def _string(entry: dict[str, Any], key: str, env: Mapping[str, str]) -> str | No
 
 
 def _string_map(entry: dict[str, Any], key: str, env: Mapping[str, str]) -> dict[str, str]:
-    value = entry.get(key) or {}
+    value = entry.get(key)
+    if value is None:
+        return {}
     if not isinstance(value, dict):
         raise EntryError(f"'{key}' must be an object of string values")
     out: dict[str, str] = {}
@@ -201,7 +215,11 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
         raise EntryError("server names may use letters, digits, '_', '-' and '.', at most 64 characters")
     if not isinstance(entry, dict):
         raise EntryError("the entry must be an object with 'command' (stdio) or 'url' (http/sse)")
+    if not isinstance(entry.get("disabled", False), bool):
+        raise EntryError(f"'disabled' must be true or false, got {entry['disabled']!r}")
     kind = entry.get("type", entry.get("transport"))
+    if kind is not None and not isinstance(kind, str):
+        raise EntryError(f"'type' must be a string such as 'stdio', 'http' or 'sse', got {kind!r}")
     if kind is None:
         kind = "stdio" if "command" in entry else "http" if "url" in entry else None
     if kind not in TRANSPORT_ALIASES:
@@ -217,13 +235,13 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
             logger.warning("server %r: key %r is not used by a %s server and is ignored", name, key, transport)
 
     prefix = entry.get("prefix", name)
-    if not isinstance(prefix, str) or not PREFIX.match(prefix):
+    if "prefix" in entry and (not isinstance(prefix, str) or not PREFIX.match(prefix)):
         raise EntryError("'prefix' must be at most 40 letters, digits, '_' or '-' (empty allowed)")
     trust = entry.get("trust", "untrusted")
     if trust not in ("trusted", "untrusted"):
         raise EntryError(f"'trust' must be 'trusted' or 'untrusted', got {trust!r}")
     timeout = entry.get("timeout", DEFAULT_CALL_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise EntryError(f"'timeout' must be a positive number of seconds, got {timeout!r}")
 
     if transport == "stdio":
@@ -231,7 +249,9 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
         if not command:
             raise EntryError("a stdio server needs a non-empty 'command'")
         args = entry.get("args", [])
-        if not isinstance(args, list) or not all(isinstance(a, str | int | float) for a in args):
+        if not isinstance(args, list) or not all(
+            isinstance(a, str | int | float) and not isinstance(a, bool) for a in args
+        ):
             raise EntryError("'args' must be a list of strings")
         return ServerConfig(
             name=name,
@@ -291,8 +311,8 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
     home = setting("home", "TOOLKEEPER_HOME", str, None)
     host = env.get("TOOLKEEPER_HTTP_HOST", http.get("host", DEFAULT_HTTP_HOST))
     port = _coerce(env.get("TOOLKEEPER_HTTP_PORT", http.get("port", DEFAULT_HTTP_PORT)), int, "http port")
-    if not 0 < port < 65536:
-        raise ConfigError(f"{where}: the HTTP port must be between 1 and 65535, got {port}.")
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        raise ConfigError(f"{where}: the HTTP port must be a whole number between 1 and 65535, got {port!r}.")
     connects = setting("maxConcurrentConnects", "TOOLKEEPER_MAX_CONCURRENT_CONNECTS", int, 8)
     if connects < 1:
         raise ConfigError(f"{where}: toolkeeper.maxConcurrentConnects must be at least 1.")

@@ -37,10 +37,13 @@ class Gateway:
         """Connect every server and keep the catalog current until cancelled."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.pool.run)
-            tg.start_soon(self.notifier.run)
             task_status.started()
             await self.pool.wait_started(STARTUP_GRACE_SECONDS)
+            # Requests wait for start-up, so nobody has seen a list the start-up changes would
+            # invalidate: notify only of what changes from here on.
+            self.notifier.discard_pending()
             self.started.set()
+            tg.start_soon(self.notifier.run)
 
     def _upstream_changed(self, upstream: Upstream) -> None:
         self._rebuild()

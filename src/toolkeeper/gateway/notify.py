@@ -37,6 +37,9 @@ class ClientNotifier:
         """Ask for a notification; safe to call from anywhere on the event loop, any number of times."""
         self._pending.set()
 
+    def discard_pending(self) -> None:
+        self._pending = anyio.Event()
+
     async def run(self) -> None:
         while True:
             await self._pending.wait()

@@ -12,11 +12,11 @@ import sys
 
 import anyio
 import uvicorn
-from mcp.server.stdio import stdio_server
 
 from toolkeeper.config.model import Config
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.gateway.server import build_server
+from toolkeeper.gateway.stdio import stdio_streams
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ async def serve_stdio(config: Config) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(_cancel_on_signal, tg.cancel_scope)
         await tg.start(gateway.run)
-        async with stdio_server() as (read_stream, write_stream):
+        async with stdio_streams() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
         logger.info("client disconnected; stopping downstream servers")
         tg.cancel_scope.cancel()

@@ -1,0 +1,95 @@
+"""The stdio server transport, on the event loop's own pipe support.
+
+The SDK's `stdio_server` reads stdin through a worker thread: every message pays a thread
+hand-off, and a blocked read cannot be cancelled, so a gateway told to stop by SIGTERM would
+wait for its client to close stdin. Here stdin and stdout are non-blocking pipes driven by
+the loop. Like the SDK, fd 1 is pointed at stderr while serving, so stray output from any
+library cannot corrupt the protocol stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+
+logger = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+@asynccontextmanager
+async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
+    loop = asyncio.get_running_loop()
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES)
+    in_file = os.fdopen(wire_in, "rb", buffering=0)
+    out_file = os.fdopen(wire_out, "wb", buffering=0)
+    try:
+        in_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), in_file)
+        out_transport, out_protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, out_file)
+    except (ValueError, OSError) as exc:
+        # Not a pipe (a regular file, say): the SDK's threaded transport handles anything.
+        in_file.close()
+        out_file.close()
+        logger.debug("stdio is not a pipe (%s); using the SDK's threaded stdio transport", exc)
+        async with stdio_server() as streams:
+            yield streams
+        return
+    writer = asyncio.StreamWriter(out_transport, out_protocol, reader, loop)
+    saved_stdout = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    incoming_send, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def read_messages() -> None:
+        async with incoming_send:
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError as exc:  # a line over the limit
+                    await incoming_send.send(exc)
+                    continue
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                try:
+                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                except Exception as exc:  # the session answers malformed input with an error
+                    await incoming_send.send(exc)
+                    continue
+                await incoming_send.send(SessionMessage(message))
+
+    async def write_messages() -> None:
+        async with outgoing_receive:
+            async for session_message in outgoing_receive:
+                data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                writer.write(data.encode("utf-8") + b"\n")
+                await writer.drain()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_messages)
+            tg.start_soon(write_messages)
+            yield incoming, outgoing
+            tg.cancel_scope.cancel()
+    finally:
+        with suppress(Exception):
+            writer.close()
+        with suppress(Exception):
+            in_transport.close()
+        os.dup2(saved_stdout, 1)
+        os.close(saved_stdout)
+        sys.stdout = sys.__stdout__

@@ -1,0 +1,160 @@
+"""Downstream crashes and restarts, change propagation, and no orphan processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from contextlib import asynccontextmanager
+
+import anyio
+import mcp_types as types
+import psutil
+import pytest
+
+from conftest import MODES, PY, controllable, eventually, gateway_client, write_config
+
+pytestmark = pytest.mark.anyio
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class Changes:
+    count = 0
+
+
+@asynccontextmanager
+async def counting_list_changes(client, mode, changes: Changes):
+    """Legacy clients hear list changes as notifications; modern ones only on a listen stream."""
+    if mode == "legacy":
+        yield
+        return
+    async with client.listen(tools_list_changed=True) as subscription:
+        async with anyio.create_task_group() as tg:
+
+            async def count():
+                async for _ in subscription:
+                    changes.count += 1
+
+            tg.start_soon(count)
+            yield
+            tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_crash_and_restart_are_seen_as_two_list_changes(tmp_path, mode):
+    delay_file = tmp_path / "delay"
+    config = write_config(
+        tmp_path,
+        {"ctl": controllable(server_args={"start-delay-file": delay_file}), "other": controllable()},
+    )
+    changes = Changes()
+
+    async def on_message(message):
+        # Modern clients also see listen-stream notifications here; they are counted there.
+        if mode == "legacy" and isinstance(message, types.ToolListChangedNotification):
+            changes.count += 1
+
+    async with gateway_client(config, mode, message_handler=on_message) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "ctl__echo" in names and "other__echo" in names
+        old_pid = int((await client.call_tool("ctl__pid", {})).content[0].text)
+
+        async with counting_list_changes(client, mode, changes):
+            delay_file.write_text("2")  # the restarted server takes 2 s, so the outage is visible
+            crashed = await client.call_tool("ctl__crash", {})
+            assert crashed.is_error and "ctl" in crashed.content[0].text
+
+            await eventually(lambda: changes.count >= 1)
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert "ctl__echo" not in names and "other__echo" in names
+            down = await client.call_tool("ctl__echo", {"text": "x"})
+            assert down.is_error
+            assert "server 'ctl' is reconnecting" in down.content[0].text
+            assert (await client.call_tool("other__echo", {"text": "ok"})).content[0].text == "ok"
+
+            await eventually(lambda: changes.count >= 2, timeout=30)
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert "ctl__echo" in names
+            assert (await client.call_tool("ctl__echo", {"text": "back"})).content[0].text == "back"
+            new_pid = int((await client.call_tool("ctl__pid", {})).content[0].text)
+            assert new_pid != old_pid
+            assert not [p for p in psutil.process_iter() if p.pid == old_pid and alive(p)]
+            await anyio.sleep(0.3)
+        assert changes.count == 2
+
+
+def start_gateway(config, **kw) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [PY, "-m", "toolkeeper", "serve", "--config", str(config)],
+        cwd=config.parent,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        **kw,
+    )
+
+
+def wait_for_children(pid: int, count: int) -> list[psutil.Process]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        children = [p for p in descendants(pid) if "controllable.py" in " ".join(p.cmdline())]
+        if len(children) >= count:
+            return children
+        time.sleep(0.1)
+    raise AssertionError(f"expected {count} downstream children of {pid}")
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigint", "stdin-closed"])
+def test_no_orphans_after_the_gateway_stops(tmp_path, how):
+    config = write_config(tmp_path, {f"s{i}": controllable() for i in range(3)})
+    gateway = start_gateway(config)
+    try:
+        children = wait_for_children(gateway.pid, 3)
+        time.sleep(0.5)
+        if how == "sigterm":
+            gateway.send_signal(signal.SIGTERM)
+        elif how == "sigint":
+            gateway.send_signal(signal.SIGINT)
+        else:
+            gateway.stdin.close()
+        gateway.wait(20)
+        deadline = time.monotonic() + 10
+        while any(alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [c.pid for c in children if alive(c)]
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+            gateway.wait()
+
+
+def test_children_die_when_the_gateway_is_killed_hard(tmp_path):
+    # SIGKILL gives the gateway no chance to clean up; its children see stdin close and exit.
+    config = write_config(tmp_path, {f"s{i}": controllable() for i in range(2)})
+    gateway = start_gateway(config)
+    try:
+        children = wait_for_children(gateway.pid, 2)
+        time.sleep(0.5)
+        os.kill(gateway.pid, signal.SIGKILL)
+        gateway.wait(10)
+        deadline = time.monotonic() + 10
+        while any(alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [c.pid for c in children if alive(c)]
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
