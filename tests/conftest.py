@@ -78,7 +78,9 @@ def wait_port(port: int, timeout: float = 20.0) -> None:
     raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
 
 
-def spawn(args: list[str], cwd: Path, env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[bytes]:
+def spawn(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, **kw: Any
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         args,
         cwd=cwd,
@@ -114,7 +116,15 @@ async def eventually(predicate: Any, timeout: float = 20.0, interval: float = 0.
 
 def server_everything_entry() -> dict[str, Any] | None:
     """The npm reference server over stdio, installed by the test script into .test-deps."""
-    local = ROOT / ".test-deps" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+    local = (
+        ROOT
+        / ".test-deps"
+        / "node_modules"
+        / "@modelcontextprotocol"
+        / "server-everything"
+        / "dist"
+        / "index.js"
+    )
     node = shutil.which("node")
     if node and local.exists():
         return {"command": node, "args": [str(local), "stdio"]}

@@ -8,9 +8,16 @@ import time
 import anyio
 import mcp_types as types
 import pytest
+from conftest import (
+    MODES,
+    PY,
+    controllable,
+    eventually,
+    gateway_client,
+    server_everything_entry,
+    write_config,
+)
 from mcp.shared.exceptions import MCPError
-
-from conftest import MODES, PY, controllable, eventually, gateway_client, server_everything_entry, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -21,9 +28,16 @@ def config(tmp_path):
         tmp_path,
         {
             "ctl": controllable(timeout=2),
-            "notes": {"command": PY, "args": ["-m", "toolkeeper.demo.notes", "--db", str(tmp_path / "n.sqlite")]},
+            "notes": {
+                "command": PY,
+                "args": ["-m", "toolkeeper.demo.notes", "--db", str(tmp_path / "n.sqlite")],
+            },
             "files": {"command": PY, "args": ["-m", "toolkeeper.demo.files", "--root", str(tmp_path)]},
-            "time": {"command": PY, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"], "prefix": "clock"},
+            "time": {
+                "command": PY,
+                "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+                "prefix": "clock",
+            },
         },
     )
 
@@ -32,7 +46,9 @@ def config(tmp_path):
 async def test_lists_every_server_and_passes_tools_through_unchanged(config, mode):
     async with gateway_client(config, mode) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert {"ctl__echo", "notes__search_notes", "files__manage_files", "clock__get_current_time"} <= set(tools)
+        assert {"ctl__echo", "notes__search_notes", "files__manage_files", "clock__get_current_time"} <= set(
+            tools
+        )
         assert all(name.replace("_", "").replace("-", "").isalnum() and len(name) <= 64 for name in tools)
         echo = tools["ctl__echo"]
         assert echo.title == "Echo"
@@ -126,7 +142,9 @@ async def test_cancellation_reaches_the_downstream_server(config):
 async def test_server_everything_from_npm_over_stdio(tmp_path):
     entry = server_everything_entry()
     if entry is None:
-        pytest.fail("@modelcontextprotocol/server-everything is not installed; run ./scripts/test (it installs it)")
+        pytest.fail(
+            "@modelcontextprotocol/server-everything is not installed; run ./scripts/test (it installs it)"
+        )
     config = write_config(tmp_path, {"everything": entry})
     async with gateway_client(config, "legacy") as client:
         names = {t.name for t in (await client.list_tools()).tools}

@@ -7,9 +7,19 @@ import json
 import anyio
 import mcp_types as types
 import pytest
+from conftest import (
+    CONTROLLABLE,
+    MODES,
+    PY,
+    controllable,
+    eventually,
+    free_port,
+    spawn,
+    stop,
+    wait_port,
+    write_config,
+)
 from mcp import Client
-
-from conftest import CONTROLLABLE, MODES, PY, controllable, eventually, free_port, spawn, stop, wait_port, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -21,12 +31,26 @@ def http_gateway(tmp_path):
         tmp_path,
         {
             "ctl": controllable(),
-            "notes": {"command": PY, "args": ["-m", "toolkeeper.demo.notes", "--db", str(tmp_path / "n.sqlite")]},
+            "notes": {
+                "command": PY,
+                "args": ["-m", "toolkeeper.demo.notes", "--db", str(tmp_path / "n.sqlite")],
+            },
         },
     )
     port = free_port()
     process = spawn(
-        [PY, "-m", "toolkeeper", "serve", "--config", str(config), "--transport", "http", "--port", str(port)],
+        [
+            PY,
+            "-m",
+            "toolkeeper",
+            "serve",
+            "--config",
+            str(config),
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+        ],
         cwd=tmp_path,
     )
     try:

@@ -12,7 +12,6 @@ import anyio
 import mcp_types as types
 import psutil
 import pytest
-
 from conftest import MODES, PY, controllable, eventually, gateway_client, write_config
 
 pytestmark = pytest.mark.anyio

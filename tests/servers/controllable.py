@@ -40,7 +40,9 @@ def main() -> None:
     parser.add_argument("--record", default=None)
     parser.add_argument("--name", default="controllable")
     parser.add_argument(
-        "--start-delay-file", default=None, help="if this file exists, sleep the seconds it holds before serving"
+        "--start-delay-file",
+        default=None,
+        help="if this file exists, sleep the seconds it holds before serving",
     )
     args = parser.parse_args()
     if args.start_delay_file and os.path.exists(args.start_delay_file):
@@ -121,11 +123,15 @@ def main() -> None:
         if name == "mixed_content":
             return types.CallToolResult(
                 content=[
-                    types.TextContent(text="hello", annotations=types.Annotations(audience=["user"], priority=0.5)),
+                    types.TextContent(
+                        text="hello", annotations=types.Annotations(audience=["user"], priority=0.5)
+                    ),
                     types.ImageContent(data=PNG_1PX, mime_type="image/png"),
                     types.AudioContent(data="UklGRg==", mime_type="audio/wav"),
                     types.EmbeddedResource(
-                        resource=types.TextResourceContents(uri="file:///x.txt", text="x", mime_type="text/plain")
+                        resource=types.TextResourceContents(
+                            uri="file:///x.txt", text="x", mime_type="text/plain"
+                        )
                     ),
                     types.ResourceLink(uri="file:///y.txt", name="y"),
                 ],

@@ -69,7 +69,9 @@ def _root(version: bool = typer.Option(False, "--version", help="Print the versi
 def serve(
     config: Path | None = ConfigOption,
     demo: bool = DemoOption,
-    transport: TransportChoice = typer.Option(TransportChoice.stdio, "--transport", "-t", help="stdio or http."),
+    transport: TransportChoice = typer.Option(
+        TransportChoice.stdio, "--transport", "-t", help="stdio or http."
+    ),
     host: str | None = typer.Option(None, "--host", help="HTTP host (default from config, 127.0.0.1)."),
     port: int | None = typer.Option(None, "--port", help="HTTP port (default from config, 8765)."),
 ) -> None:
@@ -153,7 +155,10 @@ def tools(
         table.add_row(
             name,
             r["title"] or "",
-            *(_mark(hints.get(h)) for h in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")),
+            *(
+                _mark(hints.get(h))
+                for h in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+            ),
             r["server"],
         )
     out.print(table)

@@ -77,7 +77,9 @@ def find_config(explicit: str | os.PathLike[str] | None) -> tuple[Path, str]:
     return demo_config_path(), "bundled demo (no --config, no TOOLKEEPER_CONFIG, no " + str(user) + ")"
 
 
-def load_config(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Config:
     path, origin = find_config(explicit)
     logger.info("configuration: %s (%s)", path, origin)
     return parse_config_file(path, environ=environ)
@@ -98,7 +100,9 @@ def parse_config_file(path: Path, environ: Mapping[str, str] | None = None) -> C
     return parse_config_text(text, path, environ=environ)
 
 
-def parse_config_text(text: str, path: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
+def parse_config_text(
+    text: str, path: Path | None = None, environ: Mapping[str, str] | None = None
+) -> Config:
     env = os.environ if environ is None else environ
     where = str(path) if path else "<config>"
     try:
@@ -182,7 +186,9 @@ def expand(value: str, env: Mapping[str, str], field: str) -> str:
             return found
         if default is not None:
             return default
-        raise EntryError(f"{field}: environment variable {name} is not set; set it or write ${{{name}:-default}}")
+        raise EntryError(
+            f"{field}: environment variable {name} is not set; set it or write ${{{name}:-default}}"
+        )
 
     return ENV_REFERENCE.sub(substitute, value)
 
@@ -232,7 +238,9 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
     allowed = COMMON_KEYS | (STDIO_KEYS if transport == "stdio" else REMOTE_KEYS)
     for key in entry:
         if key not in allowed:
-            logger.warning("server %r: key %r is not used by a %s server and is ignored", name, key, transport)
+            logger.warning(
+                "server %r: key %r is not used by a %s server and is ignored", name, key, transport
+            )
 
     prefix = entry.get("prefix", name)
     if "prefix" in entry and (not isinstance(prefix, str) or not PREFIX.match(prefix)):

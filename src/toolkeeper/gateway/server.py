@@ -61,7 +61,8 @@ def build_server(gateway: Gateway) -> GatewayServer:
         if tool is None:
             raise MCPError(
                 code=INVALID_PARAMS,
-                message=f"Unknown tool '{params.name}'. Call tools/list for the tools this gateway exposes now.",
+                message=f"Unknown tool '{params.name}'. "
+                "Call tools/list for the tools this gateway exposes now.",
             )
         upstream = gateway.upstream_of(tool)
         meta = (ctx.params or {}).get("_meta") or {}

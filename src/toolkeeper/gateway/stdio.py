@@ -36,7 +36,9 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
     out_file = os.fdopen(wire_out, "wb", buffering=0)
     try:
         in_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), in_file)
-        out_transport, out_protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, out_file)
+        out_transport, out_protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, out_file
+        )
     except (ValueError, OSError) as exc:
         # Not a pipe (a regular file, say): the SDK's threaded transport handles anything.
         in_file.close()

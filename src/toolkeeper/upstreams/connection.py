@@ -157,7 +157,11 @@ class Upstream:
         self.tools = tools
         self._client = client
         logger.info(
-            "server %r: ready (%s, protocol %s, %d tools)", self.name, self.era, self.protocol_version, len(tools)
+            "server %r: ready (%s, protocol %s, %d tools)",
+            self.name,
+            self.era,
+            self.protocol_version,
+            len(tools),
         )
         self._set_state(State.READY)
         self.first_attempt_done.set()
@@ -218,7 +222,9 @@ class Upstream:
                 async for _event in subscription:
                     self._tools_dirty.set()
         except Exception as exc:  # a server without a working listen stream still serves calls
-            logger.info("server %r: no change subscription (%s); tool list refreshed on reconnect", self.name, exc)
+            logger.info(
+                "server %r: no change subscription (%s); tool list refreshed on reconnect", self.name, exc
+            )
 
     def _set_state(self, state: State) -> None:
         changed = state is not self.state
@@ -259,7 +265,9 @@ class Upstream:
                 ) from None
             if exc.error.code == CONNECTION_CLOSED:
                 self._lost.set()
-                raise Unavailable(f"server '{self.name}' closed the connection during the call to '{name}'") from None
+                raise Unavailable(
+                    f"server '{self.name}' closed the connection during the call to '{name}'"
+                ) from None
             raise
 
 
