@@ -261,11 +261,15 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
             isinstance(a, str | int | float) and not isinstance(a, bool) for a in args
         ):
             raise EntryError("'args' must be a list of strings")
+        expanded_args = tuple(expand(str(a), env, f"args[{i}]") for i, a in enumerate(args))
+        if _starts_toolkeeper(command, expanded_args):
+            # A client config reused as toolkeeper's own usually lists toolkeeper itself.
+            raise EntryError("this entry starts toolkeeper itself; a gateway in front of itself would recurse")
         return ServerConfig(
             name=name,
             transport="stdio",
             command=command,
-            args=tuple(expand(str(a), env, f"args[{i}]") for i, a in enumerate(args)),
+            args=expanded_args,
             env=_string_map(entry, "env", env),
             cwd=_string(entry, "cwd", env),
             prefix=prefix,
@@ -284,6 +288,13 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
         trust=trust,
         timeout=float(timeout),
     )
+
+
+def _starts_toolkeeper(command: str, args: tuple[str, ...]) -> bool:
+    words = [Path(command).name, *args]
+    if words[0] == "toolkeeper":
+        return "serve" in words[1:2]
+    return any(words[i : i + 3] == ["-m", "toolkeeper", "serve"] for i in range(len(words) - 2))
 
 
 def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySettings:
