@@ -51,7 +51,8 @@ def _load(config_path: Path | None, demo: bool) -> Config:
     try:
         config = load_config(demo_config_path() if demo else config_path)
     except ConfigError as exc:
-        err.print(f"[red]configuration error:[/red] {exc}", highlight=False)
+        # Plain text: a path or key may contain [brackets], and file:line:col must not wrap.
+        err.print(f"configuration error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     setup_logging(config.settings.log_level)
     return config

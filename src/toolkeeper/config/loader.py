@@ -42,7 +42,8 @@ TRANSPORT_ALIASES = {
     "streamableHttp": "http",
     "sse": "sse",
 }
-SERVER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# No '.': it separates server and tool in namespaced names (`server.tool`), which must not collide.
+SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 PREFIX = re.compile(r"^[A-Za-z0-9_-]{0,40}$")
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
@@ -218,7 +219,7 @@ def _string_map(entry: dict[str, Any], key: str, env: Mapping[str, str]) -> dict
 
 def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig:
     if not SERVER_NAME.match(name):
-        raise EntryError("server names may use letters, digits, '_', '-' and '.', at most 64 characters")
+        raise EntryError("server names may use letters, digits, '_' and '-', at most 64 characters")
     if not isinstance(entry, dict):
         raise EntryError("the entry must be an object with 'command' (stdio) or 'url' (http/sse)")
     if not isinstance(entry.get("disabled", False), bool):
@@ -264,7 +265,7 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
         expanded_args = tuple(expand(str(a), env, f"args[{i}]") for i, a in enumerate(args))
         if _starts_toolkeeper(command, expanded_args):
             # A client config reused as toolkeeper's own usually lists toolkeeper itself.
-            raise EntryError("this entry starts toolkeeper itself; a gateway in front of itself would recurse")
+            raise EntryError("this entry starts toolkeeper itself; a gateway in front of itself recurses")
         return ServerConfig(
             name=name,
             transport="stdio",

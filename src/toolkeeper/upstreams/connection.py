@@ -178,6 +178,7 @@ class Upstream:
     async def _fetch_tools(self, client: Client) -> list[dict[str, Any]]:
         """The whole tool list as raw JSON (the SDK's models would drop unknown fields)."""
         tools: list[dict[str, Any]] = []
+        names: set[str] = set()
         cursor: str | None = None
         seen: set[str] = set()
         for _ in range(MAX_PAGES):
@@ -187,10 +188,14 @@ class Upstream:
                 request_read_timeout_seconds=self.config.timeout,
             )
             for tool in page.get("tools") or []:
-                if isinstance(tool, dict) and isinstance(tool.get("name"), str) and tool["name"]:
-                    tools.append(tool)
-                else:
+                name = tool.get("name") if isinstance(tool, dict) else None
+                if not isinstance(name, str) or not name:
                     logger.warning("server %r listed a tool without a name; ignored: %.200r", self.name, tool)
+                elif name in names:
+                    logger.warning("server %r listed tool %r twice; the first one is used", self.name, name)
+                else:
+                    names.add(name)
+                    tools.append(tool)
             cursor = page.get("nextCursor")
             if not cursor or cursor in seen:
                 break
