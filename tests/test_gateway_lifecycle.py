@@ -157,3 +157,17 @@ def test_children_die_when_the_gateway_is_killed_hard(tmp_path):
     finally:
         if gateway.poll() is None:
             gateway.kill()
+
+
+def test_child_stderr_goes_to_the_log_prefixed_with_the_server_name(tmp_path):
+    config = write_config(tmp_path, {"chatty": controllable()})
+    result = subprocess.run(
+        [PY, "-m", "toolkeeper", "servers", "--config", str(config), "--json", "--wait", "20"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "[chatty] controllable server controllable pid" in result.stderr
+    assert "controllable server" not in result.stdout
