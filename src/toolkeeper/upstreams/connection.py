@@ -103,10 +103,9 @@ class Upstream:
             while True:
                 self._lost = anyio.Event()
                 self._tools_dirty = anyio.Event()
+                attempt_started = time.monotonic()
                 try:
                     await self._serve_one_connection(connect_slots)
-                    if self.connected_since and time.monotonic() - self.connected_since > MAX_BACKOFF:
-                        backoff = INITIAL_BACKOFF
                     self.last_error = self.last_error or "connection closed by the server"
                 except Exception as exc:  # any failure of one connection is retried, never fatal
                     self.last_error = _explain(exc, self.config)
@@ -114,6 +113,11 @@ class Upstream:
                 finally:
                     self._client = None
                     self.first_attempt_done.set()
+                # A connection that served for a while starts the backoff over; a flapping one does not.
+                if (
+                    self.connected_since or 0
+                ) >= attempt_started and time.monotonic() - attempt_started > MAX_BACKOFF:
+                    backoff = INITIAL_BACKOFF
                 self._set_state(State.RECONNECTING)
                 logger.info("server %r: reconnecting in %.1fs", self.name, backoff)
                 await anyio.sleep(backoff)
