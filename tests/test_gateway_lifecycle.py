@@ -12,7 +12,7 @@ import anyio
 import mcp_types as types
 import psutil
 import pytest
-from conftest import MODES, PY, controllable, eventually, gateway_client, write_config
+from conftest import MODES, PY, controllable, eventually, free_port, gateway_client, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -96,9 +96,9 @@ async def test_crash_and_restart_are_seen_as_two_list_changes(tmp_path, mode):
         assert changes.count == 2
 
 
-def start_gateway(config, **kw) -> subprocess.Popen[bytes]:
+def start_gateway(config, *extra: str, **kw) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [PY, "-m", "toolkeeper", "serve", "--config", str(config)],
+        [PY, "-m", "toolkeeper", "serve", "--config", str(config), *extra],
         cwd=config.parent,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -130,6 +130,25 @@ def test_no_orphans_after_the_gateway_stops(tmp_path, how):
             gateway.send_signal(signal.SIGINT)
         else:
             gateway.stdin.close()
+        gateway.wait(20)
+        deadline = time.monotonic() + 10
+        while any(alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [c.pid for c in children if alive(c)]
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+            gateway.wait()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_no_orphans_after_the_http_gateway_stops(tmp_path, signum):
+    config = write_config(tmp_path, {f"s{i}": controllable() for i in range(2)})
+    gateway = start_gateway(config, "--transport", "http", "--port", str(free_port()))
+    try:
+        children = wait_for_children(gateway.pid, 2)
+        time.sleep(0.5)
+        gateway.send_signal(signum)
         gateway.wait(20)
         deadline = time.monotonic() + 10
         while any(alive(c) for c in children) and time.monotonic() < deadline:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import anyio
 import uvicorn
@@ -43,16 +45,34 @@ async def serve_stdio(config: Config) -> None:
         tg.cancel_scope.cancel()
 
 
+class _WebServer(uvicorn.Server):
+    """uvicorn without its own signal handling: after a graceful shutdown uvicorn re-raises the
+    signal, which would kill the process before the downstream children are stopped."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _stop_on_signal(web: uvicorn.Server) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            logger.info("received %s; stopping", signal.Signals(signum).name)
+            web.should_exit = True
+            return
+
+
 async def serve_http(config: Config, host: str, port: int) -> None:
     gateway = Gateway(config)
     server = build_server(gateway)
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
-    web = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    web = _WebServer(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
+        tg.start_soon(_stop_on_signal, web)
         tg.start_soon(_announce_when_listening, web, gateway, host, port)
-        # uvicorn handles SIGTERM/SIGINT itself and returns from serve(); then we stop the rest.
         await web.serve()
+        logger.info("HTTP server stopped; stopping downstream servers")
         tg.cancel_scope.cancel()
 
 
