@@ -130,10 +130,22 @@ async def test_hanging_server_times_out_without_blocking_other_calls(config):
         assert outcome["slow_done"] - started < 10
 
 
-async def test_cancellation_reaches_the_downstream_server(config):
-    async with gateway_client(config, "legacy") as client:
-        with anyio.move_on_after(0.5):
-            await client.call_tool("ctl__sleep", {"seconds": 1.5})
+@pytest.mark.parametrize("mode", MODES)
+async def test_cancellation_reaches_the_downstream_server(tmp_path, mode):
+    record = tmp_path / "requests.jsonl"
+    config = write_config(tmp_path, {"ctl": controllable(server_args={"record": record})})
+
+    def downstream_saw(method):
+        lines = record.read_text().splitlines() if record.exists() else []
+        return any(json.loads(line)["method"] == method for line in lines)
+
+    async with gateway_client(config, mode) as client:
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "ctl__sleep", {"seconds": 30})
+                await eventually(lambda: downstream_saw("tools/call"))
+                scope.cancel()
+        await eventually(lambda: downstream_saw("notifications/cancelled"), timeout=10)
         # The gateway and the server still answer after a cancelled call.
         result = await client.call_tool("ctl__echo", {"text": "after"})
         assert result.content[0].text == "after"
