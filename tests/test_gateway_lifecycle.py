@@ -117,65 +117,44 @@ def wait_for_children(pid: int, count: int) -> list[psutil.Process]:
     raise AssertionError(f"expected {count} downstream children of {pid}")
 
 
-@pytest.mark.parametrize("how", ["sigterm", "sigint", "stdin-closed"])
+def assert_no_orphans(config, stop_gateway, *extra: str, children_count: int = 2) -> None:
+    """Start the gateway, wait for its children, stop it with `stop_gateway`, and check that
+    every child is gone (not running, not a zombie) shortly after."""
+    gateway = start_gateway(config, *extra)
+    try:
+        children = wait_for_children(gateway.pid, children_count)
+        time.sleep(0.5)
+        stop_gateway(gateway)
+        gateway.wait(20)
+        deadline = time.monotonic() + 10
+        while any(alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [c.pid for c in children if alive(c)]
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+            gateway.wait()
+
+
+STOPS = {
+    "sigterm": lambda gateway: gateway.send_signal(signal.SIGTERM),
+    "sigint": lambda gateway: gateway.send_signal(signal.SIGINT),
+    "stdin-closed": lambda gateway: gateway.stdin.close(),
+    # SIGKILL gives the gateway no chance to clean up; its children see stdin close and exit.
+    "sigkill": lambda gateway: os.kill(gateway.pid, signal.SIGKILL),
+}
+
+
+@pytest.mark.parametrize("how", list(STOPS))
 def test_no_orphans_after_the_gateway_stops(tmp_path, how):
     config = write_config(tmp_path, {f"s{i}": controllable() for i in range(3)})
-    gateway = start_gateway(config)
-    try:
-        children = wait_for_children(gateway.pid, 3)
-        time.sleep(0.5)
-        if how == "sigterm":
-            gateway.send_signal(signal.SIGTERM)
-        elif how == "sigint":
-            gateway.send_signal(signal.SIGINT)
-        else:
-            gateway.stdin.close()
-        gateway.wait(20)
-        deadline = time.monotonic() + 10
-        while any(alive(c) for c in children) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not [c.pid for c in children if alive(c)]
-    finally:
-        if gateway.poll() is None:
-            gateway.kill()
-            gateway.wait()
+    assert_no_orphans(config, STOPS[how], children_count=3)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_no_orphans_after_the_http_gateway_stops(tmp_path, signum):
+@pytest.mark.parametrize("how", ["sigterm", "sigint"])
+def test_no_orphans_after_the_http_gateway_stops(tmp_path, how):
     config = write_config(tmp_path, {f"s{i}": controllable() for i in range(2)})
-    gateway = start_gateway(config, "--transport", "http", "--port", str(free_port()))
-    try:
-        children = wait_for_children(gateway.pid, 2)
-        time.sleep(0.5)
-        gateway.send_signal(signum)
-        gateway.wait(20)
-        deadline = time.monotonic() + 10
-        while any(alive(c) for c in children) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not [c.pid for c in children if alive(c)]
-    finally:
-        if gateway.poll() is None:
-            gateway.kill()
-            gateway.wait()
-
-
-def test_children_die_when_the_gateway_is_killed_hard(tmp_path):
-    # SIGKILL gives the gateway no chance to clean up; its children see stdin close and exit.
-    config = write_config(tmp_path, {f"s{i}": controllable() for i in range(2)})
-    gateway = start_gateway(config)
-    try:
-        children = wait_for_children(gateway.pid, 2)
-        time.sleep(0.5)
-        os.kill(gateway.pid, signal.SIGKILL)
-        gateway.wait(10)
-        deadline = time.monotonic() + 10
-        while any(alive(c) for c in children) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not [c.pid for c in children if alive(c)]
-    finally:
-        if gateway.poll() is None:
-            gateway.kill()
+    assert_no_orphans(config, STOPS[how], "--transport", "http", "--port", str(free_port()))
 
 
 def test_child_stderr_goes_to_the_log_prefixed_with_the_server_name(tmp_path):
