@@ -19,7 +19,7 @@ from toolkeeper.config import Config, ConfigError, load_config
 from toolkeeper.config.loader import demo_config_path
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.log import setup_logging
-from toolkeeper.services.inspect import server_rows, tool_rows
+from toolkeeper.services.inspect import HINTS, server_rows, tool_rows
 
 app = typer.Typer(
     help="toolkeeper: an MCP gateway in front of your MCP servers.",
@@ -156,10 +156,7 @@ def tools(
         table.add_row(
             name,
             r["title"] or "",
-            *(
-                _mark(hints.get(h))
-                for h in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
-            ),
+            *(_mark(hints.get(h)) for h in HINTS),
             r["server"],
         )
     out.print(table)

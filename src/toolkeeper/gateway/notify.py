@@ -26,7 +26,6 @@ class ClientNotifier:
         # connection. Keyed weakly by the connection, a departed client's entry disappears with it.
         self._legacy_sessions: weakref.WeakKeyDictionary[object, ServerSession] = weakref.WeakKeyDictionary()
         self._pending = anyio.Event()
-        self.sent = 0
 
     def add_legacy_session(self, session: ServerSession) -> None:
         # No public accessor for the connection in mcp 2.3; fall back to the session itself.
@@ -48,7 +47,6 @@ class ClientNotifier:
             await self._send()
 
     async def _send(self) -> None:
-        self.sent += 1
         await self.bus.publish(ToolsListChanged())
         for connection, session in list(self._legacy_sessions.items()):
             try:

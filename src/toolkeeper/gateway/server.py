@@ -54,7 +54,7 @@ def _plain_call(params: Any) -> bool:
 
 
 def error_result(text: str) -> dict[str, Any]:
-    return {"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": True}
+    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 def build_server(gateway: Gateway) -> GatewayServer:
@@ -64,11 +64,11 @@ def build_server(gateway: Gateway) -> GatewayServer:
         return {"resultType": "complete", "tools": gateway.listing}
 
     async def route_call(ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None) -> Any:
-        tool = gateway.catalog.by_exposed.get(name)
+        tool = gateway.lookup(name)
         if tool is None and not gateway.started.is_set():
             # A client may call before the servers have connected: wait, as tools/list does.
             await gateway.started.wait()
-            tool = gateway.catalog.by_exposed.get(name)
+            tool = gateway.lookup(name)
         if tool is None:
             raise MCPError(
                 code=INVALID_PARAMS,

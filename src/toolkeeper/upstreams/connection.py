@@ -114,9 +114,12 @@ class Upstream:
                     self._client = None
                     self.first_attempt_done.set()
                 # A connection that served for a while starts the backoff over; a flapping one does not.
+                served_since = self.connected_since
                 if (
-                    self.connected_since or 0
-                ) >= attempt_started and time.monotonic() - attempt_started > MAX_BACKOFF:
+                    served_since
+                    and served_since >= attempt_started
+                    and time.monotonic() - served_since > MAX_BACKOFF
+                ):
                     backoff = INITIAL_BACKOFF
                 self._set_state(State.RECONNECTING)
                 logger.info("server %r: reconnecting in %.1fs", self.name, backoff)
