@@ -29,6 +29,19 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+# Every gateway a test starts keeps its store in that test's temporary folder, and lists every
+# tool (configuration mode off) unless the test turns the menu on: the core tests predate modes.
+STORE_ENV = ("TOOLKEEPER_HOME", "TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "TOOLKEEPER_DATABASE_URL")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLKEEPER_HOME", str(tmp_path / "toolkeeper-home"))
+    monkeypatch.setenv("TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "false")
+    monkeypatch.delenv("TOOLKEEPER_DATABASE_URL", raising=False)
+    monkeypatch.delenv("HYPERTOOL_ENABLE_CONFIG_TOOLS_MENU", raising=False)
+
+
 def controllable(**options: Any) -> dict[str, Any]:
     """A config entry for the steerable test server over stdio."""
     args = [CONTROLLABLE]
@@ -50,7 +63,11 @@ def gateway_params(config: Path, *extra: str, env: dict[str, str] | None = None)
     return StdioServerParameters(
         command=PY,
         args=["-m", "toolkeeper", "serve", "--config", str(config), *extra],
-        env={"TOOLKEEPER_LOG_LEVEL": "DEBUG", **(env or {})},
+        env={
+            "TOOLKEEPER_LOG_LEVEL": "DEBUG",
+            **{k: os.environ[k] for k in STORE_ENV if k in os.environ},
+            **(env or {}),
+        },
         cwd=str(config.parent),
     )
 

@@ -169,7 +169,7 @@ async def test_pagination_is_followed_to_the_end(tmp_path):
     # server-everything pages nothing, so check the gateway with a server of many tools instead:
     config = write_config(tmp_path, {"big": controllable(server_args={"extra-tools": 300})})
     async with gateway_client(config, "legacy") as client:
-        tools = (await client.list_tools()).tools
+        tools = [t for t in (await client.list_tools()).tools if t.name.startswith("big__")]
         assert len(tools) == 8 + 300
         assert (await client.call_tool("big__extra_299", {})).content[0].text == "extra_299"
 

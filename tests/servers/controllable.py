@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--extra-tools", type=int, default=0)
     parser.add_argument("--record", default=None)
     parser.add_argument("--name", default="controllable")
+    parser.add_argument("--echo-variant", default="", help="extra property in echo's schema")
     parser.add_argument(
         "--start-delay-file",
         default=None,
@@ -66,7 +67,10 @@ def main() -> None:
                 description="Echo the text back.",
                 input_schema={
                     "type": "object",
-                    "properties": {"text": {"type": "string", "description": "What to echo"}},
+                    "properties": {
+                        "text": {"type": "string", "description": "What to echo"},
+                        **({args.echo_variant: {"type": "string"}} if args.echo_variant else {}),
+                    },
                     "required": ["text"],
                 },
                 output_schema={"type": "object", "properties": {"echo": {"type": "string"}}},

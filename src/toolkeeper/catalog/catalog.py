@@ -44,6 +44,7 @@ class Catalog:
     tools: tuple[CatalogTool, ...] = ()
     by_exposed: MappingProxyType[str, CatalogTool] = field(default_factory=lambda: MappingProxyType({}))
     by_namespaced: MappingProxyType[str, CatalogTool] = field(default_factory=lambda: MappingProxyType({}))
+    by_ref: MappingProxyType[str, CatalogTool] = field(default_factory=lambda: MappingProxyType({}))
     version: int = 0
 
     def available(self) -> Iterable[CatalogTool]:
@@ -74,5 +75,6 @@ def build_catalog(servers: Iterable[ServerTools], version: int = 0) -> Catalog:
         tools=tuple(tools),
         by_exposed=MappingProxyType({t.exposed_name: t for t in tools}),
         by_namespaced=MappingProxyType({t.namespaced_name: t for t in tools}),
+        by_ref=MappingProxyType({t.ref_id: t for t in tools}),
         version=version,
     )

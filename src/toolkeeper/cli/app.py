@@ -20,6 +20,9 @@ from toolkeeper.config.loader import demo_config_path
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.log import setup_logging
 from toolkeeper.services.inspect import HINTS, server_rows, tool_rows
+from toolkeeper.services.toolsets import ToolsetService, read_json_file
+from toolkeeper.store import Store, StoreError
+from toolkeeper.toolsets.model import ToolsetError
 
 app = typer.Typer(
     help="toolkeeper: an MCP gateway in front of your MCP servers.",
@@ -80,11 +83,23 @@ def serve(
     loaded = _load(config, demo)
     from toolkeeper.gateway.serve import serve_http, serve_stdio
 
-    if transport is TransportChoice.stdio:
-        anyio.run(serve_stdio, loaded)
-    else:
-        settings = loaded.settings
-        anyio.run(serve_http, loaded, host or settings.http_host, port or settings.http_port)
+    async def main() -> None:
+        async with await _open_store(loaded) as store:
+            if transport is TransportChoice.stdio:
+                await serve_stdio(loaded, store)
+            else:
+                settings = loaded.settings
+                await serve_http(loaded, store, host or settings.http_host, port or settings.http_port)
+
+    anyio.run(main)
+
+
+async def _open_store(config: Config) -> Store:
+    try:
+        return await Store.from_settings(config.settings).open()
+    except StoreError as exc:
+        err.print(f"store error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 def _with_gateway(config: Config, wait: float, use: Callable[[Gateway], Any]) -> Any:
@@ -160,6 +175,295 @@ def tools(
             r["server"],
         )
     out.print(table)
+
+
+# -- toolsets and notes -------------------------------------------------------------------
+# Thin faces over services/toolsets.py. Commands that must resolve tool references against the
+# live servers (build, show, repin) connect them first; the others only touch the store. A
+# running gateway notices the change within a second.
+
+toolsets_app = typer.Typer(help="Build, equip, share and repair toolsets.", no_args_is_help=True)
+notes_app = typer.Typer(help="Notes the model sees appended to a tool's description.", no_args_is_help=True)
+app.add_typer(toolsets_app, name="toolsets")
+app.add_typer(notes_app, name="notes")
+WaitOption = typer.Option(15.0, "--wait", help="Seconds to wait for servers to connect.")
+ToolsetOption = typer.Option(None, "--toolset", help="Toolset to change (default: the equipped one).")
+
+
+def _service(
+    config: Config, use: Callable[[ToolsetService], Awaitable[Any]], *, live: bool = False, wait: float = 15.0
+) -> Any:
+    """Run one service operation with the store open; `live` connects the servers first."""
+
+    async def main() -> Any:
+        async with await _open_store(config) as store:
+            if not live:
+                return await use(ToolsetService(store, lambda: None))
+            gateway = Gateway(config, store)
+            async with anyio.create_task_group() as tg:
+                await tg.start(gateway.run)
+                with anyio.move_on_after(wait):
+                    await gateway.started.wait()
+                try:
+                    return await use(gateway.service)
+                finally:
+                    tg.cancel_scope.cancel()
+
+    try:
+        return anyio.run(main)
+    except (ToolsetError, StoreError) as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _print_warnings(result: dict[str, Any]) -> None:
+    for warning in result.get("warnings") or []:
+        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+
+
+STATUS_STYLE = {"ok": "green", "changed": "yellow", "unavailable": "red"}
+
+
+def _print_toolset(info: dict[str, Any]) -> None:
+    title = f"{info['name']}{' (equipped)' if info['equipped'] else ''}"
+    table = Table(
+        "tool", "status", "exposed as", "refId", title=title, caption=info.get("description") or None
+    )
+    for tool in info["tools"]:
+        status = tool.get("status", "")
+        table.add_row(
+            tool.get("namespacedName") or "",
+            f"[{STATUS_STYLE.get(status, 'dim')}]{status or 'not checked'}[/]",
+            tool.get("exposedName") or "",
+            (tool.get("refId") or "")[:12],
+        )
+    out.print(table)
+    for entry in info["toolNotes"]:
+        ref = entry["toolRef"].get("namespacedName") or entry["toolRef"].get("refId")
+        for note in entry["notes"]:
+            out.print(f"  [bold]{ref}[/bold] • {note['name']}: {note['note']}", highlight=False)
+    changed = [t["namespacedName"] for t in info["tools"] if t.get("status") == "changed"]
+    if changed:
+        err.print(
+            f"[yellow]{len(changed)} tool(s) changed since added; accept with: toolkeeper toolsets repin "
+            f"{info['name']}[/yellow]"
+        )
+
+
+@toolsets_app.command("list")
+def toolsets_list(
+    config: Path | None = ConfigOption, demo: bool = DemoOption, as_json: bool = JsonOption
+) -> None:
+    """Saved toolsets: tools, notes, which one is equipped."""
+    result = _service(_load(config, demo), lambda s: s.saved())
+    if as_json:
+        return _print_json(result)
+    table = Table("toolset", "tools", "notes", "updated", "description")
+    for info in result["toolsets"]:
+        name = f"[bold]{info['name']}[/bold] (equipped)" if info["equipped"] else info["name"]
+        notes = sum(len(e["notes"]) for e in info["toolNotes"])
+        table.add_row(name, str(info["toolCount"]), str(notes), info["updatedAt"] or "", info["description"])
+    out.print(table)
+
+
+@toolsets_app.command("show")
+def toolsets_show(
+    name: str,
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+    offline: bool = typer.Option(False, "--offline", help="Do not connect servers (no status column)."),
+    wait: float = WaitOption,
+) -> None:
+    """One toolset: each tool's status (ok, changed, unavailable) and its notes."""
+    info = _service(_load(config, demo), lambda s: s.show(name), live=not offline, wait=wait)
+    _print_json(info) if as_json else _print_toolset(info)
+
+
+@toolsets_app.command("build")
+def toolsets_build(
+    name: str = typer.Argument(..., help="Toolset name: 2-50 lowercase letters, numbers, hyphens."),
+    tools: list[str] = typer.Argument(..., help="Tools by namespacedName (server.tool) or exposed name."),
+    description: str = typer.Option("", "--description", "-d", help="What the toolset is for."),
+    equip: bool = typer.Option(False, "--equip", help="Equip it right away."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+    wait: float = WaitOption,
+) -> None:
+    """Save a toolset of the given tools (resolved against the live servers)."""
+    result = _service(
+        _load(config, demo), lambda s: s.build(name, tools, description, equip), live=True, wait=wait
+    )
+    if as_json:
+        return _print_json(result)
+    _print_warnings(result)
+    out.print(
+        f"Saved toolset {name} with {result['toolset']['toolCount']} tools"
+        f"{' and equipped it' if result['autoEquipped'] else ''}."
+    )
+
+
+@toolsets_app.command("equip")
+def toolsets_equip(name: str, config: Path | None = ConfigOption, demo: bool = DemoOption) -> None:
+    """Equip a toolset (a running gateway switches to it and to normal mode)."""
+    result = _service(_load(config, demo), lambda s: s.equip(name))
+    out.print(result["message"])
+
+
+@toolsets_app.command("unequip")
+def toolsets_unequip(config: Path | None = ConfigOption, demo: bool = DemoOption) -> None:
+    """Unequip the equipped toolset."""
+    out.print(_service(_load(config, demo), lambda s: s.unequip())["message"])
+
+
+@toolsets_app.command("delete")
+def toolsets_delete(
+    name: str,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+) -> None:
+    """Delete a toolset and its notes."""
+    loaded = _load(config, demo)
+    if not yes:
+        if not sys.stdin.isatty():
+            err.print(f"Refusing to delete {name} without confirmation: add --yes.")
+            raise typer.Exit(1)
+        typer.confirm(f"Delete toolset {name} and its notes?", abort=True)
+    out.print(_service(loaded, lambda s: s.delete(name))["message"])
+
+
+@toolsets_app.command("export")
+def toolsets_export(
+    name: str,
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+) -> None:
+    """Export a toolset with its notes as JSON."""
+    document = _service(_load(config, demo), lambda s: s.export(name))
+    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    if output is None:
+        print(text, end="")
+    else:
+        output.write_text(text, encoding="utf-8")
+        err.print(f"Wrote {output}")
+
+
+@toolsets_app.command("import")
+def toolsets_import(
+    path: Path,
+    name: str | None = typer.Option(None, "--name", help="Save under this name instead."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a toolset of the same name."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+) -> None:
+    """Import a toolset exported by `toolsets export` (or the export-toolset tool)."""
+
+    async def use(service: ToolsetService) -> dict[str, Any]:
+        return await service.import_toolset(read_json_file(path), name, overwrite)
+
+    result = _service(_load(config, demo), use)
+    out.print(
+        f"Imported toolset {result['toolsetName']}: {result['toolCount']} tools, "
+        f"{result['noteCount']} notes{' (replaced the old one)' if result['replaced'] else ''}."
+    )
+
+
+@toolsets_app.command("repin")
+def toolsets_repin(
+    name: str, config: Path | None = ConfigOption, demo: bool = DemoOption, wait: float = WaitOption
+) -> None:
+    """Accept the current schema of every changed tool in a toolset."""
+    result = _service(_load(config, demo), lambda s: s.repin(name), live=True, wait=wait)
+    _print_warnings(result)
+    repinned = result["repinned"]
+    out.print(f"Re-pinned {len(repinned)} tool(s) in {name}{': ' + ', '.join(repinned) if repinned else ''}.")
+
+
+@notes_app.command("add")
+def notes_add(
+    tool: str = typer.Argument(..., help="The tool's namespacedName (server.tool) as stored in the toolset."),
+    name: str = typer.Argument(..., help="Note name: lowercase letters, numbers, hyphens."),
+    text: str = typer.Argument(..., help="The note."),
+    toolset: str | None = ToolsetOption,
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+) -> None:
+    """Add a note to a tool of a toolset (an existing note name is kept and skipped)."""
+    notes = [{"name": name, "note": text}]
+    result = _service(_load(config, demo), lambda s: s.add_notes(tool, notes, toolset))
+    _print_warnings(result)
+    if result["successCount"]:
+        out.print(f"Added note {name} to {tool} in {result['toolset']}.")
+
+
+@notes_app.command("list")
+def notes_list(
+    toolset: str | None = ToolsetOption,
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """The notes of a toolset, tool by tool."""
+
+    async def use(service: ToolsetService) -> dict[str, Any]:
+        equipped = await service.equipped()
+        target = toolset or (equipped.name if equipped else None)
+        if not target:
+            raise ToolsetError("No toolset is equipped: name one with --toolset.")
+        return await service.show(target)
+
+    info = _service(_load(config, demo), use)
+    if as_json:
+        return _print_json({"toolset": info["name"], "toolNotes": info["toolNotes"]})
+    table = Table("tool", "note", "text", title=info["name"])
+    for entry in info["toolNotes"]:
+        ref = entry["toolRef"].get("namespacedName") or entry["toolRef"].get("refId")
+        for note in entry["notes"]:
+            table.add_row(ref, note["name"], note["note"])
+    out.print(table)
+
+
+@notes_app.command("remove")
+def notes_remove(
+    tool: str = typer.Argument(..., help="The tool's namespacedName (server.tool)."),
+    names: list[str] = typer.Argument(..., help="Names of the notes to remove."),
+    toolset: str | None = ToolsetOption,
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+) -> None:
+    """Remove notes from a tool, by name."""
+    result = _service(_load(config, demo), lambda s: s.remove_notes(tool, names, toolset))
+    out.print(f"Removed {', '.join(result['removedNotes'])} from {tool} in {result['toolset']}.")
+
+
+@app.command("import-hypertool")
+def import_hypertool(
+    path: Path = typer.Argument(
+        ..., help="hypertool's config.json (usually ~/.toolprint/hypertool-mcp/config.json)."
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace toolsets of the same name."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Import hypertool's toolsets and notes (and its last equipped toolset)."""
+    result = _service(_load(config, demo), lambda s: s.import_hypertool(path, overwrite))
+    if as_json:
+        return _print_json(result)
+    _print_warnings(result)
+    for skipped in result["skipped"]:
+        err.print(f"[yellow]skipped[/yellow] {skipped['name']}: {skipped['reason']}", highlight=False)
+    out.print(
+        f"Imported {len(result['imported'])} toolset(s): {', '.join(result['imported']) or 'none'}."
+        + (f" Equipped {result['equipped']}." if result["equipped"] else "")
+    )
 
 
 def main() -> None:

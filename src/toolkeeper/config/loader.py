@@ -337,6 +337,7 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
     if connects < 1:
         raise ConfigError(f"{where}: toolkeeper.maxConcurrentConnects must be at least 1.")
     return GatewaySettings(
+        config_tools_menu=_feature_flag(flags, env, "enableConfigToolsMenu", True),
         home=Path(expand(home, env, "toolkeeper.home")).expanduser() if home else None,
         database_url=setting("databaseUrl", "TOOLKEEPER_DATABASE_URL", str, None),
         http_host=host,
@@ -345,6 +346,20 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
         max_concurrent_connects=connects,
         feature_flags=dict(flags),
     )
+
+
+FLAG_ENVIRONMENT = {
+    # toolkeeper's own variable wins over hypertool's, which is honoured for people who migrate.
+    "enableConfigToolsMenu": ("TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "HYPERTOOL_ENABLE_CONFIG_TOOLS_MENU"),
+}
+
+
+def _feature_flag(flags: Mapping[str, bool], env: Mapping[str, str], name: str, default: bool) -> bool:
+    """Environment variable (highest priority), then `toolkeeper.featureFlags`, then the default."""
+    for variable in FLAG_ENVIRONMENT.get(name, ()):
+        if variable in env:
+            return bool(_coerce(env[variable], bool, f"environment variable {variable}"))
+    return flags.get(name, default)
 
 
 def _coerce(value: Any, kind: type, source: str) -> Any:

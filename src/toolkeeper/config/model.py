@@ -54,6 +54,8 @@ class GatewaySettings:
     # How many downstream servers are started at once; the rest wait their turn.
     max_concurrent_connects: int = 8
     feature_flags: dict[str, bool] = field(default_factory=dict)
+    # Seed 001's `enableConfigToolsMenu`: configuration tools apart, behind a mode switch.
+    config_tools_menu: bool = True
 
 
 @dataclass(frozen=True)

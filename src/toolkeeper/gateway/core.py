@@ -1,40 +1,93 @@
-"""The running gateway: upstream pool, live catalog, routing and change propagation.
+"""The running gateway: upstream pool, live catalog, toolset and mode, routing, change propagation.
 
-The hot path (`list_tools`, `route`) does no I/O besides the downstream call itself and builds
-nothing per request: the exposed listing is rebuilt only when a server's tools or state change,
-and routing is one dict lookup.
+The hot path (`listing`, `lookup`) does no I/O besides the downstream call itself and builds
+nothing per request: the exposed view (listing plus routing table) is rebuilt only when a
+server's tools or state, the equipped toolset, its notes or the mode change, and routing is one
+dict lookup. The store is read when something changed, never per request.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 import anyio
 
 from toolkeeper.catalog import Catalog, CatalogTool, ServerTools, build_catalog
 from toolkeeper.config.model import Config
+from toolkeeper.gateway.config_tools import (
+    BY_NAME,
+    CONFIG_TOOLS,
+    ENTER,
+    ENTER_TOOL,
+    EXIT,
+    MODE_TOOLS,
+    ConfigTool,
+)
 from toolkeeper.gateway.notify import ClientNotifier
+from toolkeeper.services.toolsets import Change, ToolsetService
+from toolkeeper.store import Store, StoreError
+from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
 from toolkeeper.upstreams.connection import Upstream
 from toolkeeper.upstreams.pool import UpstreamPool
 
 logger = logging.getLogger(__name__)
 
 STARTUP_GRACE_SECONDS = 15.0
+# How often the gateway looks for changes other processes (the CLI, a replica) made to the store.
+STORE_POLL_SECONDS = 1.0
+
+
+class Mode(StrEnum):
+    NORMAL = "normal"
+    CONFIGURATION = "configuration"
+
+
+Target = CatalogTool | ConfigTool
+
+
+@dataclass(frozen=True)
+class View:
+    """What clients see now: the listing, and where each listed (or callable) name goes."""
+
+    listing: list[dict[str, Any]]
+    routes: MappingProxyType[str, Target]
 
 
 class Gateway:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, store: Store | None = None) -> None:
         self.config = config
+        self.store = store
         self.notifier = ClientNotifier()
         self.pool = UpstreamPool(config, self._upstream_changed)
         self.catalog = Catalog()
-        self.listing: list[dict[str, Any]] = []
+        # Without a store (inspection commands) there are no toolsets: every tool is listed.
+        self.menu_enabled = config.settings.config_tools_menu and store is not None
+        self.toolset: Toolset | None = None
+        self.mode = Mode.NORMAL
+        self.service = ToolsetService(store, self._live_catalog, self._toolsets_changed) if store else None
+        self._store_revision = -1
         self.started = anyio.Event()
         self._rebuild()
 
+    @property
+    def listing(self) -> list[dict[str, Any]]:
+        return self.view.listing
+
+    @property
+    def mode_name(self) -> str:
+        return self.mode.value if self.menu_enabled else "menu disabled (all tools listed together)"
+
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Connect every server and keep the catalog current until cancelled."""
+        """Connect every server and keep the catalog and view current until cancelled."""
+        if self.store is not None:
+            await self._load_state()
+            # Seed 001: start in normal mode when a toolset is equipped, else in configuration mode.
+            self.mode = Mode.NORMAL if self.toolset else Mode.CONFIGURATION
+            self._rebuild_view()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.pool.run)
             task_status.started()
@@ -44,22 +97,181 @@ class Gateway:
             self.notifier.discard_pending()
             self.started.set()
             tg.start_soon(self.notifier.run)
+            if self.store is not None:
+                tg.start_soon(self._watch_store)
+
+    # -- catalog and view ------------------------------------------------------------------
 
     def _upstream_changed(self, upstream: Upstream) -> None:
         self._rebuild()
         self.notifier.tools_changed()
 
+    def _live_catalog(self) -> Catalog | None:
+        return self.catalog if self.started.is_set() else None
+
     def _rebuild(self) -> None:
-        catalog = build_catalog(
+        self.catalog = build_catalog(
             (ServerTools(u.name, u.config.prefix, u.available, u.tools) for u in self.pool),
             version=self.catalog.version + 1,
         )
-        listing = [tool.listed() for tool in catalog.available()]
-        # No await between the two assignments: a request never sees a mixed pair.
-        self.catalog, self.listing = catalog, listing
+        self._rebuild_view()
 
-    def lookup(self, exposed_name: str) -> CatalogTool | None:
-        return self.catalog.by_exposed.get(exposed_name)
+    def _rebuild_view(self) -> None:
+        listing: list[dict[str, Any]] = []
+        routes: dict[str, Target] = {}
+
+        def add_config(tools: tuple[ConfigTool, ...]) -> None:
+            for tool in tools:
+                listing.append(tool.listed())
+                routes[tool.name] = tool
+
+        def add_downstream(tools: Any) -> None:
+            toolset = self.toolset
+            for tool in tools:
+                if tool.exposed_name in BY_NAME:
+                    logger.warning(
+                        "%s: hidden behind the configuration tool of the same name", tool.namespaced_name
+                    )
+                    continue
+                # Routed even while its server is away, so a call says so instead of "unknown tool".
+                routes[tool.exposed_name] = tool
+                if not tool.available:
+                    continue
+                entry = tool.listed()
+                notes = toolset.notes_for(tool) if toolset else ()
+                if notes:
+                    entry["description"] = describe_with_notes(entry.get("description"), notes)
+                listing.append(entry)
+
+        downstream = toolset_tools(self.toolset, self.catalog) if self.toolset else self.catalog.tools
+        if self.store is None:
+            add_downstream(self.catalog.tools)
+        elif not self.menu_enabled:
+            # Seed 001's legacy behaviour: configuration and working tools together, no mode tools.
+            add_config(tuple(t for t in CONFIG_TOOLS if t.name not in MODE_TOOLS))
+            add_downstream(downstream)
+        elif self.mode is Mode.CONFIGURATION:
+            add_config(CONFIG_TOOLS)
+            routes[ENTER] = ENTER_TOOL  # callable, as a harmless no-op, though not listed
+        else:
+            if self.toolset:
+                add_downstream(downstream)
+            add_config((ENTER_TOOL,))
+            routes[EXIT] = BY_NAME[EXIT]
+        # One assignment: a request never sees a listing and routes from different moments.
+        self.view = View(listing, MappingProxyType(routes))
+
+    def lookup(self, exposed_name: str) -> Target | None:
+        return self.view.routes.get(exposed_name)
 
     def upstream_of(self, tool: CatalogTool) -> Upstream:
         return self.pool[tool.server]
+
+    def why_hidden(self, name: str) -> str:
+        """For a name the current view does not route: which mode (if any) would show it."""
+        if name in BY_NAME:
+            if not self.menu_enabled and name in MODE_TOOLS:
+                return f"'{name}' is not available: configuration mode is off (enableConfigToolsMenu=false)."
+            return (
+                f"'{name}' is a configuration tool, listed only in configuration mode. "
+                "Call enter-configuration-mode first."
+            )
+        tool = self.catalog.by_exposed.get(name)
+        if tool is None:
+            return f"Unknown tool '{name}'. Call tools/list for the tools this gateway exposes now."
+        if not tool.available:
+            return f"'{name}' is unavailable: its server '{tool.server}' is not connected."
+        if self.toolset and self.toolset.contains(tool):
+            return (
+                f"'{name}' is in the equipped toolset '{self.toolset.name}' and is listed in normal mode. "
+                "Call exit-configuration-mode first."
+            )
+        where = (
+            f"the equipped toolset '{self.toolset.name}'"
+            if self.toolset
+            else "any equipped toolset (none is equipped)"
+        )
+        return (
+            f"'{name}' is not in {where}, so no mode lists it. In configuration mode, add it with "
+            "build-toolset and equip that toolset."
+        )
+
+    # -- modes -----------------------------------------------------------------------------
+
+    def enter_configuration_mode(self) -> dict[str, Any]:
+        changed = self._set_mode(Mode.CONFIGURATION)
+        return {
+            "success": True,
+            "currentMode": Mode.CONFIGURATION.value,
+            "changed": changed,
+            "message": "Entered configuration mode. Configuration tools are now listed."
+            if changed
+            else "Already in configuration mode; nothing changed.",
+            "availableTools": [t.name for t in CONFIG_TOOLS],
+        }
+
+    def exit_configuration_mode(self) -> dict[str, Any]:
+        changed = self._set_mode(Mode.NORMAL)
+        toolset = self.toolset.name if self.toolset else None
+        message = "Returned to normal mode." if changed else "Already in normal mode; nothing changed."
+        message += (
+            f" Listing the tools of toolset '{toolset}'."
+            if toolset
+            else " No toolset is equipped, so only enter-configuration-mode is listed."
+        )
+        return {
+            "success": True,
+            "currentMode": Mode.NORMAL.value,
+            "changed": changed,
+            "equippedToolset": toolset,
+            "message": message,
+        }
+
+    def _set_mode(self, mode: Mode) -> bool:
+        # Explicit targets, never a toggle: repeating a call changes nothing.
+        if self.mode is mode:
+            return False
+        self.mode = mode
+        logger.info("mode: %s", mode.value)
+        self._rebuild_view()
+        self.notifier.tools_changed()
+        return True
+
+    # -- toolset state from the store ------------------------------------------------------
+
+    async def _toolsets_changed(self, change: Change) -> None:
+        await self._load_state()
+        if change is Change.EQUIPPED:
+            self.mode = Mode.NORMAL  # seed 001's auto-exit, however equip was reached
+        self._rebuild_view()
+        self.notifier.tools_changed()
+
+    async def _load_state(self) -> None:
+        assert self.store is not None and self.service is not None
+        revision = await self.store.revision()
+        previous = self.toolset
+        self.toolset = await self.service.equipped()
+        self._store_revision = revision
+        if (
+            self.toolset
+            and (previous is None or previous.name != self.toolset.name)
+            and self.started.is_set()
+        ):
+            # Equipped elsewhere (the CLI, another replica): the auto-exit applies there too.
+            self.mode = Mode.NORMAL
+
+    async def _watch_store(self) -> None:
+        assert self.store is not None
+        while True:
+            await anyio.sleep(STORE_POLL_SECONDS)
+            try:
+                if await self.store.revision() == self._store_revision:
+                    continue
+                before = (self.toolset, self.mode)
+                await self._load_state()
+            except StoreError as exc:
+                logger.warning("cannot read the store for changes: %s", exc)
+                continue
+            if (self.toolset, self.mode) != before:
+                self._rebuild_view()
+                self.notifier.tools_changed()

@@ -19,6 +19,7 @@ from toolkeeper.config.model import Config
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.gateway.server import build_server
 from toolkeeper.gateway.stdio import stdio_streams
+from toolkeeper.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +34,8 @@ async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-async def serve_stdio(config: Config) -> None:
-    gateway = Gateway(config)
+async def serve_stdio(config: Config, store: Store) -> None:
+    gateway = Gateway(config, store)
     server = build_server(gateway)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_cancel_on_signal, tg.cancel_scope)
@@ -62,8 +63,8 @@ async def _stop_on_signal(web: uvicorn.Server) -> None:
             return
 
 
-async def serve_http(config: Config, host: str, port: int) -> None:
-    gateway = Gateway(config)
+async def serve_http(config: Config, store: Store, host: str, port: int) -> None:
+    gateway = Gateway(config, store)
     server = build_server(gateway)
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
     web = _WebServer(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
@@ -80,9 +81,11 @@ async def _announce_when_listening(web: uvicorn.Server, gateway: Gateway, host: 
     while not web.started:
         await anyio.sleep(0.05)
     await gateway.started.wait()
+    toolset = gateway.toolset.name if gateway.toolset else "none"
     print(
-        f"toolkeeper: serving {len(gateway.listing)} tools from {len(gateway.config.servers)} servers "
-        f"at http://{host}:{port}{MCP_PATH}",
+        f"toolkeeper: serving {len(gateway.catalog.tools)} tools from {len(gateway.config.servers)} servers "
+        f"at http://{host}:{port}{MCP_PATH} (mode: {gateway.mode_name}, toolset: {toolset}, "
+        f"store: {gateway.store.label if gateway.store else 'none'})",
         file=sys.stderr,
         flush=True,
     )

@@ -15,6 +15,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolkeeper import __version__
+from toolkeeper.gateway.config_tools import ConfigTool
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.upstreams.connection import CallTimedOut, Unavailable
 
@@ -23,7 +24,8 @@ logger = logging.getLogger(__name__)
 INVALID_PARAMS = -32602
 INSTRUCTIONS = (
     "toolkeeper is a gateway: the tools listed here come from several MCP servers. "
-    "Tool names are prefixed with their server's name."
+    "Tool names are prefixed with their server's name. Only the equipped toolset's tools are listed; "
+    "call enter-configuration-mode to build, equip or annotate toolsets."
 )
 
 
@@ -57,6 +59,13 @@ def error_result(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
+def with_result_type(ctx: ServerRequestContext[Any], result: dict[str, Any]) -> dict[str, Any]:
+    # A legacy downstream's result has no resultType; a modern client requires one.
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
+        result["resultType"] = "complete"
+    return result
+
+
 def build_server(gateway: Gateway) -> GatewayServer:
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
         if not gateway.started.is_set():
@@ -64,16 +73,15 @@ def build_server(gateway: Gateway) -> GatewayServer:
         return {"resultType": "complete", "tools": gateway.listing}
 
     async def route_call(ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None) -> Any:
-        tool = gateway.lookup(name)
-        if tool is None and not gateway.started.is_set():
+        if not gateway.started.is_set():
             # A client may call before the servers have connected: wait, as tools/list does.
             await gateway.started.wait()
-            tool = gateway.lookup(name)
+        tool = gateway.lookup(name)
         if tool is None:
-            raise MCPError(
-                code=INVALID_PARAMS,
-                message=f"Unknown tool '{name}'. Call tools/list for the tools this gateway exposes now.",
-            )
+            raise MCPError(code=INVALID_PARAMS, message=gateway.why_hidden(name))
+        if isinstance(tool, ConfigTool):
+            result = await tool.call(gateway, arguments)
+            return with_result_type(ctx, result)
         upstream = gateway.upstream_of(tool)
         meta = (ctx.params or {}).get("_meta") or {}
         token = meta.get("progressToken")
@@ -89,10 +97,7 @@ def build_server(gateway: Gateway) -> GatewayServer:
             result = await upstream.call_tool(tool.name, arguments, meta=meta, on_progress=on_progress)
         except (Unavailable, CallTimedOut) as exc:
             result = error_result(f"{tool.exposed_name}: {exc}")
-        # A legacy downstream's result has no resultType; a modern client requires one.
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
-            result["resultType"] = "complete"
-        return result
+        return with_result_type(ctx, result)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
         return await route_call(ctx, params.name, params.arguments)
@@ -103,7 +108,7 @@ def build_server(gateway: Gateway) -> GatewayServer:
         version=__version__,
         title="toolkeeper MCP gateway",
         instructions=INSTRUCTIONS,
-        # Tool lists change with server state (and later with modes and toolsets): never cache.
+        # Tool lists change with server state, modes and toolsets: never cache.
         cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
         on_list_tools=list_tools,
         on_call_tool=call_tool,

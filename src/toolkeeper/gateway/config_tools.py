@@ -1,0 +1,410 @@
+"""The configuration tools: the MCP face of the toolset service (seeds 000 and 001).
+
+Each tool parses its arguments against its input schema, calls one service function, and
+returns the result as JSON text plus `structuredContent`. A refused request (unknown toolset,
+bad reference) is a tool error (`isError`) whose text says what to do next, so the model can
+correct itself. The rules themselves live in `services/toolsets.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from jsonschema import Draft202012Validator
+
+from toolkeeper.toolsets.model import (
+    NAME_PATTERN,
+    NOTE_NAME_MAX,
+    NOTE_TEXT_MAX,
+    TOOLSET_NAME_LENGTH,
+    ToolsetError,
+    check_toolset_name,
+)
+
+if TYPE_CHECKING:
+    from toolkeeper.gateway.core import Gateway
+
+ENTER = "enter-configuration-mode"
+EXIT = "exit-configuration-mode"
+
+Handler = Callable[["Gateway", dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _hints(*, read_only: bool, destructive: bool = False, idempotent: bool = True) -> dict[str, Any]:
+    # Every configuration tool acts only on toolkeeper's own store and state: a closed world.
+    hints: dict[str, Any] = {"readOnlyHint": read_only}
+    if not read_only:
+        hints["destructiveHint"] = destructive
+    hints["idempotentHint"] = idempotent
+    hints["openWorldHint"] = False
+    return hints
+
+
+@dataclass(frozen=True)
+class ConfigTool:
+    name: str
+    title: str
+    description: str
+    properties: dict[str, Any]
+    required: tuple[str, ...]
+    hints: dict[str, Any]
+    run: Handler
+    input_schema: dict[str, Any] = field(init=False)
+    # Arguments whose rule has the seed's own wording: that wording replaces the schema's.
+    checkers: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": self.properties,
+            "additionalProperties": False,
+        }
+        if self.required:
+            schema["required"] = list(self.required)
+        object.__setattr__(self, "input_schema", schema)
+        object.__setattr__(self, "_validator", Draft202012Validator(schema))
+
+    def listed(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "annotations": {"title": self.title, **self.hints},
+        }
+
+    async def call(self, gateway: Gateway, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        arguments = arguments or {}
+        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))  # type: ignore[attr-defined]
+        if errors:
+            for argument, check in self.checkers.items():
+                if any(list(e.path)[:1] == [argument] for e in errors):
+                    try:
+                        check(arguments.get(argument))
+                    except ToolsetError as exc:
+                        return tool_error(str(exc))
+            lines = [f"{'/'.join(str(p) for p in e.path) or '(arguments)'}: {e.message}" for e in errors[:5]]
+            return tool_error(f"Invalid arguments for {self.name}:\n" + "\n".join(lines))
+        try:
+            result = await self.run(gateway, arguments)
+        except ToolsetError as exc:
+            return tool_error(str(exc))
+        return {
+            "content": [{"type": "text", "text": json.dumps(result, indent=2, ensure_ascii=False)}],
+            "structuredContent": result,
+        }
+
+
+def tool_error(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+# -- argument schemas ---------------------------------------------------------------------
+
+TOOLSET_NAME = {
+    "type": "string",
+    "description": "Name of the toolset (lowercase letters, numbers and hyphens, e.g. 'dev-essentials')",
+    "pattern": NAME_PATTERN,
+    "minLength": TOOLSET_NAME_LENGTH[0],
+    "maxLength": TOOLSET_NAME_LENGTH[1],
+}
+NAMESPACED_NAME = {
+    "type": "string",
+    "description": "Tool reference by namespaced name, '<server>.<tool>' (e.g., 'linear.create_issue')",
+}
+REF_ID = {
+    "type": "string",
+    "description": "Tool reference by unique hash identifier (the refId shown by list-available-tools)",
+}
+TOOL_REF = {
+    "type": "object",
+    "description": "Reference to the tool (use namespacedName or refId)",
+    "properties": {"namespacedName": NAMESPACED_NAME, "refId": REF_ID},
+    "anyOf": [{"required": ["namespacedName"]}, {"required": ["refId"]}],
+    "additionalProperties": False,
+}
+NOTES = {
+    "type": "array",
+    "description": "Array of annotations to add to the tool",
+    "items": {
+        "type": "object",
+        "properties": {
+            "name": {
+                "type": "string",
+                "description": "Identifier for this annotation (e.g., 'usage-with-project')",
+                "pattern": NAME_PATTERN,
+                "maxLength": NOTE_NAME_MAX,
+            },
+            "note": {
+                "type": "string",
+                "description": "The annotation content to help guide LLM usage",
+                "minLength": 1,
+                "maxLength": NOTE_TEXT_MAX,
+            },
+        },
+        "required": ["name", "note"],
+    },
+    "minItems": 1,
+}
+
+
+NAME_CHECK = {"name": check_toolset_name}
+
+
+# -- handlers -----------------------------------------------------------------------------
+
+
+async def _list_available(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return await gateway.service.available_tools()
+
+
+async def _build(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return await gateway.service.build(
+        args["name"], args["tools"], args.get("description", ""), bool(args.get("autoEquip", False))
+    )
+
+
+async def _list_saved(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return await gateway.service.saved()
+
+
+async def _equip(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return await gateway.service.equip(args["name"])
+
+
+async def _unequip(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return await gateway.service.unequip()
+
+
+async def _delete(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    if args.get("confirm") is not True:
+        raise ToolsetError(
+            f'Deletion requires confirmation. Set confirm: true to delete toolset "{args["name"]}".'
+        )
+    return await gateway.service.delete(args["name"])
+
+
+async def _active(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return {**await gateway.service.active(), "mode": gateway.mode_name}
+
+
+async def _add_notes(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return await gateway.service.add_notes(args["toolRef"], args["notes"])
+
+
+async def _remove_notes(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return await gateway.service.remove_notes(args["toolRef"], args["names"])
+
+
+async def _export(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return await gateway.service.export(args["name"])
+
+
+async def _import(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return await gateway.service.import_toolset(
+        args["toolset"], args.get("name"), bool(args.get("overwrite"))
+    )
+
+
+async def _enter(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return gateway.enter_configuration_mode()
+
+
+async def _exit(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return gateway.exit_configuration_mode()
+
+
+CONFIG_TOOLS: tuple[ConfigTool, ...] = (
+    ConfigTool(
+        "list-available-tools",
+        "List Available Tools",
+        "Discover all tools available from connected MCP servers, grouped by server, for building toolsets. "
+        "Each tool can be referenced by 'namespacedName' (e.g., 'git.status') or 'refId' (unique hash).",
+        {},
+        (),
+        _hints(read_only=True),
+        _list_available,
+    ),
+    ConfigTool(
+        "build-toolset",
+        "Build Toolset",
+        "Build and save a toolset: a named selection of tools. Each tool is given by namespacedName or "
+        "refId (see list-available-tools). With autoEquip: true the new toolset is equipped at once and "
+        "the gateway returns to normal mode. Example: {name: 'dev-essentials', tools: "
+        "[{namespacedName: 'git.status'}], autoEquip: true}",
+        {
+            "name": {
+                **TOOLSET_NAME,
+                "description": "Name for the new toolset. Use lowercase with hyphens "
+                "(e.g., 'dev-essentials', 'git-workflow')",
+            },
+            "tools": {
+                "type": "array",
+                "description": "Tools to include. Each gives namespacedName or refId; use "
+                "list-available-tools to see the options.",
+                "minItems": 1,
+                "items": {**TOOL_REF, "description": "One tool, by namespacedName or refId"},
+            },
+            "description": {
+                "type": "string",
+                "description": "What this toolset is for (e.g., 'Essential tools for web development')",
+                "maxLength": 500,
+            },
+            "autoEquip": {
+                "type": "boolean",
+                "description": "Equip the toolset right after creating it (default: false)",
+            },
+        },
+        ("name", "tools"),
+        _hints(read_only=False, idempotent=False),
+        _build,
+        checkers=NAME_CHECK,
+    ),
+    ConfigTool(
+        "list-saved-toolsets",
+        "List Saved Toolsets",
+        "List every saved toolset with its tools, notes, which one is equipped, and each tool's status "
+        "(ok, changed: its schema changed since it was added, unavailable: its server is down or gone).",
+        {},
+        (),
+        _hints(read_only=True),
+        _list_saved,
+    ),
+    ConfigTool(
+        "equip-toolset",
+        "Equip Toolset",
+        "Equip a saved toolset: normal mode then lists exactly its tools (with their notes). Returns to "
+        "normal mode on success. The choice is remembered across restarts.",
+        {"name": {**TOOLSET_NAME, "description": "Name of the toolset to equip"}},
+        ("name",),
+        _hints(read_only=False),
+        _equip,
+        checkers=NAME_CHECK,
+    ),
+    ConfigTool(
+        "unequip-toolset",
+        "Unequip Toolset",
+        "Unequip the current toolset. Normal mode then lists no server tools until another toolset "
+        "is equipped.",
+        {},
+        (),
+        _hints(read_only=False),
+        _unequip,
+    ),
+    ConfigTool(
+        "delete-toolset",
+        "Delete Toolset",
+        "Delete a saved toolset and its notes. Requires confirm: true. Deleting the equipped toolset "
+        "unequips it.",
+        {
+            "name": {**TOOLSET_NAME, "description": "Name of the toolset to delete"},
+            "confirm": {"type": "boolean", "description": "Must be true to actually delete"},
+        },
+        ("name",),
+        _hints(read_only=False, destructive=True),
+        _delete,
+        checkers=NAME_CHECK,
+    ),
+    ConfigTool(
+        "get-active-toolset",
+        "Get Active Toolset",
+        "Show the equipped toolset: its tools with their status (ok, changed, unavailable), the exposed "
+        "tool names, its notes, and the current mode.",
+        {},
+        (),
+        _hints(read_only=True),
+        _active,
+    ),
+    ConfigTool(
+        "add-tool-annotation",
+        "Add Tool Annotation",
+        "Add contextual annotations to a tool in the current toolset to guide LLM usage. The notes are "
+        "appended to the tool's description. Existing annotation names are kept and skipped. Example: "
+        "{toolRef: {namespacedName: 'linear.create_issue'}, notes: [{name: 'team-selection', note: "
+        "'Always confirm the team with the user first'}]}",
+        {"toolRef": TOOL_REF, "notes": NOTES},
+        ("toolRef", "notes"),
+        _hints(read_only=False),
+        _add_notes,
+    ),
+    ConfigTool(
+        "remove-tool-annotation",
+        "Remove Tool Annotation",
+        "Remove annotations, by name, from a tool in the current toolset.",
+        {
+            "toolRef": TOOL_REF,
+            "names": {
+                "type": "array",
+                "description": "Names of the annotations to remove (e.g., ['usage-with-project'])",
+                "items": {"type": "string", "pattern": NAME_PATTERN, "maxLength": NOTE_NAME_MAX},
+                "minItems": 1,
+            },
+        },
+        ("toolRef", "names"),
+        _hints(read_only=False, destructive=True),
+        _remove_notes,
+    ),
+    ConfigTool(
+        "export-toolset",
+        "Export Toolset",
+        "Export a saved toolset, with its notes, as JSON that import-toolset (or `toolkeeper toolsets "
+        "import`) reads back.",
+        {"name": {**TOOLSET_NAME, "description": "Name of the toolset to export"}},
+        ("name",),
+        _hints(read_only=True),
+        _export,
+        checkers=NAME_CHECK,
+    ),
+    ConfigTool(
+        "import-toolset",
+        "Import Toolset",
+        "Import a toolset from JSON as produced by export-toolset (a hypertool toolset also works). "
+        "Refuses an existing name unless overwrite is true.",
+        {
+            "toolset": {
+                "type": "object",
+                "description": "The exported toolset: {name, description, tools: [{namespacedName, refId}], "
+                "toolNotes: [{toolRef, notes: [{name, note}]}]}",
+            },
+            "name": {**TOOLSET_NAME, "description": "Save it under this name instead of the one in the JSON"},
+            "overwrite": {
+                "type": "boolean",
+                "description": "Replace a saved toolset of the same name (default: false)",
+            },
+        },
+        ("toolset",),
+        _hints(read_only=False, destructive=True, idempotent=False),
+        _import,
+        checkers=NAME_CHECK,
+    ),
+    ConfigTool(
+        EXIT,
+        "Exit Configuration Mode",
+        "Leave configuration mode and return to normal mode: the equipped toolset's tools are listed again "
+        "(or only enter-configuration-mode when no toolset is equipped). Does nothing in normal mode.",
+        {},
+        (),
+        _hints(read_only=False),
+        _exit,
+    ),
+)
+
+ENTER_TOOL = ConfigTool(
+    ENTER,
+    "Enter Configuration Mode",
+    "Switch to configuration mode to manage toolsets and tool annotations. The tool list then shows only "
+    "the configuration tools (list-available-tools, build-toolset, list-saved-toolsets, equip-toolset, "
+    "unequip-toolset, delete-toolset, get-active-toolset, add-tool-annotation, remove-tool-annotation, "
+    "export-toolset, import-toolset, exit-configuration-mode) and hides the working tools until you exit "
+    "or equip a toolset. Does nothing if already in configuration mode.",
+    {},
+    (),
+    _hints(read_only=False),
+    _enter,
+)
+
+BY_NAME: dict[str, ConfigTool] = {t.name: t for t in (*CONFIG_TOOLS, ENTER_TOOL)}
+MODE_TOOLS = frozenset({ENTER, EXIT})

@@ -1,0 +1,626 @@
+"""Every toolset and note operation, once. The MCP configuration tools and the CLI are thin faces
+over these functions: they parse, call, and format; the rules live here.
+
+Each operation validates everything before it writes, writes in one transaction, and returns
+a JSON-ready dict. Bad input raises `ToolsetError` with a message that says what to do next.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from toolkeeper.catalog import Catalog, CatalogTool
+from toolkeeper.store import Store
+from toolkeeper.store import toolsets as rows
+from toolkeeper.toolsets.model import (
+    DESCRIPTION_MAX,
+    MAX_TOOLS,
+    Note,
+    ToolNotes,
+    ToolRef,
+    Toolset,
+    ToolsetError,
+    ToolStatus,
+    check_note,
+    check_toolset_name,
+    find_tool,
+    resolve,
+    status_of,
+)
+
+EXPORT_FORMAT = "toolkeeper.toolset/1"
+NOT_STARTED = "Tool discovery not available: the gateway's servers have not connected yet. Try again shortly."
+
+
+class Change(StrEnum):
+    EQUIPPED = "equipped"  # a toolset was equipped (the gateway returns to normal mode)
+    UNEQUIPPED = "unequipped"
+    CONTENT = "content"  # toolsets or notes changed; the listing may change
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+class ToolsetService:
+    def __init__(
+        self,
+        store: Store,
+        catalog: Callable[[], Catalog | None],
+        on_change: Callable[[Change], Awaitable[None]] | None = None,
+    ) -> None:
+        self.store = store
+        self._catalog = catalog
+        self._on_change = on_change
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def live_catalog(self) -> Catalog:
+        catalog = self._catalog()
+        if catalog is None:
+            raise ToolsetError(NOT_STARTED)
+        return catalog
+
+    async def available_tools(self) -> dict[str, Any]:
+        catalog = self.live_catalog()
+        by_server: dict[str, list[CatalogTool]] = {}
+        for tool in catalog.tools:
+            by_server.setdefault(tool.server, []).append(tool)
+        servers = []
+        for server in sorted(by_server):
+            tools = sorted(by_server[server], key=lambda t: t.name)
+            servers.append(
+                {
+                    "serverName": server,
+                    "available": tools[0].available,
+                    "toolCount": len(tools),
+                    "tools": [_tool_entry(t) for t in tools],
+                }
+            )
+        return {
+            "summary": {"totalTools": len(catalog.tools), "totalServers": len(by_server)},
+            "toolsByServer": servers,
+        }
+
+    async def saved(self) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            toolsets = await rows.load_all(conn)
+            equipped = await rows.get_equipped(conn)
+        catalog = self._catalog()
+        return {"toolsets": [self.describe(t, equipped, catalog) for t in toolsets], "equipped": equipped}
+
+    async def show(self, name: str) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            await rows.require_id(conn, name)
+            toolset = await rows.load(conn, name)
+            equipped = await rows.get_equipped(conn)
+        assert toolset is not None
+        return self.describe(toolset, equipped, self._catalog())
+
+    async def equipped(self) -> Toolset | None:
+        async with self.store.read() as conn:
+            name = await rows.get_equipped(conn)
+            return await rows.load(conn, name) if name else None
+
+    async def active(self) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            name = await rows.get_equipped(conn)
+            toolset = await rows.load(conn, name) if name else None
+            known = await rows.names(conn)
+        if toolset is None:
+            return {
+                "equipped": False,
+                "toolset": None,
+                "message": "No toolset is equipped. "
+                + (f"Saved toolsets: {', '.join(known)}." if known else "Use build-toolset to create one."),
+            }
+        info = self.describe(toolset, toolset.name, self._catalog())
+        by_status: dict[str, list[str]] = {}
+        for tool in info["tools"]:
+            by_status.setdefault(tool.get("status", "unknown"), []).append(tool["namespacedName"])
+        return {
+            "equipped": True,
+            "toolset": info,
+            "exposedTools": [t["exposedName"] for t in info["tools"] if t.get("status") in ("ok", "changed")],
+            "changedTools": by_status.get(ToolStatus.CHANGED, []),
+            "unavailableTools": by_status.get(ToolStatus.UNAVAILABLE, []),
+        }
+
+    def describe(self, toolset: Toolset, equipped: str | None, catalog: Catalog | None) -> dict[str, Any]:
+        """A toolset for people and models; with a live catalog, each tool's status too."""
+        tools = []
+        for ref in toolset.tools:
+            entry: dict[str, Any] = {"namespacedName": ref.namespaced_name, "refId": ref.ref_id}
+            if catalog is not None:
+                tool, status = status_of(ref, catalog)
+                entry["status"] = status.value
+                if tool is not None:
+                    entry.update(
+                        namespacedName=tool.namespaced_name, server=tool.server, exposedName=tool.exposed_name
+                    )
+                    if status is ToolStatus.CHANGED:
+                        entry["liveRefId"] = tool.ref_id
+            tools.append(entry)
+        return {
+            "name": toolset.name,
+            "description": toolset.description,
+            "equipped": toolset.name == equipped,
+            "createdAt": _iso(toolset.created_at),
+            "updatedAt": _iso(toolset.updated_at),
+            "toolCount": len(toolset.tools),
+            "tools": tools,
+            "toolNotes": [_notes_json(entry) for entry in toolset.notes],
+        }
+
+    # -- writing ---------------------------------------------------------------------------
+
+    async def build(
+        self, name: Any, tools: Any, description: Any = "", auto_equip: bool = False
+    ) -> dict[str, Any]:
+        check_toolset_name(name)
+        description = _check_description(description)
+        if not isinstance(tools, list) or not tools:
+            raise ToolsetError("Toolset must include at least one tool")
+        if len(tools) > MAX_TOOLS:
+            raise ToolsetError(f"A toolset holds at most {MAX_TOOLS} tools; split this one.")
+        catalog = self.live_catalog()
+        refs: list[ToolRef] = []
+        problems: list[str] = []
+        warnings: list[str] = []
+        for i, raw in enumerate(tools):
+            try:
+                tool = resolve(ToolRef.parse(raw), catalog)
+            except ToolsetError as exc:
+                problems.append(f"tools[{i}]: {exc}")
+                continue
+            ref = ToolRef(tool.namespaced_name, tool.ref_id)
+            if ref in refs:
+                warnings.append(f"{tool.namespaced_name} was listed twice; it is included once.")
+            else:
+                refs.append(ref)
+        if problems:
+            raise ToolsetError("Invalid tool references:\n" + "\n".join(problems))
+        toolset = Toolset(name=name, description=description, tools=tuple(refs))
+        async with self.store.write() as conn:
+            await rows.insert_toolset(conn, toolset)
+            if auto_equip:
+                await rows.set_equipped(conn, name)
+            saved = await rows.load(conn, name)
+        assert saved is not None
+        await self._changed(Change.EQUIPPED if auto_equip else Change.CONTENT)
+        result: dict[str, Any] = {
+            "success": True,
+            "toolsetName": name,
+            "autoEquipped": bool(auto_equip),
+            "toolset": self.describe(saved, name if auto_equip else None, catalog),
+        }
+        if warnings:
+            result["warnings"] = warnings
+        return result
+
+    async def equip(self, name: str) -> dict[str, Any]:
+        async with self.store.write() as conn:
+            await rows.require_id(conn, name)
+            await rows.set_equipped(conn, name)
+            toolset = await rows.load(conn, name)
+        assert toolset is not None
+        await self._changed(Change.EQUIPPED)
+        info = self.describe(toolset, name, self._catalog())
+        result = {
+            "success": True,
+            "toolsetName": name,
+            "message": f'Toolset "{name}" equipped. The tool list now shows its tools.',
+            "toolset": info,
+        }
+        missing = [t["namespacedName"] for t in info["tools"] if t.get("status") == ToolStatus.UNAVAILABLE]
+        if missing:
+            result["warnings"] = [f"Not available now (server down or tool gone): {', '.join(missing)}."]
+        return result
+
+    async def unequip(self) -> dict[str, Any]:
+        async with self.store.write() as conn:
+            previous = await rows.get_equipped(conn)
+            await rows.set_equipped(conn, None)
+        if previous:
+            await self._changed(Change.UNEQUIPPED)
+        return {
+            "success": True,
+            "unequipped": previous,
+            "message": f'Toolset "{previous}" unequipped.' if previous else "No toolset was equipped.",
+        }
+
+    async def delete(self, name: str) -> dict[str, Any]:
+        async with self.store.write() as conn:
+            await rows.require_id(conn, name)
+            was_equipped = await rows.get_equipped(conn) == name
+            if was_equipped:
+                await rows.set_equipped(conn, None)
+            await rows.delete_toolset(conn, name)
+        await self._changed(Change.UNEQUIPPED if was_equipped else Change.CONTENT)
+        message = f'Toolset "{name}" has been deleted.'
+        if was_equipped:
+            message += " It was equipped, so no toolset is equipped now."
+        return {"success": True, "deleted": name, "wasEquipped": was_equipped, "message": message}
+
+    async def add_notes(self, tool_ref: Any, notes: Any, toolset: str | None = None) -> dict[str, Any]:
+        ref = ToolRef.parse(tool_ref)
+        if not isinstance(notes, list) or not notes:
+            raise ToolsetError("Give at least one note: notes is a list of {name, note}.")
+        checked = []
+        for raw in notes:
+            if not isinstance(raw, dict):
+                raise ToolsetError("Each note must be an object with 'name' and 'note'.")
+            checked.append(check_note(raw.get("name"), raw.get("note")))
+        target = await self._target_toolset(toolset)
+        tool_ref, server = self._member(ref, target)
+        added: list[Note] = []
+        warnings: list[str] = []
+        async with self.store.write() as conn:
+            toolset_id = await rows.require_id(conn, target.name)
+            for note in checked:
+                if await rows.add_note(conn, toolset_id, tool_ref, note):
+                    added.append(note)
+                else:
+                    warnings.append(f'Annotation "{note.name}" already exists for {tool_ref}; skipped.')
+            if added:
+                await rows.touch(conn, toolset_id)
+        if added:
+            await self._changed(Change.CONTENT)
+        result: dict[str, Any] = {
+            "toolset": target.name,
+            "tool": {**tool_ref.as_json(), "server": server},
+            "addedNotes": [{"name": n.name, "note": n.note} for n in added],
+            "successCount": len(added),
+            "skippedCount": len(warnings),
+        }
+        if warnings:
+            result["warnings"] = warnings
+        return result
+
+    async def remove_notes(self, tool_ref: Any, names: Any, toolset: str | None = None) -> dict[str, Any]:
+        ref = ToolRef.parse(tool_ref)
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise ToolsetError("Give the names of the notes to remove, e.g. ['usage-with-project'].")
+        target = await self._target_toolset(toolset)
+        tool_ref, _server = self._member(ref, target)
+        existing = {n.name for entry in target.notes if entry.ref.key == tool_ref.key for n in entry.notes}
+        unknown = [n for n in names if n not in existing]
+        if unknown:
+            have = ", ".join(sorted(existing)) or "none"
+            raise ToolsetError(
+                f"{tool_ref} has no note named {', '.join(repr(n) for n in unknown)} in toolset "
+                f'"{target.name}" (its notes: {have}). Nothing was removed.'
+            )
+        async with self.store.write() as conn:
+            toolset_id = await rows.require_id(conn, target.name)
+            removed = [n for n in names if await rows.remove_note(conn, toolset_id, tool_ref, n)]
+            await rows.touch(conn, toolset_id)
+        await self._changed(Change.CONTENT)
+        return {"toolset": target.name, "tool": tool_ref.as_json(), "removedNotes": removed}
+
+    async def repin(self, name: str) -> dict[str, Any]:
+        """Accept the live schema of every changed tool: store its current refId."""
+        catalog = self.live_catalog()
+        async with self.store.write() as conn:
+            await rows.require_id(conn, name)
+            toolset = await rows.load(conn, name)
+            assert toolset is not None
+            refs, repinned, unavailable = [], [], []
+            for ref in toolset.tools:
+                tool, status = status_of(ref, catalog)
+                if tool is not None and (
+                    status is ToolStatus.CHANGED or (tool.available and ref.ref_id is None)
+                ):
+                    refs.append(ToolRef(tool.namespaced_name, tool.ref_id))
+                    repinned.append(tool.namespaced_name)
+                    if ref.ref_id:
+                        await rows.repin_notes(conn, name, ref.ref_id, tool.ref_id)
+                else:
+                    refs.append(ref)
+                    if status is ToolStatus.UNAVAILABLE:
+                        unavailable.append(str(ref))
+            if repinned:
+                await rows.set_tools(conn, name, tuple(refs))
+        if repinned:
+            await self._changed(Change.CONTENT)
+        result: dict[str, Any] = {"toolset": name, "repinned": repinned}
+        if unavailable:
+            result["warnings"] = [f"Not available now, left as they were: {', '.join(unavailable)}."]
+        return result
+
+    # -- export and import -----------------------------------------------------------------
+
+    async def export(self, name: str) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            await rows.require_id(conn, name)
+            toolset = await rows.load(conn, name)
+        assert toolset is not None
+        return {
+            "format": EXPORT_FORMAT,
+            "name": toolset.name,
+            "description": toolset.description,
+            "createdAt": _iso(toolset.created_at),
+            "lastModified": _iso(toolset.updated_at),
+            "tools": [ref.as_json() for ref in toolset.tools],
+            "toolNotes": [_notes_json(entry) for entry in toolset.notes],
+        }
+
+    async def import_toolset(
+        self, document: Any, name: str | None = None, overwrite: bool = False
+    ) -> dict[str, Any]:
+        """Import an exported toolset (a hypertool ToolsetConfig has the same shape)."""
+        toolset = parse_toolset_document(document, name)
+        catalog = self._catalog()
+        if catalog is not None:  # fill in the identity the document left out, where the tool is live
+            toolset = replace(toolset, tools=tuple(_complete(ref, catalog) for ref in toolset.tools))
+        async with self.store.write() as conn:
+            replaced = False
+            if overwrite and await rows.load(conn, toolset.name) is not None:
+                # The equipped state is kept by name, so an equipped toolset stays equipped.
+                await rows.delete_toolset(conn, toolset.name)
+                replaced = True
+            await rows.insert_toolset(conn, toolset)
+            is_equipped = await rows.get_equipped(conn) == toolset.name
+        await self._changed(Change.CONTENT)
+        return {
+            "success": True,
+            "toolsetName": toolset.name,
+            "replaced": replaced,
+            "toolCount": len(toolset.tools),
+            "noteCount": sum(len(e.notes) for e in toolset.notes),
+            "equipped": is_equipped,
+        }
+
+    async def import_hypertool(self, path: Path, overwrite: bool = False) -> dict[str, Any]:
+        """Toolsets and notes from hypertool's `config.json`; its last equipped toolset too.
+
+        hypertool's refIds hash other fields than ours, so they are dropped and references
+        keep their namespacedName (re-pinned on first use); a reference with only a refId
+        cannot be carried over and is reported.
+        """
+        document = read_json_file(path)
+        stored = document.get("toolsets") if isinstance(document, dict) else None
+        if not isinstance(stored, dict):
+            raise ToolsetError(
+                f'{path}: not a hypertool config.json (no "toolsets" object). It usually lives at '
+                "~/.toolprint/hypertool-mcp/config.json."
+            )
+        imported: list[Toolset] = []
+        skipped: list[dict[str, str]] = []
+        warnings: list[str] = []
+        for key, raw in stored.items():
+            try:
+                toolset, dropped = _from_hypertool(key, raw)
+            except ToolsetError as exc:
+                skipped.append({"name": str(key), "reason": str(exc)})
+                continue
+            warnings += [f"{toolset.name}: {d}" for d in dropped]
+            imported.append(toolset)
+        last = document.get("lastEquippedToolset")
+        equip = None
+        async with self.store.write() as conn:
+            existing = set(await rows.names(conn))
+            written = []
+            for toolset in imported:
+                if toolset.name in existing:
+                    if not overwrite:
+                        skipped.append(
+                            {
+                                "name": toolset.name,
+                                "reason": "a toolset of that name exists (use --overwrite)",
+                            }
+                        )
+                        continue
+                    await rows.delete_toolset(conn, toolset.name)
+                await rows.insert_toolset(conn, toolset)
+                written.append(toolset.name)
+            if last in written and await rows.get_equipped(conn) is None:
+                await rows.set_equipped(conn, last)
+                equip = last
+        if written:
+            await self._changed(Change.EQUIPPED if equip else Change.CONTENT)
+        return {"imported": written, "skipped": skipped, "warnings": warnings, "equipped": equip}
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _target_toolset(self, name: str | None) -> Toolset:
+        async with self.store.read() as conn:
+            if name is None:
+                name = await rows.get_equipped(conn)
+                if name is None:
+                    known = await rows.names(conn)
+                    hint = (
+                        f"Available toolsets: {', '.join(known)}"
+                        if known
+                        else "No saved toolsets found. Use build-toolset to create one."
+                    )
+                    raise ToolsetError(
+                        f"No toolset is currently equipped. Use equip-toolset to load a toolset first. {hint}"
+                    )
+            await rows.require_id(conn, name)
+            toolset = await rows.load(conn, name)
+        assert toolset is not None
+        return toolset
+
+    def _member(self, ref: ToolRef, toolset: Toolset) -> tuple[ToolRef, str | None]:
+        """The toolset's own reference to the tool `ref` names, and its server.
+
+        A live tool is resolved as in build-toolset; a tool whose server is away can still be
+        named by the identity the toolset stored, so its notes stay manageable.
+        """
+        catalog = self._catalog()
+        try:
+            tool = resolve(ref, catalog) if catalog is not None else None
+        except ToolsetError:
+            tool = None
+        if tool is not None:
+            if not toolset.contains(tool):
+                raise ToolsetError(
+                    f'Tool "{tool.namespaced_name}" is not in the current toolset "{toolset.name}".'
+                )
+            return ToolRef(tool.namespaced_name, tool.ref_id), tool.server
+        for stored in toolset.tools:
+            if (ref.namespaced_name and ref.namespaced_name == stored.namespaced_name) or (
+                ref.ref_id and ref.ref_id == stored.ref_id
+            ):
+                return stored, stored.namespaced_name.split(".", 1)[0] if stored.namespaced_name else None
+        if catalog is None:  # offline (the CLI): only the toolset's stored identities can match
+            raise ToolsetError(f'Tool "{ref}" is not in the toolset "{toolset.name}".')
+        raise ToolsetError(f"Tool not found: {ref}. Use list-available-tools to see available tools.")
+
+    async def _changed(self, change: Change) -> None:
+        if self._on_change is not None:
+            await self._on_change(change)
+
+
+def _tool_entry(tool: CatalogTool) -> dict[str, Any]:
+    declared = tool.declared
+    entry: dict[str, Any] = {
+        "name": tool.name,
+        "namespacedName": tool.namespaced_name,
+        "exposedName": tool.exposed_name,
+        "serverName": tool.server,
+        "refId": tool.ref_id,
+    }
+    title = declared.get("title") or (declared.get("annotations") or {}).get("title")
+    if title:
+        entry["title"] = title
+    if declared.get("description"):
+        entry["description"] = declared["description"]
+    return entry
+
+
+def _notes_json(entry: ToolNotes) -> dict[str, Any]:
+    return {"toolRef": entry.ref.as_json(), "notes": [{"name": n.name, "note": n.note} for n in entry.notes]}
+
+
+def _complete(ref: ToolRef, catalog: Catalog) -> ToolRef:
+    tool = find_tool(ref, catalog)
+    if tool is None:
+        return ref
+    return ToolRef(ref.namespaced_name or tool.namespaced_name, ref.ref_id or tool.ref_id)
+
+
+def _check_description(description: Any) -> str:
+    if description is None:
+        return ""
+    if not isinstance(description, str):
+        raise ToolsetError("The toolset description must be text.")
+    if len(description) > DESCRIPTION_MAX:
+        raise ToolsetError(
+            f"The toolset description is {len(description)} characters; the limit is {DESCRIPTION_MAX}."
+        )
+    return description
+
+
+def read_json_file(path: Path) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ToolsetError(f"{path}: no such file.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolsetError(f"{path}: cannot read it ({exc}).") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ToolsetError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}.") from None
+
+
+def _parse_notes(raw: Any, where: str) -> tuple[ToolNotes, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ToolsetError(f"{where}toolNotes must be a list of {{toolRef, notes}}.")
+    entries = []
+    for i, entry in enumerate(raw):
+        at = f"{where}toolNotes[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("notes"), list):
+            raise ToolsetError(f"{at} must be an object with toolRef and a notes list.")
+        try:
+            ref = ToolRef.parse(entry.get("toolRef"))
+            notes = tuple(
+                check_note(n.get("name"), n.get("note")) if isinstance(n, dict) else check_note(None, None)
+                for n in entry["notes"]
+            )
+        except ToolsetError as exc:
+            raise ToolsetError(f"{at}: {exc}") from None
+        entries.append(ToolNotes(ref, notes))
+    return tuple(entries)
+
+
+def parse_toolset_document(document: Any, name: str | None = None, where: str = "") -> Toolset:
+    """A toolset from its JSON form, checked field by field; errors name the field."""
+    if not isinstance(document, dict):
+        raise ToolsetError(f"{where or 'The toolset document'} must be a JSON object with name and tools.")
+    fmt = document.get("format")
+    if fmt is not None and fmt != EXPORT_FORMAT:
+        raise ToolsetError(f"{where}format {fmt!r} is not one this version reads ({EXPORT_FORMAT}).")
+    name = name or document.get("name")
+    try:
+        check_toolset_name(name)
+    except ToolsetError as exc:
+        raise ToolsetError(f"{where}name {name!r}: {exc}") from None
+    tools = document.get("tools")
+    if not isinstance(tools, list) or not tools:
+        raise ToolsetError(f"{where}Toolset must include at least one tool")
+    refs: list[ToolRef] = []
+    for i, raw in enumerate(tools):
+        try:
+            ref = ToolRef.parse(raw)
+        except ToolsetError as exc:
+            raise ToolsetError(f"{where}tools[{i}]: {exc}") from None
+        if ref not in refs:
+            refs.append(ref)
+    return Toolset(
+        name=name,
+        description=_check_description(document.get("description")),
+        tools=tuple(refs),
+        notes=_parse_notes(document.get("toolNotes"), where),
+        created_at=_parse_time(document.get("createdAt")),
+    )
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else None
+
+
+def _strip_foreign_ids(refs: Iterable[ToolRef], what: str, dropped: list[str]) -> list[ToolRef]:
+    kept = []
+    for ref in refs:
+        if ref.namespaced_name:
+            kept.append(ToolRef(ref.namespaced_name, None))
+        else:
+            dropped.append(
+                f"{what} given only by hypertool refId {ref.ref_id} cannot be carried over; skipped."
+            )
+    return kept
+
+
+def _from_hypertool(key: str, raw: Any) -> tuple[Toolset, list[str]]:
+    if not isinstance(raw, dict):
+        raise ToolsetError("not an object")
+    toolset = parse_toolset_document({**raw, "name": raw.get("name") or key, "format": None})
+    dropped: list[str] = []
+    tools = _strip_foreign_ids(toolset.tools, "a tool", dropped)
+    if not tools:
+        raise ToolsetError("none of its tools has a namespacedName")
+    notes = []
+    for entry in toolset.notes:
+        kept = _strip_foreign_ids([entry.ref], "notes for a tool", dropped)
+        if kept:
+            notes.append(ToolNotes(kept[0], entry.notes))
+    return replace(toolset, tools=tuple(dict.fromkeys(tools)), notes=tuple(notes)), dropped

@@ -1,0 +1,194 @@
+"""Toolsets, notes and the equipped toolset in the store. Callers own the transaction."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from toolkeeper.store.tables import gateway_state, tool_notes, toolset_tools, toolsets
+from toolkeeper.toolsets.model import Note, ToolNotes, ToolRef, Toolset, ToolsetError
+
+EQUIPPED = "equipped_toolset"
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    # SQLite hands back naive datetimes; everything stored is UTC.
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+async def names(conn: AsyncConnection) -> list[str]:
+    return list((await conn.execute(select(toolsets.c.name).order_by(toolsets.c.name))).scalars())
+
+
+async def _id_of(conn: AsyncConnection, name: str) -> int | None:
+    return (await conn.execute(select(toolsets.c.id).where(toolsets.c.name == name))).scalar_one_or_none()
+
+
+async def require_id(conn: AsyncConnection, name: str) -> int:
+    toolset_id = await _id_of(conn, name)
+    if toolset_id is None:
+        known = await names(conn)
+        raise ToolsetError(
+            f'Toolset "{name}" not found. Available toolsets: {", ".join(known) if known else "none"}'
+        )
+    return toolset_id
+
+
+async def load(conn: AsyncConnection, name: str) -> Toolset | None:
+    row = (await conn.execute(select(toolsets).where(toolsets.c.name == name))).one_or_none()
+    if row is None:
+        return None
+    refs = await conn.execute(
+        select(toolset_tools.c.namespaced_name, toolset_tools.c.ref_id)
+        .where(toolset_tools.c.toolset_id == row.id)
+        .order_by(toolset_tools.c.position)
+    )
+    notes = await conn.execute(
+        select(
+            tool_notes.c.tool_key,
+            tool_notes.c.namespaced_name,
+            tool_notes.c.ref_id,
+            tool_notes.c.name,
+            tool_notes.c.note,
+        )
+        .where(tool_notes.c.toolset_id == row.id)
+        .order_by(tool_notes.c.id)
+    )
+    grouped: dict[str, tuple[ToolRef, list[Note]]] = {}
+    for key, ns, ref, note_name, text in notes:
+        grouped.setdefault(key, (ToolRef(ns, ref), []))[1].append(Note(note_name, text))
+    return Toolset(
+        name=row.name,
+        description=row.description,
+        tools=tuple(ToolRef(ns, ref) for ns, ref in refs),
+        notes=tuple(ToolNotes(ref, tuple(n)) for ref, n in grouped.values()),
+        created_at=_aware(row.created_at),
+        updated_at=_aware(row.updated_at),
+    )
+
+
+async def load_all(conn: AsyncConnection) -> list[Toolset]:
+    return [toolset for name in await names(conn) if (toolset := await load(conn, name))]
+
+
+def _exists(name: str) -> str:
+    return f'Toolset "{name}" already exists. Use a different name or delete the existing toolset first.'
+
+
+async def insert_toolset(conn: AsyncConnection, toolset: Toolset) -> None:
+    if await _id_of(conn, toolset.name) is not None:
+        raise ToolsetError(_exists(toolset.name))
+    created = toolset.created_at or now()
+    try:
+        result = await conn.execute(
+            insert(toolsets).values(
+                name=toolset.name,
+                description=toolset.description,
+                created_at=created,
+                updated_at=toolset.updated_at or created,
+            )
+        )
+    except IntegrityError:  # another writer created it between our check and our insert
+        raise ToolsetError(_exists(toolset.name)) from None
+    toolset_id = result.inserted_primary_key[0]
+    await _write_tools(conn, toolset_id, toolset.tools)
+    for entry in toolset.notes:
+        for note in entry.notes:
+            await add_note(conn, toolset_id, entry.ref, note)
+
+
+async def _write_tools(conn: AsyncConnection, toolset_id: int, refs: tuple[ToolRef, ...]) -> None:
+    await conn.execute(delete(toolset_tools).where(toolset_tools.c.toolset_id == toolset_id))
+    if refs:
+        await conn.execute(
+            insert(toolset_tools),
+            [
+                {
+                    "toolset_id": toolset_id,
+                    "position": i,
+                    "namespaced_name": r.namespaced_name,
+                    "ref_id": r.ref_id,
+                }
+                for i, r in enumerate(refs)
+            ],
+        )
+
+
+async def set_tools(conn: AsyncConnection, name: str, refs: tuple[ToolRef, ...]) -> None:
+    toolset_id = await require_id(conn, name)
+    await _write_tools(conn, toolset_id, refs)
+    await touch(conn, toolset_id)
+
+
+async def repin_notes(conn: AsyncConnection, name: str, old_ref_id: str, new_ref_id: str) -> None:
+    toolset_id = await require_id(conn, name)
+    await conn.execute(
+        update(tool_notes)
+        .where(tool_notes.c.toolset_id == toolset_id, tool_notes.c.ref_id == old_ref_id)
+        .values(ref_id=new_ref_id)
+    )
+
+
+async def delete_toolset(conn: AsyncConnection, name: str) -> None:
+    toolset_id = await require_id(conn, name)
+    # Children first: not every SQLite connection enforces ON DELETE CASCADE.
+    await conn.execute(delete(tool_notes).where(tool_notes.c.toolset_id == toolset_id))
+    await conn.execute(delete(toolset_tools).where(toolset_tools.c.toolset_id == toolset_id))
+    await conn.execute(delete(toolsets).where(toolsets.c.id == toolset_id))
+
+
+async def touch(conn: AsyncConnection, toolset_id: int) -> None:
+    await conn.execute(update(toolsets).where(toolsets.c.id == toolset_id).values(updated_at=now()))
+
+
+async def add_note(conn: AsyncConnection, toolset_id: int, ref: ToolRef, note: Note) -> bool:
+    """Add one note; False (nothing written) when the tool already has a note of that name.
+
+    ON CONFLICT DO NOTHING rather than check-then-insert: two clients adding the same name at
+    the same moment get one note and one "already exists", never an error or a duplicate.
+    """
+    values = {
+        "toolset_id": toolset_id,
+        "tool_key": ref.key,
+        "namespaced_name": ref.namespaced_name,
+        "ref_id": ref.ref_id,
+        "name": note.name,
+        "note": note.note,
+        "created_at": now(),
+    }
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    statement = (
+        dialect.insert(tool_notes)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["toolset_id", "tool_key", "name"])
+    )
+    return (await conn.execute(statement)).rowcount == 1
+
+
+async def remove_note(conn: AsyncConnection, toolset_id: int, ref: ToolRef, name: str) -> bool:
+    result = await conn.execute(
+        delete(tool_notes).where(
+            tool_notes.c.toolset_id == toolset_id, tool_notes.c.tool_key == ref.key, tool_notes.c.name == name
+        )
+    )
+    return result.rowcount > 0
+
+
+async def get_equipped(conn: AsyncConnection) -> str | None:
+    return (
+        await conn.execute(select(gateway_state.c.value).where(gateway_state.c.key == EQUIPPED))
+    ).scalar_one_or_none()
+
+
+async def set_equipped(conn: AsyncConnection, name: str | None) -> None:
+    await conn.execute(delete(gateway_state).where(gateway_state.c.key == EQUIPPED))
+    if name is not None:
+        await conn.execute(insert(gateway_state).values(key=EQUIPPED, value=name))
