@@ -132,7 +132,10 @@ def gateway_config(servers: dict[str, int], workdir: Path) -> Path:
         "mcpServers": {
             name: {"command": sys.executable, "args": [str(ECHO)], "env": {"ECHO_TOOLS": str(n)}}
             for name, n in servers.items()
-        }
+        },
+        # A store of its own, and every tool listed (no toolset, configuration menu off): the
+        # figures measure the routing path, not a person's curation.
+        "toolkeeper": {"home": str(workdir / "home"), "featureFlags": {"enableConfigToolsMenu": False}},
     }
     path = workdir / f"toolkeeper-bench-{len(servers)}x{max(servers.values())}.json"
     path.write_text(json.dumps(cfg, indent=2))

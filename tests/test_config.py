@@ -692,3 +692,28 @@ def test_bundled_demo_config_parses(isolated_lookup):
     assert notes.args == ("-m", "toolkeeper.demo.notes", "--db", "/demo/notes.sqlite")
     assert files.args == ("-m", "toolkeeper.demo.files", "--root", "/demo/files")
     assert time_server.args == ("-m", "mcp_server_time", "--local-timezone", "UTC")
+
+
+@pytest.mark.parametrize(
+    ("file_flag", "environ", "expected"),
+    [
+        (None, {}, True),  # default: configuration mode on
+        (False, {}, False),
+        (False, {"TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU": "true"}, True),  # environment wins over the file
+        (True, {"HYPERTOOL_ENABLE_CONFIG_TOOLS_MENU": "false"}, False),  # hypertool's variable honoured
+        (
+            None,
+            {"TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU": "1", "HYPERTOOL_ENABLE_CONFIG_TOOLS_MENU": "false"},
+            True,  # toolkeeper's own variable first
+        ),
+    ],
+)
+def test_config_tools_menu_flag_precedence(file_flag, environ, expected):
+    settings = {} if file_flag is None else {"featureFlags": {"enableConfigToolsMenu": file_flag}}
+    config = parse_config_text(json.dumps({"mcpServers": {}, "toolkeeper": settings}), environ=environ)
+    assert config.settings.config_tools_menu is expected
+
+
+def test_config_tools_menu_flag_bad_value_names_the_variable():
+    with pytest.raises(ConfigError, match="TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU"):
+        parse_config_text("{}", environ={"TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU": "maybe"})

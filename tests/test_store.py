@@ -1,0 +1,226 @@
+"""The store, on a real SQLite file and on the real PostgreSQL server (127.0.0.1:5432, database test)."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from sqlalchemy import func, select, text
+
+from toolkeeper.catalog import Catalog, ServerTools, build_catalog
+from toolkeeper.services.toolsets import Change, ToolsetService
+from toolkeeper.store import Store, StoreError
+from toolkeeper.store import db as store_db
+from toolkeeper.store.tables import tool_notes, toolset_tools
+from toolkeeper.toolsets.model import ToolsetError
+
+pytestmark = pytest.mark.anyio
+POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def catalog(**schemas: dict[str, Any]) -> Catalog:
+    tools = [
+        {"name": "echo", "inputSchema": {"type": "object"}},
+        {"name": "pid", "inputSchema": {"type": "object"}},
+    ]
+    for tool in tools:
+        tool["inputSchema"] = schemas.get(tool["name"], tool["inputSchema"])
+    return build_catalog([ServerTools("ctl", "ctl", True, tools)])
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    schema = f"tk_test_{uuid.uuid4().hex[:12]}"
+    yield f"{POSTGRES}?schema={schema}"
+    async with Store(POSTGRES) as cleanup, cleanup.engine.begin() as conn:
+        await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+
+
+async def service(url: str, live: Catalog | None = None) -> tuple[Store, ToolsetService, list[Change]]:
+    store = await Store(url).open()
+    changes: list[Change] = []
+
+    async def record(change: Change) -> None:
+        changes.append(change)
+
+    return store, ToolsetService(store, lambda: live, record), changes
+
+
+async def test_round_trip_and_revision(store_url: str) -> None:
+    store, svc, changes = await service(store_url, catalog())
+    try:
+        start = await store.revision()
+        built = await svc.build("dev-kit", ["ctl.echo", {"refId": catalog().by_namespaced["ctl.pid"].ref_id}])
+        assert [t["status"] for t in built["toolset"]["tools"]] == ["ok", "ok"]
+        await svc.equip("dev-kit")
+        added = await svc.add_notes(
+            "ctl.echo", [{"name": "one", "note": "first"}, {"name": "two", "note": "2"}]
+        )
+        assert added["successCount"] == 2
+        assert changes == [Change.CONTENT, Change.EQUIPPED, Change.CONTENT]
+        assert await store.revision() == start + 3
+        exported = await svc.export("dev-kit")
+        await svc.import_toolset(exported, name="dev-kit-2")
+        assert (await svc.export("dev-kit-2"))["toolNotes"] == exported["toolNotes"]
+        equipped = await svc.equipped()
+        assert equipped is not None and equipped.name == "dev-kit"
+        assert [n.name for n in equipped.notes_for(catalog().by_namespaced["ctl.echo"])] == ["one", "two"]
+        # Deleting removes its tools and notes too; the copy keeps its own.
+        await svc.delete("dev-kit")
+        assert await svc.equipped() is None
+        async with store.read() as conn:
+            assert (await conn.execute(select(func.count()).select_from(tool_notes))).scalar_one() == 2
+            assert (await conn.execute(select(func.count()).select_from(toolset_tools))).scalar_one() == 2
+    finally:
+        await store.close()
+
+
+async def test_a_second_open_does_not_migrate_again(store_url: str) -> None:
+    for _ in range(2):
+        store = await Store(store_url).open()
+        async with store.read() as conn:
+            version = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar_one()
+        assert version == "0001"
+        await store.close()
+
+
+async def test_concurrent_writers_lose_nothing(store_url: str) -> None:
+    live = catalog()
+    first, svc, _ = await service(store_url, live)
+    second, other, _ = await service(store_url, live)  # another engine: another "process"
+    try:
+        await svc.build("busy", ["ctl.echo"], auto_equip=True)
+
+        async def annotate(writer: ToolsetService, who: str) -> None:
+            for i in range(10):
+                notes = [{"name": f"{who}-{i}", "note": who}, {"name": "shared", "note": who}]
+                await writer.add_notes("ctl.echo", notes)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(annotate, svc, "a")
+            tg.start_soon(annotate, other, "b")
+        toolset = await svc.equipped()
+        assert toolset is not None
+        names = sorted(n.name for entry in toolset.notes for n in entry.notes)
+        assert names == sorted([f"a-{i}" for i in range(10)] + [f"b-{i}" for i in range(10)] + ["shared"])
+
+        # Two writers creating the same toolset name at once: one wins, the other is told.
+        outcomes = []
+
+        async def create(writer: ToolsetService) -> None:
+            try:
+                await writer.build("race", ["ctl.pid"])
+                outcomes.append("ok")
+            except ToolsetError as exc:
+                outcomes.append(str(exc))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(create, svc)
+            tg.start_soon(create, other)
+        assert len(outcomes) == 2 and outcomes.count("ok") == 1
+        assert any("already exists" in o for o in outcomes)
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_bad_input_writes_nothing(store_url: str) -> None:
+    store, svc, changes = await service(store_url, catalog())
+    try:
+        before = await store.revision()
+        with pytest.raises(ToolsetError, match="Invalid toolset name format"):
+            await svc.build("No Good", ["ctl.echo"])
+        with pytest.raises(ToolsetError, match="at least one tool"):
+            await svc.build("empty", [])
+        with pytest.raises(ToolsetError, match=r"tools\[1\]: Tool not found: ctl.gone"):
+            await svc.build("partly", ["ctl.echo", "ctl.gone"])
+        with pytest.raises(ToolsetError, match='Toolset "nope" not found'):
+            await svc.equip("nope")
+        with pytest.raises(ToolsetError, match="No toolset is currently equipped"):
+            await svc.add_notes("ctl.echo", [{"name": "x", "note": "y"}])
+        await svc.build("only-echo", ["ctl.echo"], auto_equip=True)
+        with pytest.raises(ToolsetError, match="Invalid annotation name"):
+            await svc.add_notes(
+                "ctl.echo", [{"name": "fine", "note": "y"}, {"name": "NOT fine", "note": "y"}]
+            )
+        with pytest.raises(ToolsetError, match='not in the current toolset "only-echo"'):
+            await svc.add_notes("ctl.pid", [{"name": "x", "note": "y"}])
+        with pytest.raises(ToolsetError, match=r"toolNotes\[0\]"):
+            await svc.import_toolset(
+                {"name": "imp", "tools": ["ctl.echo"], "toolNotes": [{"toolRef": {}, "notes": []}]}
+            )
+        assert await store.revision() == before + 1  # only the one good build
+        assert changes == [Change.EQUIPPED]
+        toolset = await svc.equipped()
+        assert toolset is not None and toolset.notes == ()
+    finally:
+        await store.close()
+
+
+async def test_changed_schema_is_flagged_and_repinned(store_url: str) -> None:
+    store, svc, _ = await service(store_url, catalog())
+    await svc.build("pinned", ["ctl.echo"], auto_equip=True)
+    await svc.add_notes("ctl.echo", [{"name": "keep", "note": "me"}])
+    await store.close()
+    changed = catalog(echo={"type": "object", "properties": {"loud": {"type": "boolean"}}})
+    store, svc, _ = await service(store_url, changed)
+    try:
+        info = await svc.show("pinned")
+        assert info["tools"][0]["status"] == "changed"
+        assert info["tools"][0]["liveRefId"] == changed.by_namespaced["ctl.echo"].ref_id
+        equipped = await svc.equipped()
+        assert equipped is not None and equipped.notes_for(changed.by_namespaced["ctl.echo"])  # notes survive
+        assert (await svc.repin("pinned"))["repinned"] == ["ctl.echo"]
+        info = await svc.show("pinned")
+        assert info["tools"][0]["status"] == "ok"
+        assert info["toolNotes"][0]["toolRef"]["refId"] == changed.by_namespaced["ctl.echo"].ref_id
+    finally:
+        await store.close()
+
+
+async def test_read_only_store_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "ro.db"
+    store, svc, _ = await service(f"sqlite:///{path}", catalog())
+    await svc.build("kept", ["ctl.echo"])
+    await store.close()
+    read_only = await Store(f"sqlite:///file:{path}?mode=ro&uri=true").open()
+    try:
+        svc = ToolsetService(read_only, catalog)
+        assert [t["name"] for t in (await svc.saved())["toolsets"]] == ["kept"]  # reading still works
+        with pytest.raises(StoreError, match="read-only, so nothing was saved") as error:
+            await svc.build("new-one", ["ctl.echo"])
+        assert str(path) in str(error.value)
+    finally:
+        await read_only.close()
+
+
+async def test_locked_store_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "locked.db"
+    store, svc, _ = await service(f"sqlite:///{path}", catalog())
+    await store.close()
+    monkeypatch.setattr(store_db, "SQLITE_BUSY_SECONDS", 0.3)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another program holding the write lock
+    try:
+        store, svc, _ = await service(f"sqlite:///{path}", catalog())
+        with pytest.raises(StoreError, match="locked by another process") as error:
+            await svc.build("blocked", ["ctl.echo"])
+        assert str(path) in str(error.value)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert (await svc.build("blocked", ["ctl.echo"]))["success"] is True  # nothing was half-written
+    await store.close()
+
+
+async def test_unreachable_postgres_is_a_clear_error() -> None:
+    with pytest.raises(StoreError, match="Check that the server is running"):
+        await Store("postgresql://postgres@127.0.0.1:1/test").open()
