@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from toolkeeper.store.tables import tool_notes, toolset_tools
 from toolkeeper.toolsets.model import ToolsetError
 
 pytestmark = pytest.mark.anyio
-POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
+POSTGRES = os.environ.get("TOOLKEEPER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def catalog(**schemas: dict[str, Any]) -> Catalog:
