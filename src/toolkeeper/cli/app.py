@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -102,20 +103,24 @@ async def _open_store(config: Config) -> Store:
         raise typer.Exit(2) from None
 
 
-def _with_gateway(config: Config, wait: float, use: Callable[[Gateway], Any]) -> Any:
-    """Connect every server (as `serve` would), wait for them, hand the gateway to `use`, stop."""
-
-    async def main() -> Any:
-        gateway = Gateway(config)
-        async with anyio.create_task_group() as tg:
-            await tg.start(gateway.run)
-            with anyio.move_on_after(wait):
-                await gateway.started.wait()
-            result = use(gateway)
-            if isinstance(result, Awaitable):
-                result = await result
+@asynccontextmanager
+async def _running_gateway(config: Config, wait: float, store: Store | None = None) -> AsyncIterator[Gateway]:
+    """Connect every server (as `serve` would), wait up to `wait` seconds for them, stop on exit."""
+    gateway = Gateway(config, store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(gateway.run)
+        with anyio.move_on_after(wait):
+            await gateway.started.wait()
+        try:
+            yield gateway
+        finally:
             tg.cancel_scope.cancel()
-        return result
+
+
+def _with_gateway(config: Config, wait: float, use: Callable[[Gateway], Any]) -> Any:
+    async def main() -> Any:
+        async with _running_gateway(config, wait) as gateway:
+            return use(gateway)
 
     return anyio.run(main)
 
@@ -199,15 +204,8 @@ def _service(
         async with await _open_store(config) as store:
             if not live:
                 return await use(ToolsetService(store, lambda: None))
-            gateway = Gateway(config, store)
-            async with anyio.create_task_group() as tg:
-                await tg.start(gateway.run)
-                with anyio.move_on_after(wait):
-                    await gateway.started.wait()
-                try:
-                    return await use(gateway.service)
-                finally:
-                    tg.cancel_scope.cancel()
+            async with _running_gateway(config, wait, store) as gateway:
+                return await use(gateway.service)
 
     try:
         return anyio.run(main)

@@ -85,20 +85,21 @@ class ConfigTool:
                     try:
                         check(arguments.get(argument))
                     except ToolsetError as exc:
-                        return tool_error(str(exc))
+                        return error_result(str(exc))
             lines = [f"{'/'.join(str(p) for p in e.path) or '(arguments)'}: {e.message}" for e in errors[:5]]
-            return tool_error(f"Invalid arguments for {self.name}:\n" + "\n".join(lines))
+            return error_result(f"Invalid arguments for {self.name}:\n" + "\n".join(lines))
         try:
             result = await self.run(gateway, arguments)
         except ToolsetError as exc:
-            return tool_error(str(exc))
+            return error_result(str(exc))
         return {
             "content": [{"type": "text", "text": json.dumps(result, indent=2, ensure_ascii=False)}],
             "structuredContent": result,
         }
 
 
-def tool_error(text: str) -> dict[str, Any]:
+def error_result(text: str) -> dict[str, Any]:
+    """A tool error result: the text tells the model (or person) what went wrong and what to do."""
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 

@@ -246,9 +246,10 @@ class Gateway:
         self._rebuild_view()
         self.notifier.tools_changed()
 
-    async def _load_state(self) -> None:
+    async def _load_state(self, revision: int | None = None) -> None:
         assert self.store is not None and self.service is not None
-        revision = await self.store.revision()
+        if revision is None:
+            revision = await self.store.revision()
         previous = self.toolset
         self.toolset = await self.service.equipped()
         self._store_revision = revision
@@ -265,10 +266,11 @@ class Gateway:
         while True:
             await anyio.sleep(STORE_POLL_SECONDS)
             try:
-                if await self.store.revision() == self._store_revision:
+                revision = await self.store.revision()
+                if revision == self._store_revision:
                     continue
                 before = (self.toolset, self.mode)
-                await self._load_state()
+                await self._load_state(revision)
             except StoreError as exc:
                 logger.warning("cannot read the store for changes: %s", exc)
                 continue

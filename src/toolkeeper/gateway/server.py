@@ -15,7 +15,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolkeeper import __version__
-from toolkeeper.gateway.config_tools import ConfigTool
+from toolkeeper.gateway.config_tools import ConfigTool, error_result
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.upstreams.connection import CallTimedOut, Unavailable
 
@@ -53,10 +53,6 @@ def _plain_call(params: Any) -> bool:
         and "inputResponses" not in params
         and "task" not in params
     )
-
-
-def error_result(text: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 def with_result_type(ctx: ServerRequestContext[Any], result: dict[str, Any]) -> dict[str, Any]:

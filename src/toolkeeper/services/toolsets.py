@@ -97,10 +97,8 @@ class ToolsetService:
 
     async def show(self, name: str) -> dict[str, Any]:
         async with self.store.read() as conn:
-            await rows.require_id(conn, name)
-            toolset = await rows.load(conn, name)
+            toolset = await rows.load_required(conn, name)
             equipped = await rows.get_equipped(conn)
-        assert toolset is not None
         return self.describe(toolset, equipped, self._catalog())
 
     async def equipped(self) -> Toolset | None:
@@ -191,8 +189,7 @@ class ToolsetService:
             await rows.insert_toolset(conn, toolset)
             if auto_equip:
                 await rows.set_equipped(conn, name)
-            saved = await rows.load(conn, name)
-        assert saved is not None
+            saved = await rows.load_required(conn, name)
         await self._changed(Change.EQUIPPED if auto_equip else Change.CONTENT)
         result: dict[str, Any] = {
             "success": True,
@@ -206,10 +203,8 @@ class ToolsetService:
 
     async def equip(self, name: str) -> dict[str, Any]:
         async with self.store.write() as conn:
-            await rows.require_id(conn, name)
+            toolset = await rows.load_required(conn, name)
             await rows.set_equipped(conn, name)
-            toolset = await rows.load(conn, name)
-        assert toolset is not None
         await self._changed(Change.EQUIPPED)
         info = self.describe(toolset, name, self._catalog())
         result = {
@@ -310,9 +305,7 @@ class ToolsetService:
         """Accept the live schema of every changed tool: store its current refId."""
         catalog = self.live_catalog()
         async with self.store.write() as conn:
-            await rows.require_id(conn, name)
-            toolset = await rows.load(conn, name)
-            assert toolset is not None
+            toolset = await rows.load_required(conn, name)
             refs, repinned, unavailable = [], [], []
             for ref in toolset.tools:
                 tool, status = status_of(ref, catalog)
@@ -340,9 +333,7 @@ class ToolsetService:
 
     async def export(self, name: str) -> dict[str, Any]:
         async with self.store.read() as conn:
-            await rows.require_id(conn, name)
-            toolset = await rows.load(conn, name)
-        assert toolset is not None
+            toolset = await rows.load_required(conn, name)
         return {
             "format": EXPORT_FORMAT,
             "name": toolset.name,
@@ -445,9 +436,7 @@ class ToolsetService:
                     raise ToolsetError(
                         f"No toolset is currently equipped. Use equip-toolset to load a toolset first. {hint}"
                     )
-            await rows.require_id(conn, name)
-            toolset = await rows.load(conn, name)
-        assert toolset is not None
+            toolset = await rows.load_required(conn, name)
         return toolset
 
     def _member(self, ref: ToolRef, toolset: Toolset) -> tuple[ToolRef, str | None]:
@@ -534,14 +523,14 @@ def read_json_file(path: Path) -> Any:
         raise ToolsetError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}.") from None
 
 
-def _parse_notes(raw: Any, where: str) -> tuple[ToolNotes, ...]:
+def _parse_notes(raw: Any) -> tuple[ToolNotes, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise ToolsetError(f"{where}toolNotes must be a list of {{toolRef, notes}}.")
+        raise ToolsetError("toolNotes must be a list of {toolRef, notes}.")
     entries = []
     for i, entry in enumerate(raw):
-        at = f"{where}toolNotes[{i}]"
+        at = f"toolNotes[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("notes"), list):
             raise ToolsetError(f"{at} must be an object with toolRef and a notes list.")
         try:
@@ -556,34 +545,34 @@ def _parse_notes(raw: Any, where: str) -> tuple[ToolNotes, ...]:
     return tuple(entries)
 
 
-def parse_toolset_document(document: Any, name: str | None = None, where: str = "") -> Toolset:
+def parse_toolset_document(document: Any, name: str | None = None) -> Toolset:
     """A toolset from its JSON form, checked field by field; errors name the field."""
     if not isinstance(document, dict):
-        raise ToolsetError(f"{where or 'The toolset document'} must be a JSON object with name and tools.")
+        raise ToolsetError("The toolset document must be a JSON object with name and tools.")
     fmt = document.get("format")
     if fmt is not None and fmt != EXPORT_FORMAT:
-        raise ToolsetError(f"{where}format {fmt!r} is not one this version reads ({EXPORT_FORMAT}).")
+        raise ToolsetError(f"format {fmt!r} is not one this version reads ({EXPORT_FORMAT}).")
     name = name or document.get("name")
     try:
         check_toolset_name(name)
     except ToolsetError as exc:
-        raise ToolsetError(f"{where}name {name!r}: {exc}") from None
+        raise ToolsetError(f"name {name!r}: {exc}") from None
     tools = document.get("tools")
     if not isinstance(tools, list) or not tools:
-        raise ToolsetError(f"{where}Toolset must include at least one tool")
+        raise ToolsetError("Toolset must include at least one tool")
     refs: list[ToolRef] = []
     for i, raw in enumerate(tools):
         try:
             ref = ToolRef.parse(raw)
         except ToolsetError as exc:
-            raise ToolsetError(f"{where}tools[{i}]: {exc}") from None
+            raise ToolsetError(f"tools[{i}]: {exc}") from None
         if ref not in refs:
             refs.append(ref)
     return Toolset(
         name=name,
         description=_check_description(document.get("description")),
         tools=tuple(refs),
-        notes=_parse_notes(document.get("toolNotes"), where),
+        notes=_parse_notes(document.get("toolNotes")),
         created_at=_parse_time(document.get("createdAt")),
     )
 

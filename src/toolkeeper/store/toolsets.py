@@ -32,13 +32,17 @@ async def _id_of(conn: AsyncConnection, name: str) -> int | None:
     return (await conn.execute(select(toolsets.c.id).where(toolsets.c.name == name))).scalar_one_or_none()
 
 
+async def _not_found(conn: AsyncConnection, name: str) -> ToolsetError:
+    known = await names(conn)
+    return ToolsetError(
+        f'Toolset "{name}" not found. Available toolsets: {", ".join(known) if known else "none"}'
+    )
+
+
 async def require_id(conn: AsyncConnection, name: str) -> int:
     toolset_id = await _id_of(conn, name)
     if toolset_id is None:
-        known = await names(conn)
-        raise ToolsetError(
-            f'Toolset "{name}" not found. Available toolsets: {", ".join(known) if known else "none"}'
-        )
+        raise await _not_found(conn, name)
     return toolset_id
 
 
@@ -73,6 +77,13 @@ async def load(conn: AsyncConnection, name: str) -> Toolset | None:
         created_at=_aware(row.created_at),
         updated_at=_aware(row.updated_at),
     )
+
+
+async def load_required(conn: AsyncConnection, name: str) -> Toolset:
+    toolset = await load(conn, name)
+    if toolset is None:
+        raise await _not_found(conn, name)
+    return toolset
 
 
 async def load_all(conn: AsyncConnection) -> list[Toolset]:
