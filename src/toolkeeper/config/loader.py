@@ -33,8 +33,15 @@ logger = logging.getLogger(__name__)
 TOP_LEVEL_KEYS = {"mcpServers", "toolkeeper", "$schema"}
 STDIO_KEYS = {"command", "args", "env", "cwd"}
 REMOTE_KEYS = {"url", "headers"}
-COMMON_KEYS = {"type", "transport", "disabled", "prefix", "trust", "timeout", "description"}
-SETTINGS_KEYS = {"home", "databaseUrl", "http", "logLevel", "maxConcurrentConnects", "featureFlags"}
+COMMON_KEYS = {
+    "type", "transport", "disabled", "prefix", "trust", "timeout", "description",
+    "inferHints", "sanitizeUntrustedHints",
+}  # fmt: skip
+SETTINGS_KEYS = {
+    "home", "databaseUrl", "http", "logLevel", "maxConcurrentConnects", "featureFlags",
+    "inferHints", "sanitizeUntrustedHints",
+}  # fmt: skip
+INFER_HINTS = ("suggest", "apply")
 TRANSPORT_ALIASES = {
     "stdio": "stdio",
     "http": "http",
@@ -252,6 +259,13 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
     timeout = entry.get("timeout", DEFAULT_CALL_TIMEOUT)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise EntryError(f"'timeout' must be a positive number of seconds, got {timeout!r}")
+    infer_hints = entry.get("inferHints")
+    if infer_hints is not None and infer_hints not in INFER_HINTS:
+        raise EntryError(f"'inferHints' must be 'suggest' or 'apply', got {infer_hints!r}")
+    sanitize = entry.get("sanitizeUntrustedHints")
+    if sanitize is not None and not isinstance(sanitize, bool):
+        raise EntryError(f"'sanitizeUntrustedHints' must be true or false, got {sanitize!r}")
+    hint_options = {"infer_hints": infer_hints, "sanitize_untrusted_hints": sanitize}
 
     if transport == "stdio":
         command = _string(entry, "command", env)
@@ -276,6 +290,7 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
             prefix=prefix,
             trust=trust,
             timeout=float(timeout),
+            **hint_options,
         )
     url = _string(entry, "url", env)
     if not url or not url.startswith(("http://", "https://")):
@@ -288,6 +303,7 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
         prefix=prefix,
         trust=trust,
         timeout=float(timeout),
+        **hint_options,
     )
 
 
@@ -336,7 +352,16 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
     connects = setting("maxConcurrentConnects", "TOOLKEEPER_MAX_CONCURRENT_CONNECTS", int, 8)
     if connects < 1:
         raise ConfigError(f"{where}: toolkeeper.maxConcurrentConnects must be at least 1.")
+    infer_hints = setting("inferHints", "TOOLKEEPER_INFER_HINTS", str, "suggest")
+    if infer_hints not in INFER_HINTS:
+        raise ConfigError(
+            f"{where}: toolkeeper.inferHints must be 'suggest' or 'apply', got {infer_hints!r}."
+        )
     return GatewaySettings(
+        infer_hints=infer_hints,
+        sanitize_untrusted_hints=setting(
+            "sanitizeUntrustedHints", "TOOLKEEPER_SANITIZE_UNTRUSTED_HINTS", bool, False
+        ),
         config_tools_menu=_feature_flag(flags, env, "enableConfigToolsMenu", True),
         home=Path(expand(home, env, "toolkeeper.home")).expanduser() if home else None,
         database_url=setting("databaseUrl", "TOOLKEEPER_DATABASE_URL", str, None),

@@ -13,6 +13,8 @@ from typing import Literal
 
 Transport = Literal["stdio", "http", "sse"]
 Trust = Literal["trusted", "untrusted"]
+# Inferred hints: shown as suggestions only, or also emitted where the server left a hint absent.
+InferHints = Literal["suggest", "apply"]
 
 DEFAULT_CALL_TIMEOUT = 60.0
 DEFAULT_HTTP_HOST = "127.0.0.1"
@@ -34,6 +36,9 @@ class ServerConfig:
     prefix: str = ""
     trust: Trust = "untrusted"
     timeout: float = DEFAULT_CALL_TIMEOUT
+    # None: the gateway-wide setting applies.
+    infer_hints: InferHints | None = None
+    sanitize_untrusted_hints: bool | None = None
 
     def describe(self) -> str:
         """A one-line, secret-free description for logs and `toolkeeper servers`."""
@@ -56,6 +61,9 @@ class GatewaySettings:
     feature_flags: dict[str, bool] = field(default_factory=dict)
     # Seed 001's `enableConfigToolsMenu`: configuration tools apart, behind a mode switch.
     config_tools_menu: bool = True
+    infer_hints: InferHints = "suggest"
+    # Emit conservative values instead of an untrusted server's claims of safety.
+    sanitize_untrusted_hints: bool = False
 
 
 @dataclass(frozen=True)

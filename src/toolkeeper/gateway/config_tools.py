@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
 
+from toolkeeper.annotations.hints import HINTS, PARAM_DESCRIPTION_MAX, TITLE_MAX
+from toolkeeper.errors import ServiceError
 from toolkeeper.toolsets.model import (
     NAME_PATTERN,
     NOTE_NAME_MAX,
@@ -84,13 +86,13 @@ class ConfigTool:
                 if any(list(e.path)[:1] == [argument] for e in errors):
                     try:
                         check(arguments.get(argument))
-                    except ToolsetError as exc:
+                    except ServiceError as exc:
                         return error_result(str(exc))
             lines = [f"{'/'.join(str(p) for p in e.path) or '(arguments)'}: {e.message}" for e in errors[:5]]
             return error_result(f"Invalid arguments for {self.name}:\n" + "\n".join(lines))
         try:
             result = await self.run(gateway, arguments)
-        except ToolsetError as exc:
+        except ServiceError as exc:
             return error_result(str(exc))
         return {
             "content": [{"type": "text", "text": json.dumps(result, indent=2, ensure_ascii=False)}],
@@ -159,7 +161,12 @@ NAME_CHECK = {"name": check_toolset_name}
 
 
 async def _list_available(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return await gateway.service.available_tools()
+    result = await gateway.service.available_tools()
+    hints = await gateway.hints.briefs()
+    for server in result["toolsByServer"]:
+        for tool in server["tools"]:
+            tool["hints"] = hints.get(tool["namespacedName"])
+    return result
 
 
 async def _build(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
@@ -210,6 +217,12 @@ async def _import(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+async def _set_hints(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return await gateway.hints.set(
+        args["toolRef"], args.get("hints"), args.get("parameters"), args.get("toolset"), args.get("accept")
+    )
+
+
 async def _enter(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
     return gateway.enter_configuration_mode()
 
@@ -223,7 +236,9 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         "list-available-tools",
         "List Available Tools",
         "Discover all tools available from connected MCP servers, grouped by server, for building toolsets. "
-        "Each tool can be referenced by 'namespacedName' (e.g., 'git.status') or 'refId' (unique hash).",
+        "Each tool can be referenced by 'namespacedName' (e.g., 'git.status') or 'refId' (unique hash). "
+        "Each tool's hints give every field's effective value and its source (pinned, declared, "
+        "declared-untrusted, method, inferred, default), with the gateway's suggestion for a gap.",
         {},
         (),
         _hints(read_only=True),
@@ -382,6 +397,65 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         checkers=NAME_CHECK,
     ),
     ConfigTool(
+        "set-tool-hints",
+        "Set Tool Hints",
+        "Pin a tool's behaviour hints, title or parameter descriptions, overriding what its server "
+        "declared; null clears a pin so the tool inherits again. Pins are global unless a toolset is "
+        "given (then they hold while it is equipped). 'accept' pins the gateway's inferred suggestions "
+        "(see list-available-tools). Example: {toolRef: {namespacedName: 'notes.update_note'}, hints: "
+        "{readOnlyHint: false, destructiveHint: true}}",
+        {
+            "toolRef": TOOL_REF,
+            "hints": {
+                "type": "object",
+                "description": "Fields to pin: title (text) and the four hints (true/false); "
+                "null clears a pin",
+                "properties": {
+                    "title": {
+                        "type": ["string", "null"],
+                        "description": "Human-readable title clients show instead of the name",
+                        "minLength": 1,
+                        "maxLength": TITLE_MAX,
+                    },
+                    **{
+                        hint: {"type": ["boolean", "null"], "description": description}
+                        for hint, description in zip(
+                            HINTS,
+                            (
+                                "true if the tool changes nothing",
+                                "true if it may delete or overwrite data (when not read-only)",
+                                "true if repeating the call with the same arguments changes nothing more",
+                                "true if it reaches beyond a closed set of things (the web, other people)",
+                            ),
+                            strict=True,
+                        )
+                    },
+                },
+                "additionalProperties": False,
+            },
+            "parameters": {
+                "type": "object",
+                "description": "Parameter descriptions to pin, by parameter name; null clears a pin",
+                "additionalProperties": {
+                    "type": ["string", "null"],
+                    "minLength": 1,
+                    "maxLength": PARAM_DESCRIPTION_MAX,
+                },
+            },
+            "accept": {
+                "type": "array",
+                "description": "Inferred suggestions to pin: field names such as 'readOnlyHint' or "
+                "'param:category', or ['all'] for every gap that has a suggestion",
+                "items": {"type": "string"},
+                "minItems": 1,
+            },
+            "toolset": {**TOOLSET_NAME, "description": "Pin only for this toolset (default: a global pin)"},
+        },
+        ("toolRef",),
+        _hints(read_only=False, destructive=True),
+        _set_hints,
+    ),
+    ConfigTool(
         EXIT,
         "Exit Configuration Mode",
         "Leave configuration mode and return to normal mode: the equipped toolset's tools are listed again "
@@ -399,8 +473,8 @@ ENTER_TOOL = ConfigTool(
     "Switch to configuration mode to manage toolsets and tool annotations. The tool list then shows only "
     "the configuration tools (list-available-tools, build-toolset, list-saved-toolsets, equip-toolset, "
     "unequip-toolset, delete-toolset, get-active-toolset, add-tool-annotation, remove-tool-annotation, "
-    "export-toolset, import-toolset, exit-configuration-mode) and hides the working tools until you exit "
-    "or equip a toolset. Does nothing if already in configuration mode.",
+    "export-toolset, import-toolset, set-tool-hints, exit-configuration-mode) and hides the working tools "
+    "until you exit or equip a toolset. Does nothing if already in configuration mode.",
     {},
     (),
     _hints(read_only=False),

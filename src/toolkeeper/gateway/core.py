@@ -9,13 +9,14 @@ dict lookup. The store is read when something changed, never per request.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
 import anyio
 
+from toolkeeper.annotations.effective import Annotator, policies_from
 from toolkeeper.catalog import Catalog, CatalogTool, ServerTools, build_catalog
 from toolkeeper.config.model import Config
 from toolkeeper.gateway.config_tools import (
@@ -28,6 +29,7 @@ from toolkeeper.gateway.config_tools import (
     ConfigTool,
 )
 from toolkeeper.gateway.notify import ClientNotifier
+from toolkeeper.services.hints import HintService
 from toolkeeper.services.toolsets import Change, ToolsetService
 from toolkeeper.store import Store, StoreError
 from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
@@ -69,6 +71,12 @@ class Gateway:
         self.toolset: Toolset | None = None
         self.mode = Mode.NORMAL
         self.service = ToolsetService(store, self._live_catalog, self._toolsets_changed) if store else None
+        self.annotator = Annotator(policies_from(config))
+        self.hints = (
+            HintService(store, self._live_catalog, self._current_annotator, self._toolsets_changed)
+            if store
+            else None
+        )
         self._store_revision = -1
         self.started = anyio.Event()
         self._rebuild()
@@ -106,6 +114,9 @@ class Gateway:
         self._rebuild()
         self.notifier.tools_changed()
 
+    def _current_annotator(self) -> Annotator:
+        return self.annotator
+
     def _live_catalog(self) -> Catalog | None:
         return self.catalog if self.started.is_set() else None
 
@@ -127,6 +138,7 @@ class Gateway:
 
         def add_downstream(tools: Any) -> None:
             toolset = self.toolset
+            scope = toolset.name if toolset else None
             for tool in tools:
                 if tool.exposed_name in BY_NAME:
                     logger.warning(
@@ -137,7 +149,7 @@ class Gateway:
                 routes[tool.exposed_name] = tool
                 if not tool.available:
                     continue
-                entry = tool.listed()
+                entry = self.annotator.effective(tool, scope, explain=False).listed(tool)
                 notes = toolset.notes_for(tool) if toolset else ()
                 if notes:
                     entry["description"] = describe_with_notes(entry.get("description"), notes)
@@ -247,11 +259,12 @@ class Gateway:
         self.notifier.tools_changed()
 
     async def _load_state(self, revision: int | None = None) -> None:
-        assert self.store is not None and self.service is not None
+        assert self.store is not None and self.service is not None and self.hints is not None
         if revision is None:
             revision = await self.store.revision()
         previous = self.toolset
         self.toolset = await self.service.equipped()
+        self.annotator = replace(self.annotator, overrides=await self.hints.overrides())
         self._store_revision = revision
         if (
             self.toolset
@@ -269,11 +282,11 @@ class Gateway:
                 revision = await self.store.revision()
                 if revision == self._store_revision:
                     continue
-                before = (self.toolset, self.mode)
+                before = (self.toolset, self.mode, self.annotator.overrides)
                 await self._load_state(revision)
             except StoreError as exc:
                 logger.warning("cannot read the store for changes: %s", exc)
                 continue
-            if (self.toolset, self.mode) != before:
+            if (self.toolset, self.mode, self.annotator.overrides) != before:
                 self._rebuild_view()
                 self.notifier.tools_changed()

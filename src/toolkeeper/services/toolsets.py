@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkeeper.catalog import Catalog, CatalogTool
-from toolkeeper.store import Store
+from toolkeeper.store import Store, overrides
 from toolkeeper.store import toolsets as rows
 from toolkeeper.toolsets.model import (
     DESCRIPTION_MAX,
@@ -237,10 +237,13 @@ class ToolsetService:
             if was_equipped:
                 await rows.set_equipped(conn, None)
             await rows.delete_toolset(conn, name)
+            pins = await overrides.remove_scope(conn, name)
         await self._changed(Change.UNEQUIPPED if was_equipped else Change.CONTENT)
         message = f'Toolset "{name}" has been deleted.'
         if was_equipped:
             message += " It was equipped, so no toolset is equipped now."
+        if pins:
+            message += f" Its {pins} toolset-specific hint pin(s) went with it."
         return {"success": True, "deleted": name, "wasEquipped": was_equipped, "message": message}
 
     async def add_notes(self, tool_ref: Any, notes: Any, toolset: str | None = None) -> dict[str, Any]:

@@ -55,6 +55,22 @@ tool_notes = Table(
     UniqueConstraint("toolset_id", "tool_key", "name", name="uq_tool_notes_name"),
 )
 
+# What a person pinned for a tool: one row per field, so setting one hint never overwrites
+# another set at the same moment. `scope` is '' for a global pin or the toolset's name for a pin
+# that holds while that toolset is equipped. `field` is a hint name, 'title', or 'param:<name>'
+# for a parameter description; `value` is JSON (true, false or a string).
+tool_overrides = Table(
+    "tool_overrides",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("namespaced_name", String(200), nullable=False),
+    Column("scope", String(50), nullable=False),
+    Column("field", String(200), nullable=False),
+    Column("value", Text, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("scope", "namespaced_name", "field", name="uq_tool_overrides_field"),
+)
+
 # Small facts about the gateway that outlive a restart (the equipped toolset).
 gateway_state = Table(
     "gateway_state",

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from toolkeeper.catalog import Catalog, CatalogTool
+from toolkeeper.errors import ServiceError
 
 NAME_PATTERN = "^[a-z0-9-]+$"
 _NAME = re.compile(NAME_PATTERN)
@@ -31,8 +32,8 @@ MAX_TOOLS = 500
 NOTES_HEADING = "### Additional Tool Notes"
 
 
-class ToolsetError(Exception):
-    """Bad input or a missing thing: the message says what and what to do next."""
+class ToolsetError(ServiceError):
+    """A toolset or note request that cannot be done."""
 
 
 def check_toolset_name(name: Any) -> str:

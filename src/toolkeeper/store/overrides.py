@@ -1,0 +1,79 @@
+"""Pinned hints, titles and parameter descriptions in the store. Callers own the transaction."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from toolkeeper.annotations.effective import Overrides, Pins
+from toolkeeper.store.tables import tool_overrides
+from toolkeeper.store.toolsets import now
+
+logger = logging.getLogger(__name__)
+
+PARAM = "param:"
+
+
+async def load(conn: AsyncConnection) -> Overrides:
+    rows = (await conn.execute(select(tool_overrides))).all()
+    fields: dict[tuple[str, str], dict[str, Any]] = defaultdict(dict)
+    parameters: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+    for row in rows:
+        key = (row.scope, row.namespaced_name)
+        try:
+            value = json.loads(row.value)
+        except json.JSONDecodeError:
+            logger.warning("store: pin %s of %s is not valid JSON; ignored", row.field, row.namespaced_name)
+            continue
+        if row.field.startswith(PARAM):
+            parameters[key][row.field[len(PARAM) :]] = value
+        else:
+            fields[key][row.field] = value
+    return Overrides(
+        MappingProxyType(
+            {
+                key: Pins(MappingProxyType(fields.get(key, {})), MappingProxyType(parameters.get(key, {})))
+                for key in set(fields) | set(parameters)
+            }
+        )
+    )
+
+
+async def put(conn: AsyncConnection, namespaced_name: str, scope: str, field: str, value: Any) -> None:
+    """Pin one field, replacing an earlier pin of it (an upsert: concurrent writers never collide)."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    encoded = json.dumps(value, ensure_ascii=False)
+    statement = dialect.insert(tool_overrides).values(
+        namespaced_name=namespaced_name, scope=scope, field=field, value=encoded, updated_at=now()
+    )
+    statement = statement.on_conflict_do_update(
+        index_elements=["scope", "namespaced_name", "field"],
+        set_={"value": statement.excluded.value, "updated_at": statement.excluded.updated_at},
+    )
+    await conn.execute(statement)
+
+
+async def remove(
+    conn: AsyncConnection, namespaced_name: str, scope: str, fields: list[str] | None
+) -> list[str]:
+    """Unpin the given fields (all of the tool's pins in `scope` when None); returns what was removed."""
+    where = [tool_overrides.c.namespaced_name == namespaced_name, tool_overrides.c.scope == scope]
+    if fields is not None:
+        where.append(tool_overrides.c.field.in_(fields))
+    existing = (await conn.execute(select(tool_overrides.c.field).where(*where))).scalars().all()
+    if existing:
+        await conn.execute(delete(tool_overrides).where(*where))
+    return sorted(existing)
+
+
+async def remove_scope(conn: AsyncConnection, scope: str) -> int:
+    """Drop every pin of a toolset (when the toolset is deleted)."""
+    result = await conn.execute(delete(tool_overrides).where(tool_overrides.c.scope == scope))
+    return result.rowcount or 0
