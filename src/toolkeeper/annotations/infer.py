@@ -83,8 +83,7 @@ CATEGORIES: tuple[Category, ...] = (
             "terminate cancel".split()
         ),
         {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
-        "removes data: destructive, and deleting what is already gone leaves the same "
-        "end state (idempotent)",
+        "removes data: destructive, and deleting what is already gone leaves the same end state (idempotent)",
     ),
     Category(
         "execute",
@@ -258,12 +257,12 @@ def _infer(name: str, title: str | None, description: str | None, parameters: tu
     if found is None and title:
         found, where = _find_category(words(title)), "title"
     if found is None and description:
-        # "Reads …", "Returns a list of …": a verb among the first words of the first sentence.
+        # "Reads …", "Read, append, or delete …": only a sentence that starts with a verb counts.
         found, where = (
             _find_category(words(_FIRST_SENTENCE.split(description.strip(), 1)[0]), stem=True),
             "description",
         )
-        if found is not None and found.position > 2:
+        if found is not None and found.position > 0:
             found = None
     category = verb = None
     if found is not None:
@@ -277,11 +276,14 @@ def _infer(name: str, title: str | None, description: str | None, parameters: tu
                 f"the {where}'s {verb} with the version argument {version!r}: a repeat carries a stale "
                 "version and fails, so it is not idempotent (ADR-017)"
                 if version
-                else f"the {where}'s {verb} is not assumed idempotent; declare it if repeating changes nothing",
+                else f"the {where}'s {verb} is not assumed idempotent; declare it if repeating "
+                "changes nothing",
             )
     open_world = next((w for w in words(name) if w.lower() in _OPEN_WORLD_WORDS), None)
     if open_world:
-        suggestions["openWorldHint"] = Suggestion(True, f"the name's word '{open_world}' reaches the open web")
+        suggestions["openWorldHint"] = Suggestion(
+            True, f"the name's word '{open_world}' reaches the open web"
+        )
     elif description and (match := _OPEN_WORLD_TEXT.search(description)):
         suggestions["openWorldHint"] = Suggestion(True, f"the description mentions {match.group(0)!r}")
     if not title:

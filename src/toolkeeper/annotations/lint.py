@@ -59,7 +59,9 @@ def lint_tool(tool: Mapping[str, Any]) -> list[Finding]:
     suggestions = infer(tool).suggestions
     findings: list[Finding] = []
 
-    def add(severity: Severity, code: str, field: str | None, message: str, suggest: str | None = None) -> None:
+    def add(
+        severity: Severity, code: str, field: str | None, message: str, suggest: str | None = None
+    ) -> None:
         suggestion = suggestions.get(suggest) if suggest else None
         findings.append(
             Finding(
@@ -82,7 +84,8 @@ def lint_tool(tool: Mapping[str, Any]) -> list[Finding]:
             Severity.ERROR,
             "contradiction",
             "destructiveHint",
-            "readOnlyHint and destructiveHint are both true: a tool that changes nothing cannot destroy anything.",
+            "readOnlyHint and destructiveHint are both true: a tool that changes nothing cannot "
+            "destroy anything.",
             "readOnlyHint",
         )
     for hint, value in hints.items():
@@ -94,7 +97,8 @@ def lint_tool(tool: Mapping[str, Any]) -> list[Finding]:
                 Severity.ERROR,
                 "misleading-hint",
                 hint,
-                f"{hint} is {str(value).lower()}, but {suggestion.reason}. Clients skip confirmations on this claim.",
+                f"{hint} is {str(value).lower()}, but {suggestion.reason}. "
+                "Clients skip confirmations on this claim.",
                 hint,
             )
         elif (hint, value) in (("idempotentHint", True), ("openWorldHint", False)):
@@ -102,7 +106,8 @@ def lint_tool(tool: Mapping[str, Any]) -> list[Finding]:
                 Severity.INFO,
                 "doubtful-hint",
                 hint,
-                f"{hint} is {str(value).lower()}, but {suggestion.reason}. Keep it if the tool really behaves so.",
+                f"{hint} is {str(value).lower()}, but {suggestion.reason}. "
+                "Keep it if the tool really behaves so.",
                 hint,
             )
 
@@ -119,7 +124,13 @@ def lint_tool(tool: Mapping[str, Any]) -> list[Finding]:
             continue
         if hint in ("destructiveHint", "idempotentHint") and read_only is True:
             continue  # meaningful only when the tool is not read-only
-        add(Severity.WARNING, "missing-hint", hint, f"{hint} is absent: clients assume the spec default.", hint)
+        add(
+            Severity.WARNING,
+            "missing-hint",
+            hint,
+            f"{hint} is absent: clients assume the spec default.",
+            hint,
+        )
 
     for parameter, spec in input_properties(tool).items():
         if declared_parameter_description(spec) is None:

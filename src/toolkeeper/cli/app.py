@@ -4,62 +4,41 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import anyio
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from toolkeeper import __version__
-from toolkeeper.config import Config, ConfigError, load_config
-from toolkeeper.config.loader import demo_config_path
-from toolkeeper.gateway.core import Gateway
+from toolkeeper.cli.common import (
+    ConfigOption,
+    DemoOption,
+    JsonOption,
+    ToolsetOption,
+    WaitOption,
+    app,
+    err,
+    load,
+    mark,
+    open_store,
+    out,
+    print_json,
+    print_warnings,
+    run_service,
+    with_gateway,
+)
 from toolkeeper.log import setup_logging
 from toolkeeper.services.inspect import HINTS, server_rows, tool_rows
 from toolkeeper.services.toolsets import ToolsetService, read_json_file
-from toolkeeper.store import Store, StoreError
 from toolkeeper.toolsets.model import ToolsetError
-
-app = typer.Typer(
-    help="toolkeeper: an MCP gateway in front of your MCP servers.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-out = Console()
-err = Console(stderr=True)
-
-ConfigOption = typer.Option(
-    None,
-    "--config",
-    "-c",
-    help="Configuration file (mcpServers JSON). Default: $TOOLKEEPER_CONFIG, then the user config "
-    "directory, then the bundled demo.",
-    show_default=False,
-)
-DemoOption = typer.Option(False, "--demo", help="Use the bundled demo configuration.")
-JsonOption = typer.Option(False, "--json", help="Print JSON for machines instead of a table.")
 
 
 class TransportChoice(StrEnum):
     stdio = "stdio"
     http = "http"
-
-
-def _load(config_path: Path | None, demo: bool) -> Config:
-    try:
-        config = load_config(demo_config_path() if demo else config_path)
-    except ConfigError as exc:
-        # Plain text: a path or key may contain [brackets], and file:line:col must not wrap.
-        err.print(f"configuration error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    setup_logging(config.settings.log_level)
-    return config
 
 
 @app.callback(invoke_without_command=True)
@@ -81,11 +60,11 @@ def serve(
     port: int | None = typer.Option(None, "--port", help="HTTP port (default from config, 8765)."),
 ) -> None:
     """Run the gateway: over stdio for a client that starts it, or over streamable HTTP at /mcp."""
-    loaded = _load(config, demo)
+    loaded = load(config, demo)
     from toolkeeper.gateway.serve import serve_http, serve_stdio
 
     async def main() -> None:
-        async with await _open_store(loaded) as store:
+        async with await open_store(loaded) as store:
             if transport is TransportChoice.stdio:
                 await serve_stdio(loaded, store)
             else:
@@ -93,40 +72,6 @@ def serve(
                 await serve_http(loaded, store, host or settings.http_host, port or settings.http_port)
 
     anyio.run(main)
-
-
-async def _open_store(config: Config) -> Store:
-    try:
-        return await Store.from_settings(config.settings).open()
-    except StoreError as exc:
-        err.print(f"store error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-
-
-@asynccontextmanager
-async def _running_gateway(config: Config, wait: float, store: Store | None = None) -> AsyncIterator[Gateway]:
-    """Connect every server (as `serve` would), wait up to `wait` seconds for them, stop on exit."""
-    gateway = Gateway(config, store)
-    async with anyio.create_task_group() as tg:
-        await tg.start(gateway.run)
-        with anyio.move_on_after(wait):
-            await gateway.started.wait()
-        try:
-            yield gateway
-        finally:
-            tg.cancel_scope.cancel()
-
-
-def _with_gateway(config: Config, wait: float, use: Callable[[Gateway], Any]) -> Any:
-    async def main() -> Any:
-        async with _running_gateway(config, wait) as gateway:
-            return use(gateway)
-
-    return anyio.run(main)
-
-
-def _mark(value: Any) -> str:
-    return {True: "[green]✓[/green]", False: "[red]✗[/red]"}.get(value, "[dim]·[/dim]")
 
 
 @app.command()
@@ -137,7 +82,7 @@ def servers(
     wait: float = typer.Option(15.0, help="Seconds to wait for servers to connect."),
 ) -> None:
     """Each configured server: state, protocol era, tool count, last error."""
-    rows = _with_gateway(_load(config, demo), wait, server_rows)
+    rows = with_gateway(load(config, demo), wait, server_rows)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -165,7 +110,7 @@ def tools(
     wait: float = typer.Option(15.0, help="Seconds to wait for servers to connect."),
 ) -> None:
     """Every tool: exposed name, title, behaviour hints as declared, server."""
-    rows = _with_gateway(_load(config, demo), wait, tool_rows)
+    rows = with_gateway(load(config, demo), wait, tool_rows)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -176,7 +121,7 @@ def tools(
         table.add_row(
             name,
             r["title"] or "",
-            *(_mark(hints.get(h)) for h in HINTS),
+            *(mark(hints.get(h)) for h in HINTS),
             r["server"],
         )
     out.print(table)
@@ -191,36 +136,6 @@ toolsets_app = typer.Typer(help="Build, equip, share and repair toolsets.", no_a
 notes_app = typer.Typer(help="Notes the model sees appended to a tool's description.", no_args_is_help=True)
 app.add_typer(toolsets_app, name="toolsets")
 app.add_typer(notes_app, name="notes")
-WaitOption = typer.Option(15.0, "--wait", help="Seconds to wait for servers to connect.")
-ToolsetOption = typer.Option(None, "--toolset", help="Toolset to change (default: the equipped one).")
-
-
-def _service(
-    config: Config, use: Callable[[ToolsetService], Awaitable[Any]], *, live: bool = False, wait: float = 15.0
-) -> Any:
-    """Run one service operation with the store open; `live` connects the servers first."""
-
-    async def main() -> Any:
-        async with await _open_store(config) as store:
-            if not live:
-                return await use(ToolsetService(store, lambda: None))
-            async with _running_gateway(config, wait, store) as gateway:
-                return await use(gateway.service)
-
-    try:
-        return anyio.run(main)
-    except (ToolsetError, StoreError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False))
-
-
-def _print_warnings(result: dict[str, Any]) -> None:
-    for warning in result.get("warnings") or []:
-        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
 
 
 STATUS_STYLE = {"ok": "green", "changed": "yellow", "unavailable": "red"}
@@ -257,9 +172,9 @@ def toolsets_list(
     config: Path | None = ConfigOption, demo: bool = DemoOption, as_json: bool = JsonOption
 ) -> None:
     """Saved toolsets: tools, notes, which one is equipped."""
-    result = _service(_load(config, demo), lambda s: s.saved())
+    result = run_service(load(config, demo), lambda s: s.saved())
     if as_json:
-        return _print_json(result)
+        return print_json(result)
     table = Table("toolset", "tools", "notes", "updated", "description")
     for info in result["toolsets"]:
         name = f"[bold]{info['name']}[/bold] (equipped)" if info["equipped"] else info["name"]
@@ -278,8 +193,8 @@ def toolsets_show(
     wait: float = WaitOption,
 ) -> None:
     """One toolset: each tool's status (ok, changed, unavailable) and its notes."""
-    info = _service(_load(config, demo), lambda s: s.show(name), live=not offline, wait=wait)
-    _print_json(info) if as_json else _print_toolset(info)
+    info = run_service(load(config, demo), lambda s: s.show(name), live=not offline, wait=wait)
+    print_json(info) if as_json else _print_toolset(info)
 
 
 @toolsets_app.command("build")
@@ -294,12 +209,12 @@ def toolsets_build(
     wait: float = WaitOption,
 ) -> None:
     """Save a toolset of the given tools (resolved against the live servers)."""
-    result = _service(
-        _load(config, demo), lambda s: s.build(name, tools, description, equip), live=True, wait=wait
+    result = run_service(
+        load(config, demo), lambda s: s.build(name, tools, description, equip), live=True, wait=wait
     )
     if as_json:
-        return _print_json(result)
-    _print_warnings(result)
+        return print_json(result)
+    print_warnings(result)
     out.print(
         f"Saved toolset {name} with {result['toolset']['toolCount']} tools"
         f"{' and equipped it' if result['autoEquipped'] else ''}."
@@ -309,14 +224,14 @@ def toolsets_build(
 @toolsets_app.command("equip")
 def toolsets_equip(name: str, config: Path | None = ConfigOption, demo: bool = DemoOption) -> None:
     """Equip a toolset (a running gateway switches to it and to normal mode)."""
-    result = _service(_load(config, demo), lambda s: s.equip(name))
+    result = run_service(load(config, demo), lambda s: s.equip(name))
     out.print(result["message"])
 
 
 @toolsets_app.command("unequip")
 def toolsets_unequip(config: Path | None = ConfigOption, demo: bool = DemoOption) -> None:
     """Unequip the equipped toolset."""
-    out.print(_service(_load(config, demo), lambda s: s.unequip())["message"])
+    out.print(run_service(load(config, demo), lambda s: s.unequip())["message"])
 
 
 @toolsets_app.command("delete")
@@ -327,13 +242,13 @@ def toolsets_delete(
     demo: bool = DemoOption,
 ) -> None:
     """Delete a toolset and its notes."""
-    loaded = _load(config, demo)
+    loaded = load(config, demo)
     if not yes:
         if not sys.stdin.isatty():
             err.print(f"Refusing to delete {name} without confirmation: add --yes.")
             raise typer.Exit(1)
         typer.confirm(f"Delete toolset {name} and its notes?", abort=True)
-    out.print(_service(loaded, lambda s: s.delete(name))["message"])
+    out.print(run_service(loaded, lambda s: s.delete(name))["message"])
 
 
 @toolsets_app.command("export")
@@ -344,7 +259,7 @@ def toolsets_export(
     demo: bool = DemoOption,
 ) -> None:
     """Export a toolset with its notes as JSON."""
-    document = _service(_load(config, demo), lambda s: s.export(name))
+    document = run_service(load(config, demo), lambda s: s.export(name))
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     if output is None:
         print(text, end="")
@@ -366,7 +281,7 @@ def toolsets_import(
     async def use(service: ToolsetService) -> dict[str, Any]:
         return await service.import_toolset(read_json_file(path), name, overwrite)
 
-    result = _service(_load(config, demo), use)
+    result = run_service(load(config, demo), use)
     out.print(
         f"Imported toolset {result['toolsetName']}: {result['toolCount']} tools, "
         f"{result['noteCount']} notes{' (replaced the old one)' if result['replaced'] else ''}."
@@ -378,8 +293,8 @@ def toolsets_repin(
     name: str, config: Path | None = ConfigOption, demo: bool = DemoOption, wait: float = WaitOption
 ) -> None:
     """Accept the current schema of every changed tool in a toolset."""
-    result = _service(_load(config, demo), lambda s: s.repin(name), live=True, wait=wait)
-    _print_warnings(result)
+    result = run_service(load(config, demo), lambda s: s.repin(name), live=True, wait=wait)
+    print_warnings(result)
     repinned = result["repinned"]
     out.print(f"Re-pinned {len(repinned)} tool(s) in {name}{': ' + ', '.join(repinned) if repinned else ''}.")
 
@@ -395,8 +310,8 @@ def notes_add(
 ) -> None:
     """Add a note to a tool of a toolset (an existing note name is kept and skipped)."""
     notes = [{"name": name, "note": text}]
-    result = _service(_load(config, demo), lambda s: s.add_notes(tool, notes, toolset))
-    _print_warnings(result)
+    result = run_service(load(config, demo), lambda s: s.add_notes(tool, notes, toolset))
+    print_warnings(result)
     if result["successCount"]:
         out.print(f"Added note {name} to {tool} in {result['toolset']}.")
 
@@ -417,9 +332,9 @@ def notes_list(
             raise ToolsetError("No toolset is equipped: name one with --toolset.")
         return await service.show(target)
 
-    info = _service(_load(config, demo), use)
+    info = run_service(load(config, demo), use)
     if as_json:
-        return _print_json({"toolset": info["name"], "toolNotes": info["toolNotes"]})
+        return print_json({"toolset": info["name"], "toolNotes": info["toolNotes"]})
     table = Table("tool", "note", "text", title=info["name"])
     for entry in info["toolNotes"]:
         ref = entry["toolRef"].get("namespacedName") or entry["toolRef"].get("refId")
@@ -437,7 +352,7 @@ def notes_remove(
     demo: bool = DemoOption,
 ) -> None:
     """Remove notes from a tool, by name."""
-    result = _service(_load(config, demo), lambda s: s.remove_notes(tool, names, toolset))
+    result = run_service(load(config, demo), lambda s: s.remove_notes(tool, names, toolset))
     out.print(f"Removed {', '.join(result['removedNotes'])} from {tool} in {result['toolset']}.")
 
 
@@ -452,16 +367,22 @@ def import_hypertool(
     as_json: bool = JsonOption,
 ) -> None:
     """Import hypertool's toolsets and notes (and its last equipped toolset)."""
-    result = _service(_load(config, demo), lambda s: s.import_hypertool(path, overwrite))
+    result = run_service(load(config, demo), lambda s: s.import_hypertool(path, overwrite))
     if as_json:
-        return _print_json(result)
-    _print_warnings(result)
+        return print_json(result)
+    print_warnings(result)
     for skipped in result["skipped"]:
         err.print(f"[yellow]skipped[/yellow] {skipped['name']}: {skipped['reason']}", highlight=False)
     out.print(
         f"Imported {len(result['imported'])} toolset(s): {', '.join(result['imported']) or 'none'}."
         + (f" Equipped {result['equipped']}." if result["equipped"] else "")
     )
+
+
+# The hint and lint commands live in their own module; importing it registers them.
+from toolkeeper.cli import hints as _hints  # noqa: E402, F401
+
+# The hint and lint commands live in their own module; importing it registers them.
 
 
 def main() -> None:

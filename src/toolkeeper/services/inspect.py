@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from toolkeeper.annotations.hints import HINTS
 from toolkeeper.gateway.core import Gateway
-
-HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
 
 def server_rows(gateway: Gateway) -> list[dict[str, Any]]:

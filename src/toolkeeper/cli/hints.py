@@ -1,0 +1,327 @@
+"""`toolkeeper hints show|set|clear` (thin faces over services/hints.py) and `toolkeeper lint`."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from toolkeeper.annotations.hints import FIELDS, HINTS, field_name
+from toolkeeper.annotations.lint import Finding, Severity, lint, summary
+from toolkeeper.cli.common import (
+    ConfigOption,
+    DemoOption,
+    JsonOption,
+    WaitOption,
+    app,
+    err,
+    load,
+    out,
+    print_json,
+    print_warnings,
+    run_service,
+    with_gateway,
+)
+from toolkeeper.config import Config
+from toolkeeper.config.model import GatewaySettings, ServerConfig
+from toolkeeper.log import setup_logging
+from toolkeeper.store.overrides import PARAM
+
+hints_app = typer.Typer(
+    help="Explain, pin and clear tools' behaviour hints, titles and parameter descriptions.",
+    no_args_is_help=True,
+)
+app.add_typer(hints_app, name="hints")
+ScopeOption = typer.Option(
+    None, "--toolset", help="Pin only for this toolset (it wins while equipped). Default: a global pin."
+)
+SOURCE_STYLE = {
+    "pinned": "bold cyan",
+    "declared": "green",
+    "declared-untrusted": "yellow",
+    "method": "green",
+    "inferred": "magenta",
+    "default": "dim",
+}
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def _add_tool_rows(table: Table, info: dict[str, Any], with_name: bool) -> None:
+    name = info["namespacedName"] + ("" if info["available"] else " (unavailable)")
+    for i, field in enumerate(FIELDS):
+        hint = info["fields"][field]
+        suggested = hint.get("suggested")
+        table.add_row(
+            name if with_name and i == 0 else "",
+            field,
+            _value(hint["value"]) if hint["source"] != "default" or field != "title" else "(name)",
+            f"[{SOURCE_STYLE[hint['source']]}]{hint['source']}[/]",
+            hint["reason"],
+            f"{_value(suggested['value'])}" if suggested and suggested["value"] != hint["value"] else "",
+        )
+    for parameter, entry in info["parameters"].items():
+        if entry["source"] != "declared":
+            table.add_row(
+                "",
+                f"{PARAM}{parameter}",
+                entry["description"] or "",
+                f"[{'bold cyan' if entry['source'] == 'pinned' else 'red'}]{entry['source']}[/]",
+                "",
+                entry.get("suggested") or "",
+            )
+
+
+@hints_app.command("show")
+def hints_show(
+    tool: str | None = typer.Argument(
+        None, help="A tool (server.tool or its exposed name). Default: every tool."
+    ),
+    toolset: str | None = typer.Option(
+        None, "--toolset", help="Explain as if this toolset were equipped (default: the equipped one)."
+    ),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+    wait: float = WaitOption,
+) -> None:
+    """Each hint's effective value, its source (pinned, declared, declared-untrusted, method, inferred,
+    default), why, and the gateway's suggestion where it differs."""
+    if tool:
+        result = run_service(
+            load(config, demo), lambda s: s.explain(tool, toolset), live=True, wait=wait, hints=True
+        )
+        tools = [result]
+    else:
+        result = run_service(
+            load(config, demo), lambda s: s.explain_all(toolset), live=True, wait=wait, hints=True
+        )
+        tools = result["tools"]
+    if as_json:
+        return print_json(result)
+    table = Table("tool", "field", "value", "source", "why", "suggested", show_lines=False)
+    for info in tools:
+        _add_tool_rows(table, info, with_name=True)
+        table.add_section()
+    scope = tools[0]["toolset"] if tools else None
+    out.print(table)
+    out.print(
+        f"[dim]{len(tools)} tool(s); pins of toolset {scope!r} apply.[/dim]"
+        if scope
+        else f"[dim]{len(tools)} tool(s); no toolset equipped, global pins apply.[/dim]"
+    )
+
+
+def _assignments(pairs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`readOnlyHint=false title="Update Note" param:etag="From get_note"` → fields, parameters."""
+    fields: dict[str, Any] = {}
+    parameters: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"{pair!r} is not FIELD=VALUE (e.g. readOnlyHint=false).")
+        if key.startswith(PARAM):
+            parameters[key[len(PARAM) :]] = raw
+        elif field_name(key) in HINTS and raw.lower() in ("true", "false"):
+            fields[key] = raw.lower() == "true"
+        else:
+            fields[key] = raw  # the service says what is wrong with it
+    return fields, parameters
+
+
+@hints_app.command("set")
+def hints_set(
+    tool: str = typer.Argument(..., help="The tool (server.tool or its exposed name)."),
+    assignments: list[str] | None = typer.Argument(
+        None,
+        help="FIELD=VALUE pairs: readOnlyHint=true|false (or readOnly=…), destructiveHint, idempotentHint, "
+        "openWorldHint, title=TEXT, param:NAME=TEXT.",
+        show_default=False,
+    ),
+    accept: list[str] | None = typer.Option(
+        None, "--accept", help="Pin the inferred suggestion for this field ('all' for every gap); repeatable."
+    ),
+    toolset: str | None = ScopeOption,
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+    wait: float = WaitOption,
+) -> None:
+    """Pin hints, a title or parameter descriptions, overriding what the server declared."""
+    fields, parameters = _assignments(assignments or [])
+    result = run_service(
+        load(config, demo),
+        lambda s: s.set(tool, fields, parameters, toolset, accept),
+        live=True,
+        wait=wait,
+        hints=True,
+    )
+    if as_json:
+        return print_json(result)
+    print_warnings(result)
+    pinned = ", ".join(f"{k}={_value(v)}" for k, v in result["pinned"].items())
+    out.print(f"Pinned for {result['tool']} ({result['scope']}): {pinned or 'nothing'}.", highlight=False)
+    if result["cleared"]:
+        out.print(f"Cleared: {', '.join(result['cleared'])}.")
+
+
+@hints_app.command("clear")
+def hints_clear(
+    tool: str = typer.Argument(..., help="The tool's namespacedName (server.tool)."),
+    fields: list[str] | None = typer.Argument(
+        None, help="Fields to unpin (readOnlyHint, title, param:NAME, …). Default: every pin of the tool."
+    ),
+    toolset: str | None = ScopeOption,
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+) -> None:
+    """Unpin fields so the tool inherits them again (works with the servers offline)."""
+    result = run_service(load(config, demo), lambda s: s.clear(tool, fields, toolset), hints=True)
+    out.print(result["message"], highlight=False)
+
+
+# -- lint ---------------------------------------------------------------------------------
+
+SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
+
+
+def _server_for_command(command: list[str]) -> ServerConfig:
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", Path(command[0]).name)[:64] or "server"
+    # The person's own environment: the server is started as they would start it themselves.
+    return ServerConfig(
+        name=name, transport="stdio", command=command[0], args=tuple(command[1:]), env=dict(os.environ)
+    )
+
+
+def _lint_target(
+    command: list[str], server: str | None, url: str | None, config: Path | None, demo: bool
+) -> Config:
+    if server is not None:
+        loaded = load(config, demo)
+        chosen = [s for s in loaded.servers if s.name == server]
+        if not chosen:
+            why = loaded.skipped.get(server) or ("it is disabled" if server in loaded.disabled else None)
+            known = ", ".join(s.name for s in loaded.servers) or "none"
+            err.print(
+                f"error: no usable server {server!r} in the configuration"
+                + (f" ({why})" if why else f"; configured servers: {known}")
+                + ".",
+                markup=False,
+                highlight=False,
+            )
+            raise typer.Exit(2)
+        setup_logging("WARNING")
+        return replace(loaded, servers=tuple(chosen), skipped={}, disabled=())
+    setup_logging("WARNING")
+    if url is not None:
+        target = ServerConfig(name="server", transport="http", url=url)
+    else:
+        target = _server_for_command(command)
+    return Config(path=None, servers=(target,), settings=GatewaySettings())
+
+
+def _declared_tools(config: Config, wait: float) -> list[dict[str, Any]]:
+    def collect(gateway: Any) -> tuple[bool, str | None, list[dict[str, Any]]]:
+        upstream = next(iter(gateway.pool))
+        return upstream.available, upstream.last_error, [dict(t) for t in upstream.tools]
+
+    available, last_error, tools = with_gateway(config, wait, collect)
+    if not available:
+        target = config.servers[0]
+        err.print(
+            f"error: could not list the tools of {target.describe()!r}: "
+            f"{last_error or 'it did not start in time'}. Check the command, or give it longer with --wait.",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(2)
+    return tools
+
+
+def _builtin_tools() -> list[dict[str, Any]]:
+    from toolkeeper.gateway.config_tools import BY_NAME
+
+    return [tool.listed() for tool in BY_NAME.values()]
+
+
+def _print_findings(findings: list[Finding], target: str, tool_count: int) -> None:
+    table = Table("tool", "level", "field", "finding", title=f"lint: {target}")
+    previous = None
+    for finding in findings:
+        if previous is not None and finding.tool != previous:
+            table.add_section()
+        text = finding.message
+        if finding.suggestion is not None:
+            text += f"\n[dim]→ suggested: {_value(finding.suggestion)}"
+            if finding.reason and finding.reason not in finding.message:
+                text += f" ({finding.reason})"
+            text += "[/dim]"
+        table.add_row(
+            finding.tool if finding.tool != previous else "",
+            f"[{SEVERITY_STYLE[finding.severity]}]{finding.severity.value}[/]",
+            finding.field or "",
+            text,
+        )
+        previous = finding.tool
+    if findings:
+        out.print(table)
+    counts = summary(findings)
+    out.print(
+        f"{target}: {tool_count} tool(s), {counts['error']} error(s), {counts['warning']} warning(s), "
+        f"{counts['info']} note(s).",
+        highlight=False,
+    )
+
+
+@app.command("lint", context_settings={"allow_interspersed_args": False})
+def lint_command(
+    command: list[str] | None = typer.Argument(
+        None, help="After --: the command that starts a stdio server, with its arguments.", show_default=False
+    ),
+    server: str | None = typer.Option(None, "--server", help="A server from the configuration, by name."),
+    url: str | None = typer.Option(None, "--url", help="A streamable HTTP server's URL."),
+    builtin: bool = typer.Option(False, "--builtin", help="The gateway's own configuration tools."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+    wait: float = WaitOption,
+) -> None:
+    """Check a server's tools for missing titles, hints and parameter descriptions and for misleading
+    hints, with a suggestion for each gap. Exits 1 when any error is found (to gate a server's CI).
+
+    Examples: toolkeeper lint --demo --server notes; toolkeeper lint -- python my_server.py
+    """
+    chosen = sum(x for x in (bool(command), server is not None, url is not None, builtin))
+    if chosen != 1:
+        err.print("error: lint one thing: --server NAME, --url URL, --builtin, or -- COMMAND ARGS…")
+        raise typer.Exit(2)
+    if builtin:
+        setup_logging("WARNING")
+        target, tools = "toolkeeper configuration tools", _builtin_tools()
+    else:
+        target_config = _lint_target(command or [], server, url, config, demo)
+        target = server or target_config.servers[0].describe()
+        tools = _declared_tools(target_config, wait)
+    findings = lint(tools)
+    if as_json:
+        print_json(
+            {
+                "target": target,
+                "tools": len(tools),
+                "summary": summary(findings),
+                "findings": [f.as_json() for f in findings],
+            }
+        )
+    else:
+        _print_findings(findings, target, len(tools))
+    if any(f.severity is Severity.ERROR for f in findings):
+        raise typer.Exit(1)
