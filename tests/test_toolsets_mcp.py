@@ -36,6 +36,7 @@ CONFIG_TOOLS = [
     "remove-tool-annotation",
     "export-toolset",
     "import-toolset",
+    "set-tool-hints",
     "exit-configuration-mode",
 ]
 

@@ -53,6 +53,8 @@ def main() -> None:
     bus = InMemorySubscriptionBus()
     extra: list[str] = [f"extra_{i}" for i in range(args.extra_tools)]
     legacy_sessions: list[Any] = []
+    # set_hints replaces echo's annotations with any raw JSON, even values the spec forbids.
+    echo_annotations: dict[str, Any] = {"readOnlyHint": True, "openWorldHint": False}
 
     def record(entry: dict[str, Any]) -> None:
         if args.record:
@@ -74,11 +76,11 @@ def main() -> None:
                     "required": ["text"],
                 },
                 output_schema={"type": "object", "properties": {"echo": {"type": "string"}}},
-                annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
                 icons=[types.Icon(src="data:image/png;base64," + PNG_1PX, mime_type="image/png")],
                 _meta={"com.example/owner": "tests"},
             ),
             text_tool("add_tool", "Add a tool to this server's list.", {"name": {"type": "string"}}),
+            text_tool("set_hints", "Replace echo's annotations (raw JSON).", {"annotations": {"type": "object"}}),
             text_tool("crash", "Exit the process at once."),
             text_tool("sleep", "Sleep for a while.", {"seconds": {"type": "number"}}),
             text_tool("progress", "Report progress in steps.", {"steps": {"type": "integer"}}),
@@ -89,8 +91,19 @@ def main() -> None:
         tools += [text_tool(name, f"Extra tool {name}.") for name in extra]
         return tools
 
-    async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tool_list())
+    async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> dict[str, Any]:
+        # Raw JSON, so set_hints can send what the SDK's models would refuse or coerce.
+        tools = [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tool_list()]
+        tools[0]["annotations"] = echo_annotations
+        return {"tools": tools}
+
+    async def announce_tools_changed() -> None:
+        await bus.publish(ToolsListChanged())
+        for session in list(legacy_sessions):
+            try:
+                await session.send_tool_list_changed()
+            except Exception:
+                legacy_sessions.remove(session)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
         arguments = params.arguments or {}
@@ -102,13 +115,13 @@ def main() -> None:
             )
         if name == "add_tool":
             extra.append(str(arguments.get("name", f"added_{len(extra)}")))
-            await bus.publish(ToolsListChanged())
-            for session in list(legacy_sessions):
-                try:
-                    await session.send_tool_list_changed()
-                except Exception:
-                    legacy_sessions.remove(session)
+            await announce_tools_changed()
             return types.CallToolResult(content=[types.TextContent(text="added")])
+        if name == "set_hints":
+            echo_annotations.clear()
+            echo_annotations.update(arguments.get("annotations") or {})
+            await announce_tools_changed()
+            return types.CallToolResult(content=[types.TextContent(text="hints set")])
         if name == "crash":
             os._exit(3)
         if name == "sleep":
@@ -164,6 +177,13 @@ def main() -> None:
         if request is not None and hasattr(request, "headers"):
             headers = {k.lower(): v for k, v in request.headers.items()}
         record({"method": ctx.method, "headers": headers, "version": ctx.protocol_version})
+        if ctx.method == "tools/list":
+            # Answered here, past the SDK's result models, so set_hints can send hint values the
+            # spec forbids (the models would coerce "yes" to true or refuse the whole list).
+            result = await list_tools(ctx, None)
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                result.update(resultType="complete", ttlMs=0, cacheScope="private")
+            return result
         result = await call_next(ctx)
         if ctx.method == "notifications/initialized" and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             legacy_sessions.append(ctx.session)

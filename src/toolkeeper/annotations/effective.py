@@ -148,12 +148,17 @@ class EffectiveHints:
             else:
                 annotations.pop(hint, None)  # an unusable value is treated as absent
         title = self.fields["title"]
+        for holder in (entry, annotations):  # a title that is not text is treated as absent
+            if "title" in holder and not _is_text(holder["title"]):
+                del holder["title"]
         if title.source in (Source.PINNED, Source.INFERRED):
             entry["title"] = title.value
             if "title" in annotations:
                 annotations["title"] = title.value
-        if annotations or declared is not None:
+        if annotations or isinstance(declared, Mapping):
             entry["annotations"] = annotations
+        else:
+            entry.pop("annotations", None)
         if self._wire_parameters:
             schema = dict(entry["inputSchema"])
             properties = dict(schema["properties"])
@@ -182,6 +187,10 @@ class EffectiveHints:
         if self.stale_pins:
             out["stalePins"] = list(self.stale_pins)
         return out
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
 
 
 def _pinned(field_name: str, scoped: Pins, global_pins: Pins, scope: str) -> tuple[Any, str] | None:

@@ -103,22 +103,31 @@ def run_service(
     """Run one operation of the toolset service (or, with `hints`, the hint service) with the store
     open; `live` connects the servers first. A refusal prints its message and exits 1."""
 
-    async def main() -> Any:
+    async def attempt(service: Any) -> tuple[Any, Exception | None]:
+        # Caught here, not outside: an exception leaving the running gateway arrives in a group.
+        try:
+            return await use(service), None
+        except (ServiceError, StoreError) as exc:
+            return None, exc
+
+    async def main() -> tuple[Any, Exception | None]:
         async with await open_store(config) as store:
             if not live:
                 if hints:
-                    return await use(
-                        HintService(store, lambda: None, lambda: Annotator(policies_from(config)))
-                    )
-                return await use(ToolsetService(store, lambda: None))
+                    annotator = Annotator(policies_from(config))
+                    return await attempt(HintService(store, lambda: None, lambda: annotator))
+                return await attempt(ToolsetService(store, lambda: None))
             async with running_gateway(config, wait, store) as gateway:
-                return await use(gateway.hints if hints else gateway.service)
+                return await attempt(gateway.hints if hints else gateway.service)
 
     try:
-        return anyio.run(main)
-    except (ServiceError, StoreError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        result, error = anyio.run(main)
+    except StoreError as exc:
+        result, error = None, exc
+    if error is not None:
+        err.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    return result
 
 
 def print_json(value: Any) -> None:

@@ -21,7 +21,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from toolkeeper.config.model import ServerConfig
 from toolkeeper.upstreams.transports import open_transport
@@ -189,11 +189,7 @@ class Upstream:
         cursor: str | None = None
         seen: set[str] = set()
         for _ in range(MAX_PAGES):
-            page = await client.session.send_request(
-                types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor)),
-                RAW,
-                request_read_timeout_seconds=self.config.timeout,
-            )
+            page = await self._list_page(client, cursor)
             for tool in page.get("tools") or []:
                 name = tool.get("name") if isinstance(tool, dict) else None
                 if not isinstance(name, str) or not name:
@@ -208,6 +204,24 @@ class Upstream:
                 break
             seen.add(cursor)
         return tools
+
+    async def _list_page(self, client: Client, cursor: str | None) -> dict[str, Any]:
+        request = types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor))
+        try:
+            return await client.session.send_request(
+                request, RAW, request_read_timeout_seconds=self.config.timeout
+            )
+        except ValidationError as exc:
+            # The SDK refuses a whole page for one bad field (a hint of "yes"); the gateway
+            # treats such a field as absent instead (annotations/hints.py says which, per tool).
+            problem = exc.errors()[0]
+            logger.warning(
+                "server %r: its tools/list does not follow the schema (%s at %s); reading it as plain JSON",
+                self.name,
+                problem["msg"],
+                ".".join(str(p) for p in problem["loc"]),
+            )
+            return await _send_unvalidated(client, request, self.config.timeout)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -306,3 +320,16 @@ def _explain(exc: BaseException, config: ServerConfig) -> str:
         return f"protocol error {exc.error.code}: {exc.error.message}"
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if text != type(exc).__name__ else text
+
+
+async def _send_unvalidated(
+    client: Client, request: types.Request[Any, Any], timeout: float
+) -> dict[str, Any]:
+    """`send_request` without the result models. mcp 2.x has no public way to skip them, so this
+    uses the session's stamp and dispatcher, exactly as `ClientSession.send_request` does."""
+    session = client.session
+    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    options: Any = {"timeout": timeout}
+    session._stamp(data, options)  # noqa: SLF001
+    result = await session._dispatcher.send_raw_request(data["method"], data.get("params"), options)  # noqa: SLF001
+    return result if isinstance(result, dict) else {}
