@@ -18,7 +18,14 @@ EXECUTE = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": Fal
 REAL_TOOLS = [
     # modelcontextprotocol/servers: git
     ("git", "git_status", "Shows the working tree status", ["repo_path"], "read", READ),
-    ("git", "git_diff_unstaged", "Shows changes in the working directory that are not yet staged", [], "read", READ),
+    (
+        "git",
+        "git_diff_unstaged",
+        "Shows changes in the working directory that are not yet staged",
+        [],
+        "read",
+        READ,
+    ),
     ("git", "git_diff_staged", "Shows changes that are staged for commit", [], "read", READ),
     ("git", "git_log", "Shows the commit logs", ["repo_path", "max_count"], "read", READ),
     ("git", "git_show", "Shows the contents of a commit", ["revision"], "read", READ),
@@ -37,15 +44,43 @@ REAL_TOOLS = [
     ("github", "create_pull_request", "Create a new pull request", [], "create", CREATE),
     ("github", "fork_repository", "Fork a GitHub repository", [], "create", CREATE),
     ("github", "push_files", "Push multiple files in a single commit", [], "create", CREATE),
-    ("github", "update_issue", "Update an existing issue", ["owner", "repo", "issue_number"], "update", UPDATE),
+    (
+        "github",
+        "update_issue",
+        "Update an existing issue",
+        ["owner", "repo", "issue_number"],
+        "update",
+        UPDATE,
+    ),
     ("github", "merge_pull_request", "Merge a pull request", ["merge_method"], "update", UPDATE),
-    ("github", "create_or_update_file", "Create or update a single file", ["path", "content", "sha"], "write", WRITE),
+    (
+        "github",
+        "create_or_update_file",
+        "Create or update a single file",
+        ["path", "content", "sha"],
+        "write",
+        WRITE,
+    ),
     # modelcontextprotocol/servers: filesystem
     ("filesystem", "read_text_file", "Read the complete contents of a file", ["path"], "read", READ),
     ("filesystem", "read_multiple_files", "Read the contents of multiple files", ["paths"], "read", READ),
-    ("filesystem", "write_file", "Create a new file or completely overwrite an existing file", [], "write", WRITE),
+    (
+        "filesystem",
+        "write_file",
+        "Create a new file or completely overwrite an existing file",
+        [],
+        "write",
+        WRITE,
+    ),
     ("filesystem", "edit_file", "Make line-based edits to a text file", ["path", "edits"], "update", UPDATE),
-    ("filesystem", "create_directory", "Create a new directory or ensure a directory exists", [], "create", CREATE),
+    (
+        "filesystem",
+        "create_directory",
+        "Create a new directory or ensure a directory exists",
+        [],
+        "create",
+        CREATE,
+    ),
     ("filesystem", "list_directory", "Get a detailed listing of all files", ["path"], "read", READ),
     ("filesystem", "directory_tree", "Get a recursive tree view of files and directories", [], "read", READ),
     ("filesystem", "move_file", "Move or rename files and directories", [], "update", UPDATE),
@@ -73,10 +108,24 @@ REAL_TOOLS = [
     ("slack", "slack_get_users", "Get a list of all users in the workspace", [], "read", READ),
     # modelcontextprotocol/servers-archived: postgres; memory; fetch; time
     ("postgres", "query", "Run a read-only SQL query", ["sql"], "read", READ),
-    ("memory", "create_entities", "Create multiple new entities in the knowledge graph", [], "create", CREATE),
+    (
+        "memory",
+        "create_entities",
+        "Create multiple new entities in the knowledge graph",
+        [],
+        "create",
+        CREATE,
+    ),
     ("memory", "delete_observations", "Delete specific observations from entities", [], "delete", DELETE),
     ("memory", "read_graph", "Read the entire knowledge graph", [], "read", READ),
-    ("fetch", "fetch", "Fetches a URL from the internet and optionally extracts its contents", [], "read", READ),
+    (
+        "fetch",
+        "fetch",
+        "Fetches a URL from the internet and optionally extracts its contents",
+        [],
+        "read",
+        READ,
+    ),
     ("time", "get_current_time", "Get current time in a specific timezones", ["timezone"], "read", READ),
     # execution
     ("shell", "run_command", "Run a shell command", ["command"], "execute", EXECUTE),
@@ -94,7 +143,14 @@ def _tool(name: str, description: str, parameters: list[str]) -> dict:
 
 def test_the_table_is_large_enough() -> None:
     assert len(REAL_TOOLS) >= 40
-    assert {server for server, *_ in REAL_TOOLS} >= {"git", "github", "filesystem", "nextcloud", "slack", "postgres"}
+    assert {server for server, *_ in REAL_TOOLS} >= {
+        "git",
+        "github",
+        "filesystem",
+        "nextcloud",
+        "slack",
+        "postgres",
+    }
 
 
 @pytest.mark.parametrize(("server", "name", "description", "parameters", "category", "expected"), REAL_TOOLS)

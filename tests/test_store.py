@@ -225,3 +225,47 @@ async def test_locked_store_names_the_file(tmp_path: Path, monkeypatch: pytest.M
 async def test_unreachable_postgres_is_a_clear_error() -> None:
     with pytest.raises(StoreError, match="Check that the server is running"):
         await Store("postgresql://postgres@127.0.0.1:1/test").open()
+
+
+async def test_pins_upsert_clear_and_go_with_their_toolset(store_url: str) -> None:
+    from toolkeeper.annotations.effective import Annotator
+    from toolkeeper.services.hints import HintError, HintService
+
+    store, svc, _ = await service(store_url, catalog())
+    hints = HintService(store, catalog, Annotator)
+    try:
+        await svc.build("kit", ["ctl.echo"])
+        await hints.set("ctl.echo", {"readOnlyHint": True, "title": "Echo"})
+        await hints.set("ctl.echo", {"readOnlyHint": False})  # replaces the pin, keeps the title
+        await hints.set("ctl.echo", {"destructiveHint": True}, toolset="kit")
+        pins = await hints.overrides()
+        assert dict(pins.pins("ctl.echo").fields) == {"readOnlyHint": False, "title": "Echo"}
+        assert dict(pins.pins("ctl.echo", "kit").fields) == {"destructiveHint": True}
+
+        # Concurrent pins of different fields of one tool: both land.
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hints.set, "ctl.pid", {"readOnlyHint": True})
+            tg.start_soon(hints.set, "ctl.pid", {"openWorldHint": False})
+        assert dict((await hints.overrides()).pins("ctl.pid").fields) == {
+            "readOnlyHint": True,
+            "openWorldHint": False,
+        }
+
+        # Bad input writes nothing.
+        revision = await store.revision()
+        for bad in ({"readOnlyHint": "yes"}, {"nope": True}, {"title": "x" * 201}):
+            with pytest.raises(HintError):
+                await hints.set("ctl.echo", bad)
+        with pytest.raises(ToolsetError):
+            await hints.set("ctl.echo", {"readOnlyHint": True}, toolset="no-such-kit")
+        assert await store.revision() == revision
+
+        cleared = await hints.clear("ctl.echo", ["readOnlyHint"])
+        assert cleared["cleared"] == ["readOnlyHint"]
+        assert dict((await hints.overrides()).pins("ctl.echo").fields) == {"title": "Echo"}
+
+        await svc.delete("kit")  # its toolset pins go with it; global pins stay
+        after = await hints.overrides()
+        assert not after.pins("ctl.echo", "kit") and after.pins("ctl.echo").fields == {"title": "Echo"}
+    finally:
+        await store.close()

@@ -80,7 +80,9 @@ def main() -> None:
                 _meta={"com.example/owner": "tests"},
             ),
             text_tool("add_tool", "Add a tool to this server's list.", {"name": {"type": "string"}}),
-            text_tool("set_hints", "Replace echo's annotations (raw JSON).", {"annotations": {"type": "object"}}),
+            text_tool(
+                "set_hints", "Replace echo's annotations (raw JSON).", {"annotations": {"type": "object"}}
+            ),
             text_tool("crash", "Exit the process at once."),
             text_tool("sleep", "Sleep for a while.", {"seconds": {"type": "number"}}),
             text_tool("progress", "Report progress in steps.", {"steps": {"type": "integer"}}),
