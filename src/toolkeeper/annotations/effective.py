@@ -336,6 +336,18 @@ class Annotator:
     def policy(self, server: str) -> HintPolicy:
         return self.policies.get(server, self.default_policy)
 
+    def listed(self, tool: CatalogTool, toolset: str | None = None) -> dict[str, Any]:
+        """The tool as clients see it. Most tools need nothing changed: those skip the merge."""
+        policy = self.policy(tool.server)
+        if (
+            not policy.apply_inferred
+            and not self.overrides.pins(tool.namespaced_name)
+            and not (toolset and self.overrides.pins(tool.namespaced_name, toolset))
+            and _passes_unchanged(tool.declared, policy)
+        ):
+            return tool.listed()
+        return self.effective(tool, toolset, explain=False).listed(tool)
+
     def effective(
         self, tool: CatalogTool, toolset: str | None = None, *, explain: bool = True
     ) -> EffectiveHints:
@@ -352,6 +364,28 @@ class Annotator:
         if result.problems:
             _warn_once(tool, result.problems)
         return result
+
+
+def _passes_unchanged(declared: Mapping[str, Any], policy: HintPolicy) -> bool:
+    """Whether the declared tool reaches clients as it is: usable values, nothing to sanitize."""
+    title = declared.get("title")
+    if title is not None and not _is_text(title):
+        return False
+    annotations = declared.get("annotations")
+    if annotations is None:
+        return True
+    if not isinstance(annotations, Mapping):
+        return False
+    if annotations.get("title") is not None and not _is_text(annotations["title"]):
+        return False
+    sanitize = policy.sanitize_untrusted and not policy.trusted
+    for hint in HINTS:
+        value = annotations.get(hint)
+        if value is None:
+            continue
+        if not isinstance(value, bool) or (sanitize and SAFETY_CLAIMS.get(hint) == value):
+            return False
+    return True
 
 
 _warned: set[tuple[str, str, str]] = set()

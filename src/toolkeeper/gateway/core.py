@@ -149,7 +149,7 @@ class Gateway:
                 routes[tool.exposed_name] = tool
                 if not tool.available:
                     continue
-                entry = self.annotator.effective(tool, scope, explain=False).listed(tool)
+                entry = self.annotator.listed(tool, scope)
                 notes = toolset.notes_for(tool) if toolset else ()
                 if notes:
                     entry["description"] = describe_with_notes(entry.get("description"), notes)
