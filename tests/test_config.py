@@ -119,6 +119,28 @@ def test_toolkeeper_keys_prefix_trust_timeout():
     assert isinstance(config.servers[0].timeout, float)
 
 
+def test_hint_settings_per_server_fall_back_to_the_gateways() -> None:
+    config = parse_config_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "a": {"command": "x", "inferHints": "apply", "sanitizeUntrustedHints": False},
+                    "b": {"command": "x"},
+                },
+                "toolkeeper": {"inferHints": "suggest", "sanitizeUntrustedHints": True},
+            }
+        )
+    )
+    a, b = config.servers
+    assert (a.infer_hints, a.sanitize_untrusted_hints) == ("apply", False)
+    assert (b.infer_hints, b.sanitize_untrusted_hints) == (None, None)
+    assert (config.settings.infer_hints, config.settings.sanitize_untrusted_hints) == ("suggest", True)
+    with pytest.raises(ConfigError, match="toolkeeper.inferHints must be 'suggest' or 'apply'"):
+        parse_config_text('{"toolkeeper": {"inferHints": "always"}}')
+    env = {"TOOLKEEPER_INFER_HINTS": "apply"}
+    assert parse_config_text("{}", environ=env).settings.infer_hints == "apply"
+
+
 def test_default_prefix_is_the_server_name_even_when_it_is_not_a_valid_explicit_prefix():
     # Server names may be 64 long; an explicit prefix may not. The default prefix (the name)
     # must not get the server skipped; the exposed name is shortened later.
@@ -324,6 +346,16 @@ BAD_ENTRIES = [
         "'timeout' must be a positive number of seconds, got True",
     ),
     ("disabled-string", {"command": "x", "disabled": "true"}, "'disabled' must be true or false, got 'true'"),
+    (
+        "infer-yes",
+        {"command": "x", "inferHints": "yes"},
+        "'inferHints' must be 'suggest' or 'apply', got 'yes'",
+    ),
+    (
+        "sanitize-string",
+        {"command": "x", "sanitizeUntrustedHints": "true"},
+        "'sanitizeUntrustedHints' must be true or false, got 'true'",
+    ),
 ]
 
 
@@ -466,7 +498,7 @@ def test_schema_key_is_allowed():
         (
             '{"toolkeeper": {"port": 1}}',
             "<config>: unknown setting 'toolkeeper.port'. Allowed: databaseUrl, featureFlags, home, http, "
-            "logLevel, maxConcurrentConnects.",
+            "inferHints, logLevel, maxConcurrentConnects, sanitizeUntrustedHints.",
         ),
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',
