@@ -29,8 +29,10 @@ from toolkeeper.annotations.hints import (
     read_declared,
 )
 from toolkeeper.annotations.infer import Inference, Suggestion, describe_parameter, infer
+from toolkeeper.annotations.rules import Rule
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.config.model import Config
+from toolkeeper.protocol import ANNOTATIONS_METHOD, RESOLUTION_EXTENSION, RESOLVE_METHOD
 
 logger = logging.getLogger(__name__)
 
@@ -332,6 +334,12 @@ class Annotator:
     policies: Mapping[str, HintPolicy] = field(default_factory=lambda: _EMPTY)
     overrides: Overrides = field(default_factory=Overrides)
     default_policy: HintPolicy = field(default_factory=HintPolicy)
+    # The person's argument rules, by namespacedName (see rules.py).
+    rules: Mapping[str, tuple[Rule, ...]] = field(default_factory=lambda: _EMPTY)
+
+    def refinable(self, tool: CatalogTool) -> bool:
+        """Whether hints for this tool can depend on its arguments: a rule, or the server resolves."""
+        return bool(self.rules.get(tool.namespaced_name)) or resolution_form(tool.declared) is not None
 
     def policy(self, server: str) -> HintPolicy:
         return self.policies.get(server, self.default_policy)
@@ -398,6 +406,18 @@ def _warn_once(tool: CatalogTool, problems: tuple[str, ...]) -> None:
         if key not in _warned:
             _warned.add(key)
             logger.warning("server %r, tool %r: %s", tool.server, tool.name, problem)
+
+
+def resolution_form(declared: Mapping[str, Any]) -> str | None:
+    """How the server itself resolves this tool's hints per call: `tools/resolve` (the extension's
+    `_meta` marker), `tools/annotations` (the seed's `dynamicAnnotations` flag), or not at all."""
+    meta = declared.get("_meta")
+    marker = meta.get(RESOLUTION_EXTENSION) if isinstance(meta, Mapping) else None
+    if isinstance(marker, Mapping) and marker.get("resolvable") is True:
+        return RESOLVE_METHOD
+    if declared.get("dynamicAnnotations") is True:
+        return ANNOTATIONS_METHOD
+    return None
 
 
 def policies_from(config: Config) -> dict[str, HintPolicy]:

@@ -14,11 +14,10 @@ delete    removes the file                                       destructive, id
 
 Its *static* annotations describe the worst case across all actions, as the SEP says:
 ``readOnlyHint=false, destructiveHint=true, idempotentHint=false, openWorldHint=false``.
-The per-action refinements are kept in :data:`ACTION_ANNOTATIONS` for a later
-argument-specific resolution handler (``tools/resolve`` / ``tools/annotations``), which
-is not served yet; :func:`build_server` accepts SDK ``extensions`` and
-:func:`lowlevel_server` exposes the low-level ``Server`` so such handlers can be
-registered on this same server.
+The per-action refinements (:data:`ACTION_ANNOTATIONS`) are served by the server itself
+through ``tools/annotations`` (the seed SEP) and ``tools/resolve`` (the tool-resolution
+extension), see :func:`serve_resolution`; ``--static-only`` leaves them out, so the tool
+has only its static hints.
 
 Every path is confined to the sandbox root (the working directory unless ``--root DIR``):
 relative paths are taken from the root, and any path whose real location (after ``..``
@@ -39,15 +38,28 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp_types import RequestParams, ToolAnnotations
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
+
+from toolkeeper.protocol import (
+    ANNOTATIONS_METHOD,
+    INVALID_PARAMS,
+    MISSING_CAPABILITY,
+    RESOLUTION_EXTENSION,
+    RESOLVE_METHOD,
+    advertise_resolution,
+    client_resolves,
+    flag_resolvable,
+)
 
 logger = logging.getLogger("toolkeeper.demo.files")
 
@@ -68,7 +80,7 @@ STATIC_ANNOTATIONS = ToolAnnotations(
 )
 
 #: Argument-specific annotations per action, from the SEP's reference implementation.
-#: Not served yet; each is within the conservative bound of STATIC_ANNOTATIONS.
+#: Each is within the conservative bound of STATIC_ANNOTATIONS.
 ACTION_ANNOTATIONS: dict[Action, ToolAnnotations] = {
     action: ToolAnnotations(readOnlyHint=ro, destructiveHint=de, idempotentHint=idem, openWorldHint=False)
     for action, ro, de, idem in [
@@ -214,6 +226,62 @@ def lowlevel_server(server: MCPServer) -> Server:
     return server._lowlevel_server  # noqa: SLF001
 
 
+class _ResolveParams(RequestParams):
+    name: str
+    arguments: Any = None
+
+
+def resolution_for(name: str, arguments: Any) -> dict[str, bool]:
+    """The SEP's reference resolution: per-action hints, refusing what ``manage_files`` would refuse."""
+    if name != TOOL_NAME:
+        raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name}")
+    if not isinstance(arguments, dict):
+        raise MCPError(code=INVALID_PARAMS, message="arguments must be an object")
+    action, path = arguments.get("action"), arguments.get("path")
+    if not isinstance(path, str):
+        raise MCPError(code=INVALID_PARAMS, message="Invalid arguments: 'path' (text) is required")
+    if action not in ACTIONS:
+        raise MCPError(
+            code=INVALID_PARAMS, message=f"Invalid arguments: 'action' must be one of {', '.join(ACTIONS)}"
+        )
+    return ACTION_ANNOTATIONS[action].model_dump(by_alias=True, exclude_none=True)
+
+
+def serve_resolution(server: MCPServer) -> None:
+    """Serve ``tools/annotations`` (the seed SEP) and ``tools/resolve`` (the tool-resolution
+    extension) for ``manage_files``, and flag the tool and the capability on the wire."""
+    lowlevel = lowlevel_server(server)
+
+    async def annotations(ctx: ServerRequestContext[Any], params: _ResolveParams) -> dict[str, Any]:
+        return {"annotations": resolution_for(params.name, params.arguments)}
+
+    async def resolve(ctx: ServerRequestContext[Any], params: _ResolveParams) -> dict[str, Any]:
+        if not client_resolves(ctx.session.client_capabilities):
+            raise MCPError(
+                code=MISSING_CAPABILITY, message=f"tools/resolve needs the {RESOLUTION_EXTENSION} extension"
+            )
+        return {
+            "resultType": "complete",
+            "name": params.name,
+            "annotations": resolution_for(params.name, params.arguments),
+        }
+
+    async def flag(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if isinstance(result, dict) and ctx.method in ("initialize", "server/discover"):
+            advertise_resolution(result)
+        elif isinstance(result, dict) and ctx.method == "tools/list":
+            marker = client_resolves(ctx.session.client_capabilities)
+            for tool in result.get("tools") or ():
+                if tool.get("name") == TOOL_NAME:
+                    flag_resolvable(tool, marker)
+        return result
+
+    lowlevel.add_request_handler(ANNOTATIONS_METHOD, _ResolveParams, annotations)
+    lowlevel.add_request_handler(RESOLVE_METHOD, _ResolveParams, resolve)
+    lowlevel.middleware = [*lowlevel.middleware, flag]
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -249,6 +317,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8766, help="HTTP port (default: 8766)")
+    parser.add_argument(
+        "--static-only",
+        action="store_true",
+        help="do not serve tools/annotations or tools/resolve: the tool has only its static hints",
+    )
     return parser.parse_args(argv)
 
 
@@ -257,6 +330,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     Path(args.root).mkdir(parents=True, exist_ok=True)  # e.g. a fresh demo directory
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     server = build_server(args.root)
+    if not args.static_only:
+        serve_resolution(server)
     logger.info("sandbox root: %s", os.path.realpath(args.root))
     run(server, args.transport, args.host, args.port)
 

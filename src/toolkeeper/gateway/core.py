@@ -16,7 +16,8 @@ from typing import Any
 
 import anyio
 
-from toolkeeper.annotations.effective import Annotator, policies_from
+from toolkeeper.annotations.effective import Annotator, policies_from, resolution_form
+from toolkeeper.annotations.resolve import Resolution, resolve
 from toolkeeper.catalog import Catalog, CatalogTool, ServerTools, build_catalog
 from toolkeeper.config.model import Config
 from toolkeeper.gateway.config_tools import (
@@ -29,7 +30,9 @@ from toolkeeper.gateway.config_tools import (
     ConfigTool,
 )
 from toolkeeper.gateway.notify import ClientNotifier
+from toolkeeper.protocol import RESOLUTION_EXTENSION
 from toolkeeper.services.hints import HintService
+from toolkeeper.services.rules import RuleService
 from toolkeeper.services.toolsets import Change, ToolsetService
 from toolkeeper.store import Store, StoreError
 from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
@@ -57,6 +60,8 @@ class View:
 
     listing: list[dict[str, Any]]
     routes: MappingProxyType[str, Target]
+    # Listed tools whose hints can depend on their arguments (flagged for tools/annotations).
+    refinable: frozenset[str] = frozenset()
 
 
 class Gateway:
@@ -76,6 +81,9 @@ class Gateway:
             HintService(store, self._live_catalog, self._current_annotator, self._toolsets_changed)
             if store
             else None
+        )
+        self.rules = (
+            RuleService(store, self._live_catalog, self.resolve, self._toolsets_changed) if store else None
         )
         self._store_revision = -1
         self.started = anyio.Event()
@@ -130,6 +138,7 @@ class Gateway:
     def _rebuild_view(self) -> None:
         listing: list[dict[str, Any]] = []
         routes: dict[str, Target] = {}
+        refinable: set[str] = set()
 
         def add_config(tools: tuple[ConfigTool, ...]) -> None:
             for tool in tools:
@@ -150,6 +159,12 @@ class Gateway:
                 if not tool.available:
                     continue
                 entry = self.annotator.listed(tool, scope)
+                if self.annotator.refinable(tool):
+                    refinable.add(tool.exposed_name)
+                meta = entry.get("_meta")
+                if isinstance(meta, dict) and RESOLUTION_EXTENSION in meta:
+                    # The server's marker is for us; clients get ours, and only if they asked for it.
+                    entry["_meta"] = {k: v for k, v in meta.items() if k != RESOLUTION_EXTENSION}
                 notes = toolset.notes_for(tool) if toolset else ()
                 if notes:
                     entry["description"] = describe_with_notes(entry.get("description"), notes)
@@ -171,13 +186,27 @@ class Gateway:
             add_config((ENTER_TOOL,))
             routes[EXIT] = BY_NAME[EXIT]
         # One assignment: a request never sees a listing and routes from different moments.
-        self.view = View(listing, MappingProxyType(routes))
+        self.view = View(listing, MappingProxyType(routes), frozenset(refinable))
 
     def lookup(self, exposed_name: str) -> Target | None:
         return self.view.routes.get(exposed_name)
 
     def upstream_of(self, tool: CatalogTool) -> Upstream:
         return self.pool[tool.server]
+
+    async def resolve(self, tool: CatalogTool, arguments: Any) -> Resolution:
+        """Hints for one call of `tool` with `arguments` (see annotations/resolve.py)."""
+        effective = self.annotator.effective(tool, self.toolset.name if self.toolset else None, explain=False)
+        method = resolution_form(tool.declared)
+        downstream = None
+        if method is not None:
+            upstream = self.upstream_of(tool)
+
+            async def downstream() -> dict[str, Any]:
+                return await upstream.resolve_hints(tool.name, arguments, method)
+
+        rules = self.annotator.rules.get(tool.namespaced_name, ())
+        return await resolve(tool, arguments, effective, rules, downstream)
 
     def why_hidden(self, name: str) -> str:
         """For a name the current view does not route: which mode (if any) would show it."""
@@ -264,7 +293,10 @@ class Gateway:
             revision = await self.store.revision()
         previous = self.toolset
         self.toolset = await self.service.equipped()
-        self.annotator = replace(self.annotator, overrides=await self.hints.overrides())
+        assert self.rules is not None
+        self.annotator = replace(
+            self.annotator, overrides=await self.hints.overrides(), rules=await self.rules.load()
+        )
         self._store_revision = revision
         if (
             self.toolset
@@ -282,11 +314,11 @@ class Gateway:
                 revision = await self.store.revision()
                 if revision == self._store_revision:
                     continue
-                before = (self.toolset, self.mode, self.annotator.overrides)
+                before = (self.toolset, self.mode, self.annotator)
                 await self._load_state(revision)
             except StoreError as exc:
                 logger.warning("cannot read the store for changes: %s", exc)
                 continue
-            if (self.toolset, self.mode, self.annotator.overrides) != before:
+            if (self.toolset, self.mode, self.annotator) != before:
                 self._rebuild_view()
                 self.notifier.tools_changed()

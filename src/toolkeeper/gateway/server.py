@@ -15,13 +15,24 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolkeeper import __version__
+from toolkeeper.annotations.resolve import ResolveError
+from toolkeeper.catalog import CatalogTool
 from toolkeeper.gateway.config_tools import ConfigTool, error_result
 from toolkeeper.gateway.core import Gateway
+from toolkeeper.protocol import (
+    ANNOTATIONS_METHOD,
+    INVALID_PARAMS,
+    MISSING_CAPABILITY,
+    RESOLUTION_EXTENSION,
+    RESOLVE_METHOD,
+    advertise_resolution,
+    client_resolves,
+    flag_resolvable,
+)
 from toolkeeper.upstreams.connection import CallTimedOut, Unavailable
 
 logger = logging.getLogger(__name__)
 
-INVALID_PARAMS = -32602
 INSTRUCTIONS = (
     "toolkeeper is a gateway: the tools listed here come from several MCP servers. "
     "Tool names are prefixed with their server's name. Only the equipped toolset's tools are listed; "
@@ -43,6 +54,18 @@ class GatewayServer(Server[Any]):
             experimental_capabilities,
             extensions,
         )
+
+
+class ResolveParams(types.RequestParams):
+    """`tools/annotations` and `tools/resolve` params; `arguments` is checked by the resolver."""
+
+    name: str
+    arguments: Any = None
+
+
+def _client_resolves(ctx: ServerRequestContext[Any]) -> bool:
+    # Per request in the modern era, from initialize in the legacy one: the SDK gives either here.
+    return client_resolves(ctx.session.client_capabilities)
 
 
 def _plain_call(params: Any) -> bool:
@@ -98,6 +121,37 @@ def build_server(gateway: Gateway) -> GatewayServer:
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
         return await route_call(ctx, params.name, params.arguments)
 
+    async def resolved(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
+        if not gateway.started.is_set():
+            await gateway.started.wait()
+        tool = gateway.lookup(params.name)
+        if not isinstance(tool, CatalogTool) or params.name not in gateway.view.refinable:
+            why = (
+                gateway.why_hidden(params.name)
+                if tool is None
+                else f"'{params.name}' is not flagged dynamicAnnotations: its hints do not depend on its "
+                "arguments (use its static annotations)."
+            )
+            raise MCPError(code=INVALID_PARAMS, message=why)
+        try:
+            resolution = await gateway.resolve(tool, params.arguments)
+        except ResolveError as exc:
+            raise MCPError(code=exc.code, message=str(exc), data=exc.data) from None
+        return {"annotations": dict(resolution.hints)}
+
+    async def tools_annotations(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
+        return await resolved(ctx, params)
+
+    async def tools_resolve(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
+        if not _client_resolves(ctx):
+            raise MCPError(
+                code=MISSING_CAPABILITY,
+                message=f"tools/resolve needs the client capability extensions[{RESOLUTION_EXTENSION!r}]",
+                data={"requiredCapabilities": {"extensions": {RESOLUTION_EXTENSION: {}}}},
+            )
+        result = await resolved(ctx, params)
+        return {"resultType": "complete", "name": params.name, **result}
+
     listen = ListenHandler(gateway.notifier.bus)
     server = GatewayServer(
         "toolkeeper",
@@ -121,9 +175,19 @@ def build_server(gateway: Gateway) -> GatewayServer:
         result = await call_next(ctx)
         if ctx.method == "notifications/initialized":
             gateway.notifier.add_legacy_session(ctx.session)
+        elif ctx.method in ("initialize", "server/discover") and isinstance(result, dict):
+            advertise_resolution(result)
+        elif ctx.method == "tools/list" and isinstance(result, dict) and gateway.view.refinable:
+            # The SDK's Tool model drops `dynamicAnnotations`: flag the wire result itself.
+            marker = _client_resolves(ctx)
+            for tool in result.get("tools") or ():
+                if tool.get("name") in gateway.view.refinable:
+                    flag_resolvable(tool, marker)
         return result
 
     # The SDK's default OpenTelemetry middleware is left out: it costs time on every call and
     # records nothing until an exporter is installed.
+    server.add_request_handler(ANNOTATIONS_METHOD, ResolveParams, tools_annotations)
+    server.add_request_handler(RESOLVE_METHOD, ResolveParams, tools_resolve)
     server.middleware = [gateway_middleware]
     return server

@@ -71,6 +71,17 @@ tool_overrides = Table(
     UniqueConstraint("scope", "namespaced_name", "field", name="uq_tool_overrides_field"),
 )
 
+# The person's argument rules, one row per rule; a tool's rules apply in `id` order (the order
+# they were added), so two writers adding rules at once never collide.
+argument_rules = Table(
+    "argument_rules",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("namespaced_name", String(200), nullable=False, index=True),
+    Column("rule", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
 # Small facts about the gateway that outlive a restart (the equipped toolset).
 gateway_state = Table(
     "gateway_state",

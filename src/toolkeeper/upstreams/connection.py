@@ -19,17 +19,21 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client
+from mcp.client.extension import ClientExtension
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from toolkeeper.config.model import ServerConfig
+from toolkeeper.protocol import RESOLUTION_EXTENSION
 from toolkeeper.upstreams.transports import open_transport
 
 logger = logging.getLogger(__name__)
 
 RAW = TypeAdapter(dict[str, Any])
 CONNECTION_CLOSED = -32000
+# A downstream resolution is a preflight: it must never hold up a decision for long.
+RESOLVE_TIMEOUT = 5.0
 REQUEST_TIMEOUT = -32001
 INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
@@ -135,6 +139,7 @@ class Upstream:
             mode="auto",
             message_handler=self._on_message,
             cache=None,
+            extensions=[_ToolResolution()],
         )
         # The deadline covers the handshake and the first tool list only; it is lifted once ready.
         # (A scope, not fail_after around __aenter__: the client's task groups must nest inside it.)
@@ -221,7 +226,8 @@ class Upstream:
                 problem["msg"],
                 ".".join(str(p) for p in problem["loc"]),
             )
-            return await _send_unvalidated(client, request, self.config.timeout)
+            params = request.model_dump(by_alias=True, mode="json", exclude_none=True).get("params")
+            return await _send_unvalidated(client, request.method, params, self.config.timeout)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -296,6 +302,26 @@ class Upstream:
                 ) from None
             raise
 
+    async def resolve_hints(self, name: str, arguments: dict[str, Any], method: str) -> dict[str, Any]:
+        """Ask the server for its own argument-specific hints (`tools/resolve` or
+        `tools/annotations`); returns the `annotations` object. Raises on any failure."""
+        client = self._client
+        if client is None or self.state is not State.READY:
+            raise Unavailable(self.describe_unavailable())
+        timeout = min(self.config.timeout, RESOLVE_TIMEOUT)
+        with anyio.fail_after(timeout):
+            result = await _send_unvalidated(client, method, {"name": name, "arguments": arguments}, timeout)
+        annotations = result.get("annotations")
+        if not isinstance(annotations, dict):
+            raise ValueError(f"{method} answered without an annotations object: {result!r:.200}")
+        return annotations
+
+
+class _ToolResolution(ClientExtension):
+    """Advertises the tool-resolution extension to downstream servers, so they mark resolvable tools."""
+
+    identifier = RESOLUTION_EXTENSION
+
 
 def _announces_tool_changes(client: Client) -> bool:
     tools = client.server_capabilities.tools
@@ -323,12 +349,15 @@ def _explain(exc: BaseException, config: ServerConfig) -> str:
 
 
 async def _send_unvalidated(
-    client: Client, request: types.Request[Any, Any], timeout: float
+    client: Client, method: str, params: dict[str, Any] | None, timeout: float
 ) -> dict[str, Any]:
-    """`send_request` without the result models. mcp 2.x has no public way to skip them, so this
-    uses the session's stamp and dispatcher, exactly as `ClientSession.send_request` does."""
+    """A request whose result skips the SDK's models (a custom method, or a result the models
+    would refuse). mcp 2.x has no public way to do that, so this uses the session's stamp and
+    dispatcher, exactly as `ClientSession.send_request` does."""
     session = client.session
-    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    data: dict[str, Any] = {"method": method}
+    if params is not None:
+        data["params"] = params
     options: Any = {"timeout": timeout}
     session._stamp(data, options)  # noqa: SLF001
     result = await session._dispatcher.send_raw_request(data["method"], data.get("params"), options)  # noqa: SLF001

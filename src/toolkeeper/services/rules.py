@@ -1,0 +1,137 @@
+"""Argument rules, once: list, add, remove, replace, and test a resolution. The configuration
+tool `set-argument-rules` and `toolkeeper rules` are thin faces over these."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from toolkeeper.annotations.hints import input_properties
+from toolkeeper.annotations.resolve import Resolution, ResolveError
+from toolkeeper.annotations.rules import Rule, RuleError, parse_rule
+from toolkeeper.catalog import Catalog, CatalogTool
+from toolkeeper.services.toolsets import NOT_STARTED, Change
+from toolkeeper.store import Store
+from toolkeeper.store import rules as rule_rows
+from toolkeeper.toolsets.model import ToolRef, resolve
+
+Resolver = Callable[[CatalogTool, Any], Awaitable[Resolution]]
+
+
+class RuleService:
+    def __init__(
+        self,
+        store: Store,
+        catalog: Callable[[], Catalog | None],
+        resolver: Resolver | None = None,
+        on_change: Callable[[Change], Awaitable[None]] | None = None,
+    ) -> None:
+        self.store = store
+        self._catalog = catalog
+        self._resolver = resolver
+        self._on_change = on_change
+
+    async def load(self) -> Mapping[str, tuple[Rule, ...]]:
+        async with self.store.read() as conn:
+            return await rule_rows.load(conn)
+
+    def _live_tool(self, ref: Any) -> CatalogTool:
+        catalog = self._catalog()
+        if catalog is None:
+            raise RuleError(NOT_STARTED)
+        return resolve(ToolRef.parse(ref), catalog)
+
+    def _name(self, ref: Any) -> str:
+        """The tool's namespacedName: resolved when the servers are up, as given when offline."""
+        return self._live_tool(ref).namespaced_name if self._catalog() is not None else ToolRef.parse(ref).key
+
+    async def list(self, ref: Any) -> dict[str, Any]:
+        name = self._name(ref)
+        rules = (await self.load()).get(name, ())
+        return _listing(name, rules)
+
+    async def add(self, ref: Any, raw: Any) -> dict[str, Any]:
+        rule = parse_rule(raw)
+        tool = self._live_tool(ref)
+        warnings = _unknown_argument(tool, rule)
+        async with self.store.write() as conn:
+            await rule_rows.add(conn, tool.namespaced_name, rule)
+        await self._changed()
+        result = await self.list(tool.namespaced_name)
+        if warnings:
+            result["warnings"] = warnings
+        return result
+
+    async def replace(self, ref: Any, raws: Any) -> dict[str, Any]:
+        """The tool's whole ordered list at once (an empty list removes every rule)."""
+        if not isinstance(raws, list):
+            raise RuleError("rules must be a list (empty to remove them all).")
+        parsed = []
+        for i, raw in enumerate(raws, 1):
+            try:
+                parsed.append(parse_rule(raw))
+            except RuleError as exc:
+                raise RuleError(f"rule {i}: {exc}") from None
+        tool = self._live_tool(ref)
+        warnings = [w for rule in parsed for w in _unknown_argument(tool, rule)]
+        async with self.store.write() as conn:
+            for rule_id in await rule_rows.ids(conn, tool.namespaced_name):
+                await rule_rows.remove(conn, rule_id)
+            for rule in parsed:
+                await rule_rows.add(conn, tool.namespaced_name, rule)
+        await self._changed()
+        result = await self.list(tool.namespaced_name)
+        if warnings:
+            result["warnings"] = warnings
+        return result
+
+    async def remove(self, ref: Any, number: int) -> dict[str, Any]:
+        name = self._name(ref)
+        async with self.store.write() as conn:
+            ids = await rule_rows.ids(conn, name)
+            if not 1 <= number <= len(ids):
+                have = f"rules 1-{len(ids)}" if ids else "no rules"
+                raise RuleError(
+                    f"{name} has {have}; there is no rule {number}. See `toolkeeper rules list {name}`."
+                )
+            await rule_rows.remove(conn, ids[number - 1])
+        await self._changed()
+        return await self.list(name)
+
+    async def test(self, ref: Any, arguments: Any) -> dict[str, Any]:
+        """Resolve hints for these arguments as a client's `tools/resolve` would, and say which source."""
+        tool = self._live_tool(ref)
+        if self._resolver is None:
+            raise RuleError(NOT_STARTED)
+        try:
+            resolution = await self._resolver(tool, arguments)
+        except ResolveError as exc:
+            raise RuleError(f"{exc} (error {exc.code})") from None
+        return {"tool": tool.namespaced_name, "arguments": arguments, **resolution.as_json()}
+
+    async def _changed(self) -> None:
+        if self._on_change is not None:
+            await self._on_change(Change.CONTENT)
+
+
+def _listing(name: str, rules: tuple[Rule, ...]) -> dict[str, Any]:
+    return {
+        "tool": name,
+        "rules": [
+            {"number": i, **rule.as_json(), "text": rule.describe()} for i, rule in enumerate(rules, 1)
+        ],
+    }
+
+
+def _unknown_argument(tool: CatalogTool, rule: Rule) -> list[str]:
+    if rule.is_pointer:
+        top = rule.place[1:].split("/", 1)[0]
+    else:
+        top = rule.place
+    known = input_properties(tool.declared)
+    if known and top not in known:
+        have = ", ".join(known)
+        return [
+            f"{tool.namespaced_name} has no parameter {top!r} (its parameters: {have}); the rule is kept."
+        ]
+    return []
