@@ -379,8 +379,9 @@ def import_hypertool(
     )
 
 
-# The hint and lint commands live in their own module; importing it registers them.
+# The hints, lint, rules and resolve commands live in their own modules; importing registers them.
 from toolkeeper.cli import hints as _hints  # noqa: E402, F401
+from toolkeeper.cli import rules as _rules  # noqa: E402, F401
 
 # The hint and lint commands live in their own module; importing it registers them.
 

@@ -20,6 +20,7 @@ from toolkeeper.errors import ServiceError
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.log import setup_logging
 from toolkeeper.services.hints import HintService
+from toolkeeper.services.rules import RuleService
 from toolkeeper.services.toolsets import ToolsetService
 from toolkeeper.store import Store, StoreError
 
@@ -98,10 +99,18 @@ def run_service(
     *,
     live: bool = False,
     wait: float = 15.0,
-    hints: bool = False,
+    kind: str = "toolsets",
 ) -> Any:
-    """Run one operation of the toolset service (or, with `hints`, the hint service) with the store
-    open; `live` connects the servers first. A refusal prints its message and exits 1."""
+    """Run one operation of a service (`toolsets`, `hints` or `rules`) with the store open; `live`
+    connects the servers first. A refusal prints its message and exits 1."""
+
+    def offline(store: Store) -> Any:
+        if kind == "hints":
+            annotator = Annotator(policies_from(config))
+            return HintService(store, lambda: None, lambda: annotator)
+        if kind == "rules":
+            return RuleService(store, lambda: None)
+        return ToolsetService(store, lambda: None)
 
     async def attempt(service: Any) -> tuple[Any, Exception | None]:
         # Caught here, not outside: an exception leaving the running gateway arrives in a group.
@@ -113,12 +122,11 @@ def run_service(
     async def main() -> tuple[Any, Exception | None]:
         async with await open_store(config) as store:
             if not live:
-                if hints:
-                    annotator = Annotator(policies_from(config))
-                    return await attempt(HintService(store, lambda: None, lambda: annotator))
-                return await attempt(ToolsetService(store, lambda: None))
+                return await attempt(offline(store))
             async with running_gateway(config, wait, store) as gateway:
-                return await attempt(gateway.hints if hints else gateway.service)
+                return await attempt(
+                    {"hints": gateway.hints, "rules": gateway.rules}.get(kind, gateway.service)
+                )
 
     try:
         result, error = anyio.run(main)

@@ -98,12 +98,12 @@ def hints_show(
     default), why, and the gateway's suggestion where it differs."""
     if tool:
         result = run_service(
-            load(config, demo), lambda s: s.explain(tool, toolset), live=True, wait=wait, hints=True
+            load(config, demo), lambda s: s.explain(tool, toolset), live=True, wait=wait, kind="hints"
         )
         tools = [result]
     else:
         result = run_service(
-            load(config, demo), lambda s: s.explain_all(toolset), live=True, wait=wait, hints=True
+            load(config, demo), lambda s: s.explain_all(toolset), live=True, wait=wait, kind="hints"
         )
         tools = result["tools"]
     if as_json:
@@ -163,7 +163,7 @@ def hints_set(
         lambda s: s.set(tool, fields, parameters, toolset, accept),
         live=True,
         wait=wait,
-        hints=True,
+        kind="hints",
     )
     if as_json:
         return print_json(result)
@@ -185,7 +185,7 @@ def hints_clear(
     demo: bool = DemoOption,
 ) -> None:
     """Unpin fields so the tool inherits them again (works with the servers offline)."""
-    result = run_service(load(config, demo), lambda s: s.clear(tool, fields, toolset), hints=True)
+    result = run_service(load(config, demo), lambda s: s.clear(tool, fields, toolset), kind="hints")
     out.print(result["message"], highlight=False)
 
 

@@ -223,6 +223,10 @@ async def _set_hints(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+async def _set_rules(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+    return await gateway.rules.replace(args["toolRef"], args["rules"])
+
+
 async def _enter(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
     return gateway.enter_configuration_mode()
 
@@ -456,6 +460,43 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         _set_hints,
     ),
     ConfigTool(
+        "set-argument-rules",
+        "Set Argument Rules",
+        "Replace a tool's argument rules: ordered conditions over its arguments and the hints that hold "
+        "when one matches (first match wins; no match: the static hints). Clients get these through "
+        "tools/resolve and tools/annotations. A rule may not be riskier than the static hints. An empty "
+        "list removes them all. Example: {toolRef: {namespacedName: 'files.manage_files'}, rules: [{when: "
+        "{argument: 'action', equals: 'read'}, hints: {readOnlyHint: true}}]}",
+        {
+            "toolRef": TOOL_REF,
+            "rules": {
+                "type": "array",
+                "description": "The tool's rules in order; [] removes them all",
+                "items": {
+                    "type": "object",
+                    "description": "One rule: when (a condition) and hints (what holds then)",
+                    "properties": {
+                        "when": {
+                            "type": "object",
+                            "description": "argument (top-level name) or pointer (JSON pointer), and one of "
+                            "equals (any value), in (a list), matches (a regular expression), present (bool)",
+                        },
+                        "hints": {
+                            "type": "object",
+                            "description": "The hints that hold when the condition matches, e.g. "
+                            "{readOnlyHint: true, destructiveHint: false}",
+                        },
+                    },
+                    "required": ["when", "hints"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+        ("toolRef", "rules"),
+        _hints(read_only=False, destructive=True),
+        _set_rules,
+    ),
+    ConfigTool(
         EXIT,
         "Exit Configuration Mode",
         "Leave configuration mode and return to normal mode: the equipped toolset's tools are listed again "
@@ -473,8 +514,8 @@ ENTER_TOOL = ConfigTool(
     "Switch to configuration mode to manage toolsets and tool annotations. The tool list then shows only "
     "the configuration tools (list-available-tools, build-toolset, list-saved-toolsets, equip-toolset, "
     "unequip-toolset, delete-toolset, get-active-toolset, add-tool-annotation, remove-tool-annotation, "
-    "export-toolset, import-toolset, set-tool-hints, exit-configuration-mode) and hides the working tools "
-    "until you exit or equip a toolset. Does nothing if already in configuration mode.",
+    "export-toolset, import-toolset, set-tool-hints, set-argument-rules, exit-configuration-mode) and hides "
+    "the working tools until you exit or equip a toolset. Does nothing if already in configuration mode.",
     {},
     (),
     _hints(read_only=False),

@@ -227,7 +227,7 @@ class Upstream:
                 ".".join(str(p) for p in problem["loc"]),
             )
             params = request.model_dump(by_alias=True, mode="json", exclude_none=True).get("params")
-            return await _send_unvalidated(client, request.method, params, self.config.timeout)
+            return await send_unvalidated(client, request.method, params, self.config.timeout)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -310,7 +310,7 @@ class Upstream:
             raise Unavailable(self.describe_unavailable())
         timeout = min(self.config.timeout, RESOLVE_TIMEOUT)
         with anyio.fail_after(timeout):
-            result = await _send_unvalidated(client, method, {"name": name, "arguments": arguments}, timeout)
+            result = await send_unvalidated(client, method, {"name": name, "arguments": arguments}, timeout)
         annotations = result.get("annotations")
         if not isinstance(annotations, dict):
             raise ValueError(f"{method} answered without an annotations object: {result!r:.200}")
@@ -348,7 +348,7 @@ def _explain(exc: BaseException, config: ServerConfig) -> str:
     return f"{type(exc).__name__}: {text}" if text != type(exc).__name__ else text
 
 
-async def _send_unvalidated(
+async def send_unvalidated(
     client: Client, method: str, params: dict[str, Any] | None, timeout: float
 ) -> dict[str, Any]:
     """A request whose result skips the SDK's models (a custom method, or a result the models

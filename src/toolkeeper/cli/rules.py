@@ -1,0 +1,177 @@
+"""`toolkeeper rules list|add|remove|test` (thin faces over services/rules.py) and
+`toolkeeper resolve` (the seed's client flow against any server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import typer
+from mcp import Client, StdioServerParameters
+from rich.table import Table
+
+from toolkeeper.annotations.rules import EXAMPLE
+from toolkeeper.cli.common import (
+    ConfigOption,
+    DemoOption,
+    JsonOption,
+    WaitOption,
+    app,
+    err,
+    load,
+    out,
+    print_json,
+    print_warnings,
+    run_service,
+)
+from toolkeeper.log import setup_logging
+from toolkeeper.upstreams.preflight import PreflightError, ToolResolution, preflight
+
+rules_app = typer.Typer(
+    help="Argument rules: the hints that hold for a tool when its arguments match (first match wins).",
+    no_args_is_help=True,
+)
+app.add_typer(rules_app, name="rules")
+
+
+def _json_argument(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        err.print(f"error: {what} is not valid JSON ({exc.msg} at column {exc.colno}): {text}", markup=False)
+        raise typer.Exit(1) from None
+
+
+def _print_rules(result: dict[str, Any]) -> None:
+    print_warnings(result)
+    if not result["rules"]:
+        out.print(f"{result['tool']} has no argument rules: its static hints always apply.", highlight=False)
+        return
+    table = Table("#", "rule", title=f"{result['tool']}: first match wins, else the static hints")
+    for rule in result["rules"]:
+        table.add_row(str(rule["number"]), rule["text"])
+    out.print(table)
+
+
+@rules_app.command("list")
+def rules_list(
+    tool: str = typer.Argument(..., help="The tool's namespacedName (server.tool)."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """A tool's rules, in the order they are tried."""
+    result = run_service(load(config, demo), lambda s: s.list(tool), kind="rules")
+    print_json(result) if as_json else _print_rules(result)
+
+
+@rules_app.command("add")
+def rules_add(
+    tool: str = typer.Argument(..., help="The tool (server.tool or its exposed name)."),
+    rule: str = typer.Argument(..., help=f"The rule as JSON, e.g. '{EXAMPLE}'."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+    wait: float = WaitOption,
+) -> None:
+    """Add a rule after the tool's existing ones. `when` takes `argument` (or a JSON `pointer`) and
+    one of `equals`, `in`, `matches` (a regular expression), `present`."""
+    parsed = _json_argument(rule, "the rule")
+    result = run_service(
+        load(config, demo), lambda s: s.add(tool, parsed), live=True, wait=wait, kind="rules"
+    )
+    print_json(result) if as_json else _print_rules(result)
+
+
+@rules_app.command("remove")
+def rules_remove(
+    tool: str = typer.Argument(..., help="The tool's namespacedName (server.tool)."),
+    number: int = typer.Argument(..., help="The rule's number, as `rules list` shows it."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+) -> None:
+    """Remove one rule (works with the servers offline)."""
+    result = run_service(load(config, demo), lambda s: s.remove(tool, number), kind="rules")
+    _print_rules(result)
+
+
+@rules_app.command("test")
+def rules_test(
+    tool: str = typer.Argument(..., help="The tool (server.tool or its exposed name)."),
+    arguments: str = typer.Argument(..., help='The arguments as JSON, e.g. \'{"action": "read"}\'.'),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+    wait: float = WaitOption,
+) -> None:
+    """Resolve the hints for these arguments, as `tools/resolve` would, and say which source decided:
+    the server itself, a rule, or the static hints. Nothing is called."""
+    parsed = _json_argument(arguments, "the arguments")
+    result = run_service(
+        load(config, demo), lambda s: s.test(tool, parsed), live=True, wait=wait, kind="rules"
+    )
+    if as_json:
+        return print_json(result)
+    hints = ", ".join(f"{k}={str(v).lower()}" for k, v in result["annotations"].items())
+    out.print(
+        f"{result['tool']} {json.dumps(parsed)}\n  {hints}\n  source: {result['source']} ({result['detail']})"
+    )
+
+
+@app.command("resolve", context_settings={"allow_interspersed_args": False})
+def resolve_command(
+    tool: str = typer.Argument(..., help="The tool's name as the server lists it."),
+    arguments: str = typer.Argument(..., help="The arguments as JSON."),
+    command: list[str] | None = typer.Argument(
+        None,
+        help="After --: the command that starts a stdio server (default: this gateway).",
+        show_default=False,
+    ),
+    url: str | None = typer.Option(None, "--url", help="A streamable HTTP server's URL instead."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """The client side of argument-specific hints, against any server (options go before TOOL): ask `tools/resolve` (or
+    `tools/annotations`) for these arguments, fall back to the static hints on an error, and fail
+    when there are none.
+
+    Example: toolkeeper resolve --demo files__manage_files '{"path": "a", "action": "read"}'"""
+    parsed = _json_argument(arguments, "the arguments")
+    setup_logging("WARNING")
+    if command and command[0] == "--":  # after TOOL and ARGS, click keeps the separator
+        command = command[1:]
+    if url:
+        target: Any = url
+    else:
+        argv = command or [sys.executable, "-m", "toolkeeper", "serve"] + (
+            ["--demo"] if demo else (["--config", str(config)] if config else [])
+        )
+        target = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+
+    async def main() -> Any:
+        async with Client(target, extensions=[ToolResolution()]) as client:
+            try:  # caught inside: leaving the client's task group would wrap it in a group
+                return await preflight(client, tool, parsed)
+            except PreflightError as exc:
+                return exc
+
+    try:
+        result = anyio.run(main)
+    except Exception as exc:  # cannot connect: name the target and the cause
+        cause = exc.exceptions[0] if isinstance(exc, BaseExceptionGroup) else exc
+        err.print(f"error: could not ask {url or ' '.join(argv)}: {cause}", markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    if isinstance(result, PreflightError):
+        err.print(f"error: {result}", markup=False, highlight=False)
+        raise typer.Exit(1)
+    if as_json:
+        return print_json(result.as_json())
+    if result.error:
+        err.print(f"[yellow]warning:[/yellow] {result.error}; using the static annotations", highlight=False)
+    hints = ", ".join(f"{k}={json.dumps(v)}" for k, v in result.annotations.items()) or "(none)"
+    out.print(f"{tool}: {hints}\n  source: {result.source}", highlight=False)
