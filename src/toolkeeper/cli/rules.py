@@ -136,9 +136,9 @@ def resolve_command(
     demo: bool = DemoOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """The client side of argument-specific hints, against any server (options go before TOOL): ask `tools/resolve` (or
+    """The client side of argument-specific hints, against any server: ask `tools/resolve` (or
     `tools/annotations`) for these arguments, fall back to the static hints on an error, and fail
-    when there are none.
+    when there are none. Options go before TOOL.
 
     Example: toolkeeper resolve --demo files__manage_files '{"path": "a", "action": "read"}'"""
     parsed = _json_argument(arguments, "the arguments")
