@@ -12,7 +12,18 @@ from pathlib import Path
 import pytest
 from conftest import PY, controllable, write_config
 
-CTL_TOOLS = ["echo", "add_tool", "set_hints", "crash", "sleep", "progress", "mixed_content", "fail", "pid"]
+CTL_TOOLS = [
+    "echo",
+    "add_tool",
+    "set_hints",
+    "set_resolution",
+    "crash",
+    "sleep",
+    "progress",
+    "mixed_content",
+    "fail",
+    "pid",
+]
 
 
 def clean_env() -> dict[str, str]:

@@ -170,7 +170,7 @@ async def test_pagination_is_followed_to_the_end(tmp_path):
     config = write_config(tmp_path, {"big": controllable(server_args={"extra-tools": 300})})
     async with gateway_client(config, "legacy") as client:
         tools = [t for t in (await client.list_tools()).tools if t.name.startswith("big__")]
-        assert len(tools) == 9 + 300
+        assert len(tools) == 10 + 300
         assert (await client.call_tool("big__extra_299", {})).content[0].text == "extra_299"
 
 

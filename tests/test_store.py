@@ -89,7 +89,7 @@ async def test_a_second_open_does_not_migrate_again(store_url: str) -> None:
         store = await Store(store_url).open()
         async with store.read() as conn:
             version = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar_one()
-        assert version == "0002"  # the newest migration
+        assert version == "0003"  # the newest migration
         await store.close()
 
 

@@ -37,6 +37,7 @@ CONFIG_TOOLS = [
     "export-toolset",
     "import-toolset",
     "set-tool-hints",
+    "set-argument-rules",
     "exit-configuration-mode",
 ]
 

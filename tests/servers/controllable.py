@@ -20,9 +20,15 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+class ResolveParams(types.RequestParams):
+    name: str
+    arguments: Any = None
 
 
 def text_tool(name: str, description: str, properties: dict[str, Any] | None = None) -> types.Tool:
@@ -55,6 +61,9 @@ def main() -> None:
     legacy_sessions: list[Any] = []
     # set_hints replaces echo's annotations with any raw JSON, even values the spec forbids.
     echo_annotations: dict[str, Any] = {"readOnlyHint": True, "openWorldHint": False}
+    # set_resolution makes echo resolvable through tools/annotations, answering as told:
+    # {"annotations": {...}} (right or deliberately wrong), {"error": true} or {"hang": true}.
+    resolution: dict[str, Any] = {}
 
     def record(entry: dict[str, Any]) -> None:
         if args.record:
@@ -83,6 +92,9 @@ def main() -> None:
             text_tool(
                 "set_hints", "Replace echo's annotations (raw JSON).", {"annotations": {"type": "object"}}
             ),
+            text_tool(
+                "set_resolution", "How echo's tools/annotations answers.", {"resolution": {"type": "object"}}
+            ),
             text_tool("crash", "Exit the process at once."),
             text_tool("sleep", "Sleep for a while.", {"seconds": {"type": "number"}}),
             text_tool("progress", "Report progress in steps.", {"steps": {"type": "integer"}}),
@@ -97,7 +109,16 @@ def main() -> None:
         # Raw JSON, so set_hints can send what the SDK's models would refuse or coerce.
         tools = [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tool_list()]
         tools[0]["annotations"] = echo_annotations
+        if resolution:
+            tools[0]["dynamicAnnotations"] = True
         return {"tools": tools}
+
+    async def tool_annotations(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
+        if resolution.get("hang"):
+            await anyio.sleep(3600)
+        if resolution.get("error") or params.name != "echo":
+            raise MCPError(code=-32603, message="cannot compute annotations")
+        return {"annotations": resolution.get("annotations") or {}}
 
     async def announce_tools_changed() -> None:
         await bus.publish(ToolsListChanged())
@@ -119,6 +140,11 @@ def main() -> None:
             extra.append(str(arguments.get("name", f"added_{len(extra)}")))
             await announce_tools_changed()
             return types.CallToolResult(content=[types.TextContent(text="added")])
+        if name == "set_resolution":
+            resolution.clear()
+            resolution.update(arguments.get("resolution") or {})
+            await announce_tools_changed()
+            return types.CallToolResult(content=[types.TextContent(text="resolution set")])
         if name == "set_hints":
             echo_annotations.clear()
             echo_annotations.update(arguments.get("annotations") or {})
@@ -191,6 +217,7 @@ def main() -> None:
             legacy_sessions.append(ctx.session)
         return result
 
+    server.add_request_handler("tools/annotations", ResolveParams, tool_annotations)
     server.middleware = [observe]
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     print(f"controllable server {args.name} pid {os.getpid()} starting", file=sys.stderr, flush=True)

@@ -244,6 +244,8 @@ class Upstream:
                 if exc.error.code == CONNECTION_CLOSED:
                     self._lost.set()
                 continue
+            if tools == self.tools:
+                continue
             self.tools = tools
             logger.info("server %r: tool list changed (%d tools)", self.name, len(tools))
             self._on_change(self)
@@ -251,6 +253,8 @@ class Upstream:
     async def _listen_for_changes(self, client: Client) -> None:
         try:
             async with client.listen(tools_list_changed=True) as subscription:
+                # A change between the first listing and this subscription would be lost: look once.
+                self._tools_dirty.set()
                 async for _event in subscription:
                     self._tools_dirty.set()
         except Exception as exc:  # a server without a working listen stream still serves calls
