@@ -172,3 +172,62 @@ def test_lint_a_command_and_bad_targets(tmp_path: Path) -> None:
     assert "lint one thing" in tk("lint", code=2).stderr
     unknown = tk("lint", "--demo", "--server", "nope", code=2)
     assert "no usable server 'nope'" in unknown.stderr and "notes" in unknown.stderr
+
+
+def test_rules_test_explains_read_and_delete_and_resolve_follows_the_seeds_client_flow(
+    tmp_path: Path,
+) -> None:
+    # The demo files server resolves manage_files itself: the source is the server.
+    read = json.loads(
+        tk(
+            "rules", "test", "--demo", "--json", "files.manage_files", '{"path": "a", "action": "read"}'
+        ).stdout
+    )
+    assert read["annotations"]["readOnlyHint"] is True and read["source"] == "downstream"
+    delete = tk("rules", "test", "--demo", "files.manage_files", '{"path": "a", "action": "delete"}').stdout
+    assert "destructiveHint=true" in delete and "source: downstream" in delete
+
+    # A rule on a tool whose server does not resolve: the rule, then the static hints.
+    rule = '{"when": {"argument": "note_id", "in": [1, 2]}, "hints": {"idempotentHint": true}}'
+    added = tk("rules", "add", "--demo", "notes.append_to_note", rule).stdout
+    assert "when 'note_id' in [1, 2]: idempotentHint=true" in added
+    by_rule = json.loads(
+        tk("rules", "test", "--demo", "--json", "notes.append_to_note", '{"note_id": 1, "text": "x"}').stdout
+    )
+    assert by_rule["source"] == "rule" and by_rule["detail"].startswith("rule 1")
+    static = json.loads(
+        tk("rules", "test", "--demo", "--json", "notes.append_to_note", '{"note_id": 3, "text": "x"}').stdout
+    )
+    assert static["source"] == "static" and static["annotations"]["idempotentHint"] is False
+    bad = tk("rules", "test", "--demo", "notes.append_to_note", '{"note_id": "one", "text": "x"}', code=1)
+    assert "/note_id" in bad.stderr and "-32602" in bad.stderr
+    assert "is not valid JSON" in tk("rules", "add", "--demo", "notes.append_to_note", "{when", code=1).stderr
+    refused = tk(
+        "rules", "add", "--demo", "notes.append_to_note", '{"when": {"argument": "x"}, "hints": {}}', code=1
+    )
+    assert "exactly one place" in refused.stderr
+    assert "no rule 5" in tk("rules", "remove", "--demo", "notes.append_to_note", "5", code=1).stderr
+    assert "no argument rules" in tk("rules", "remove", "--demo", "notes.append_to_note", "1").stdout
+
+    # The client side against a server directly, and its fallback to static hints.
+    files = [sys.executable, "-m", "toolkeeper.demo.files", "--root", str(tmp_path / "files")]
+    resolved = json.loads(
+        tk("resolve", "--json", "manage_files", '{"path": "a", "action": "read"}', "--", *files).stdout
+    )
+    assert resolved["source"] == "tools/resolve" and resolved["annotations"]["readOnlyHint"] is True
+    static_only = json.loads(
+        tk(
+            "resolve",
+            "--json",
+            "manage_files",
+            '{"path": "a", "action": "read"}',
+            "--",
+            *files,
+            "--static-only",
+        ).stdout
+    )
+    assert static_only["source"] == "static" and static_only["annotations"]["destructiveHint"] is True
+    failed = json.loads(tk("resolve", "--json", "manage_files", '{"action": "read"}', "--", *files).stdout)
+    assert failed["source"] == "static" and "tools/resolve failed" in failed["error"]
+    unknown = tk("resolve", "nope", "{}", "--", *files, code=1)
+    assert "lists no tool 'nope'" in unknown.stderr

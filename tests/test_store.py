@@ -13,6 +13,7 @@ import anyio
 import pytest
 from sqlalchemy import func, select, text
 
+from toolkeeper.annotations.rules import RuleError
 from toolkeeper.catalog import Catalog, ServerTools, build_catalog
 from toolkeeper.services.toolsets import Change, ToolsetService
 from toolkeeper.store import Store, StoreError
@@ -267,5 +268,36 @@ async def test_pins_upsert_clear_and_go_with_their_toolset(store_url: str) -> No
         await svc.delete("kit")  # its toolset pins go with it; global pins stay
         after = await hints.overrides()
         assert not after.pins("ctl.echo", "kit") and after.pins("ctl.echo").fields == {"title": "Echo"}
+    finally:
+        await store.close()
+
+
+async def test_rules_keep_their_order_and_concurrent_adds_all_land(store_url: str) -> None:
+    from toolkeeper.services.rules import RuleService
+
+    store = await Store(store_url).open()
+    rules = RuleService(store, catalog)
+    try:
+        read = {"when": {"argument": "text", "equals": "r"}, "hints": {"readOnlyHint": True}}
+        await rules.add("ctl.echo", read)
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                rule = {"when": {"argument": "text", "equals": f"x{i}"}, "hints": {"readOnlyHint": True}}
+                tg.start_soon(rules.add, "ctl.echo", rule)
+        listed = await rules.list("ctl.echo")
+        assert len(listed["rules"]) == 6 and listed["rules"][0]["when"] == read["when"]
+
+        revision = await store.revision()
+        with pytest.raises(RuleError):
+            await rules.replace("ctl.echo", [read, {"when": {"argument": "text"}, "hints": {}}])
+        with pytest.raises(RuleError):
+            await rules.remove("ctl.echo", 7)
+        assert await store.revision() == revision  # refused: nothing written
+
+        await rules.remove("ctl.echo", 1)
+        assert (await rules.list("ctl.echo"))["rules"][0]["when"]["equals"].startswith("x")
+        replaced = await rules.replace("ctl.echo", [read])
+        assert [r["number"] for r in replaced["rules"]] == [1]
+        assert (await rules.replace("ctl.echo", []))["rules"] == []
     finally:
         await store.close()
