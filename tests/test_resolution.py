@@ -366,3 +366,49 @@ def test_bad_rules_are_refused_with_a_clear_message(raw: Any, says: str) -> None
     with pytest.raises(RuleError, match=None) as caught:
         parse_rule(raw)
     assert says in str(caught.value)
+
+
+async def test_an_invalid_input_schema_cannot_be_computed() -> None:
+    broken = {**MANAGE, "name": "broken", "inputSchema": {"type": "object", "properties": {"a": {"type": 5}}}}
+    tool = build_catalog([ServerTools("files", "files", True, [broken])]).tools[0]
+    with pytest.raises(ResolveError) as caught:
+        await resolve(tool, {"a": 1}, compute(broken, "files", HintPolicy()))
+    assert caught.value.code == -32603 and "not valid JSON Schema" in str(caught.value)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_rules_from_the_configuration_tool(tmp_path: Path, mode: str) -> None:
+    from tests.test_toolsets_mcp import menu_client, ok, refused
+
+    config = write_config(tmp_path, {"files": files_entry(tmp_path, "--static-only")})
+    async with menu_client(config, mode) as (client, _changes):
+        ref = {"namespacedName": "files.manage_files"}
+        text = await refused(
+            client, "set-argument-rules", {"toolRef": ref, "rules": [{"when": {}, "hints": {}}]}
+        )
+        assert "rule 1" in text and "exactly one place" in text
+        rule = {"when": {"argument": "action", "equals": "append"}, "hints": {"destructiveHint": False}}
+        result = await ok(client, "set-argument-rules", {"toolRef": ref, "rules": [rule]})
+        assert result["rules"][0]["text"] == "when 'action' = \"append\": destructiveHint=false"
+        await ok(client, "build-toolset", {"name": "files", "tools": [ref], "autoEquip": True})
+        answer = await ask(
+            client, "tools/annotations", "files__manage_files", {"path": "a", "action": "append"}
+        )
+        assert answer["annotations"] == {**STATIC, "destructiveHint": False}
+        await ok(client, "enter-configuration-mode")
+        assert (await ok(client, "set-argument-rules", {"toolRef": ref, "rules": []}))["rules"] == []
+        await ok(client, "exit-configuration-mode")
+        refused_now = await error_of(
+            client, "tools/annotations", "files__manage_files", {"path": "a", "action": "append"}
+        )
+        assert refused_now.error.code == -32602  # no rule left, and the server does not resolve
+
+
+async def test_a_server_without_resolution_answers_method_not_found(tmp_path: Path) -> None:
+    params = files_entry(tmp_path, "--static-only")
+    from mcp import StdioServerParameters
+
+    server = StdioServerParameters(command=params["command"], args=params["args"])
+    async with Client(server, extensions=[ToolResolution()]) as client:
+        missing = await error_of(client, "tools/resolve", "manage_files", {"path": "a", "action": "read"})
+        assert missing.error.code == -32601
