@@ -56,11 +56,7 @@ class RuleService:
         warnings = _unknown_argument(tool, rule)
         async with self.store.write() as conn:
             await rule_rows.add(conn, tool.namespaced_name, rule)
-        await self._changed()
-        result = await self.list(tool.namespaced_name)
-        if warnings:
-            result["warnings"] = warnings
-        return result
+        return await self._written(tool.namespaced_name, warnings)
 
     async def replace(self, ref: Any, raws: Any) -> dict[str, Any]:
         """The tool's whole ordered list at once (an empty list removes every rule)."""
@@ -79,11 +75,7 @@ class RuleService:
                 await rule_rows.remove(conn, rule_id)
             for rule in parsed:
                 await rule_rows.add(conn, tool.namespaced_name, rule)
-        await self._changed()
-        result = await self.list(tool.namespaced_name)
-        if warnings:
-            result["warnings"] = warnings
-        return result
+        return await self._written(tool.namespaced_name, warnings)
 
     async def remove(self, ref: Any, number: int) -> dict[str, Any]:
         name = self._name(ref)
@@ -108,6 +100,14 @@ class RuleService:
         except ResolveError as exc:
             raise RuleError(f"{exc} (error {exc.code})") from None
         return {"tool": tool.namespaced_name, "arguments": arguments, **resolution.as_json()}
+
+    async def _written(self, name: str, warnings: list[str]) -> dict[str, Any]:
+        """After a write: tell the gateway, and show the tool's rules as they are now."""
+        await self._changed()
+        result = await self.list(name)
+        if warnings:
+            result["warnings"] = warnings
+        return result
 
     async def _changed(self) -> None:
         if self._on_change is not None:
