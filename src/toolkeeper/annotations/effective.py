@@ -26,6 +26,7 @@ from toolkeeper.annotations.hints import (
     Source,
     declared_parameter_description,
     input_properties,
+    is_text,
     read_declared,
 )
 from toolkeeper.annotations.infer import Inference, Suggestion, describe_parameter, infer
@@ -151,7 +152,7 @@ class EffectiveHints:
                 annotations.pop(hint, None)  # an unusable value is treated as absent
         title = self.fields["title"]
         for holder in (entry, annotations):  # a title that is not text is treated as absent
-            if "title" in holder and not _is_text(holder["title"]):
+            if "title" in holder and not is_text(holder["title"]):
                 del holder["title"]
         if title.source in (Source.PINNED, Source.INFERRED):
             entry["title"] = title.value
@@ -189,10 +190,6 @@ class EffectiveHints:
         if self.stale_pins:
             out["stalePins"] = list(self.stale_pins)
         return out
-
-
-def _is_text(value: Any) -> bool:
-    return isinstance(value, str) and bool(value.strip())
 
 
 def _pinned(field_name: str, scoped: Pins, global_pins: Pins, scope: str) -> tuple[Any, str] | None:
@@ -377,14 +374,14 @@ class Annotator:
 def _passes_unchanged(declared: Mapping[str, Any], policy: HintPolicy) -> bool:
     """Whether the declared tool reaches clients as it is: usable values, nothing to sanitize."""
     title = declared.get("title")
-    if title is not None and not _is_text(title):
+    if title is not None and not is_text(title):
         return False
     annotations = declared.get("annotations")
     if annotations is None:
         return True
     if not isinstance(annotations, Mapping):
         return False
-    if annotations.get("title") is not None and not _is_text(annotations["title"]):
+    if annotations.get("title") is not None and not is_text(annotations["title"]):
         return False
     sanitize = policy.sanitize_untrusted and not policy.trusted
     for hint in HINTS:

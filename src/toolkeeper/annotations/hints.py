@@ -42,6 +42,11 @@ class Source(StrEnum):
     DEFAULT = "default"  # absent: the spec default applies
 
 
+def is_text(value: Any) -> bool:
+    """A usable title or description: text that is not blank."""
+    return isinstance(value, str) and bool(value.strip())
+
+
 def field_name(name: str) -> str | None:
     """The canonical field for a name a person typed (`readOnly` or `readOnlyHint`), or None."""
     if name in FIELDS:
@@ -85,7 +90,7 @@ def read_declared(tool: Mapping[str, Any]) -> Declared:
     for key, value in (("title", tool.get("title")), ("annotations.title", annotations.get("title"))):
         if value is None:
             continue
-        if isinstance(value, str) and value.strip():
+        if is_text(value):
             title, title_from = value, key
             break
         problems.append(f"{key} is {value!r}, not a non-empty text; ignored")
@@ -101,4 +106,4 @@ def input_properties(tool: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def declared_parameter_description(spec: Any) -> str | None:
     description = spec.get("description") if isinstance(spec, Mapping) else None
-    return description if isinstance(description, str) and description.strip() else None
+    return description if is_text(description) else None

@@ -18,6 +18,7 @@ from toolkeeper.annotations.hints import (
     SAFETY_CLAIMS,
     declared_parameter_description,
     input_properties,
+    is_text,
     read_declared,
 )
 from toolkeeper.annotations.infer import describe_parameter, infer
@@ -113,7 +114,7 @@ def lint_tool(tool: Mapping[str, Any]) -> list[Finding]:
 
     if declared.title is None:
         add(Severity.WARNING, "missing-title", "title", "No title: clients show the raw name.", "title")
-    if not (isinstance(tool.get("description"), str) and tool["description"].strip()):
+    if not is_text(tool.get("description")):
         add(Severity.WARNING, "missing-description", "description", "No description: the model must guess.")
 
     read_only = hints.get("readOnlyHint")

@@ -19,6 +19,7 @@ from toolkeeper.annotations.hints import (
     Source,
     field_name,
     input_properties,
+    is_text,
     unknown_field_message,
 )
 from toolkeeper.catalog import Catalog, CatalogTool
@@ -193,7 +194,7 @@ def _checked_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
         if value is None:
             out[name] = None
         elif name == "title":
-            if not isinstance(value, str) or not value.strip():
+            if not is_text(value):
                 raise HintError(f"title must be a non-empty text (or null to clear its pin), got {value!r}.")
             if len(value) > TITLE_MAX:
                 raise HintError(f"title is {len(value)} characters; the limit is {TITLE_MAX}.")
@@ -215,7 +216,7 @@ def _checked_parameters(tool: CatalogTool, parameters: Mapping[str, Any]) -> dic
             have = ", ".join(known) or "none"
             raise HintError(f"{tool.namespaced_name} has no parameter {name!r} (its parameters: {have}).")
         if text is not None:
-            if not isinstance(text, str) or not text.strip():
+            if not is_text(text):
                 raise HintError(
                     f"The description of {name!r} must be a non-empty text (or null to clear it)."
                 )
