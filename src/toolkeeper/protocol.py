@@ -1,9 +1,21 @@
-"""Protocol names and codes the gateway uses on both sides that the SDK does not define."""
+"""Protocol names, codes and shapes the gateway uses on both sides that the SDK does not define."""
+
+from typing import Any
+
+from mcp_types import RequestParams
 
 # The experimental extension that grew out of the seed SEP (PROTOCOL.md, "Argument-specific annotations").
 RESOLUTION_EXTENSION = "io.modelcontextprotocol/tool-resolution"
 RESOLVE_METHOD = "tools/resolve"  # the extension's form
 ANNOTATIONS_METHOD = "tools/annotations"  # the seed SEP's form
+
+
+class ResolveParams(RequestParams):
+    """`tools/annotations` and `tools/resolve` params; `arguments` is checked by whoever resolves."""
+
+    name: str
+    arguments: Any = None
+
 
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603

@@ -46,7 +46,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import RequestParams, ToolAnnotations
+from mcp_types import ToolAnnotations
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
@@ -56,6 +56,7 @@ from toolkeeper.protocol import (
     MISSING_CAPABILITY,
     RESOLUTION_EXTENSION,
     RESOLVE_METHOD,
+    ResolveParams,
     advertise_resolution,
     client_resolves,
     flag_resolvable,
@@ -226,11 +227,6 @@ def lowlevel_server(server: MCPServer) -> Server:
     return server._lowlevel_server  # noqa: SLF001
 
 
-class _ResolveParams(RequestParams):
-    name: str
-    arguments: Any = None
-
-
 def resolution_for(name: str, arguments: Any) -> dict[str, bool]:
     """The SEP's reference resolution: per-action hints, refusing what ``manage_files`` would refuse."""
     if name != TOOL_NAME:
@@ -252,10 +248,10 @@ def serve_resolution(server: MCPServer) -> None:
     extension) for ``manage_files``, and flag the tool and the capability on the wire."""
     lowlevel = lowlevel_server(server)
 
-    async def annotations(ctx: ServerRequestContext[Any], params: _ResolveParams) -> dict[str, Any]:
+    async def annotations(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
         return {"annotations": resolution_for(params.name, params.arguments)}
 
-    async def resolve(ctx: ServerRequestContext[Any], params: _ResolveParams) -> dict[str, Any]:
+    async def resolve(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
         if not client_resolves(ctx.session.client_capabilities):
             raise MCPError(
                 code=MISSING_CAPABILITY, message=f"tools/resolve needs the {RESOLUTION_EXTENSION} extension"
@@ -277,8 +273,8 @@ def serve_resolution(server: MCPServer) -> None:
                     flag_resolvable(tool, marker)
         return result
 
-    lowlevel.add_request_handler(ANNOTATIONS_METHOD, _ResolveParams, annotations)
-    lowlevel.add_request_handler(RESOLVE_METHOD, _ResolveParams, resolve)
+    lowlevel.add_request_handler(ANNOTATIONS_METHOD, ResolveParams, annotations)
+    lowlevel.add_request_handler(RESOLVE_METHOD, ResolveParams, resolve)
     lowlevel.middleware = [*lowlevel.middleware, flag]
 
 

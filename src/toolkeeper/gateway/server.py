@@ -25,6 +25,7 @@ from toolkeeper.protocol import (
     MISSING_CAPABILITY,
     RESOLUTION_EXTENSION,
     RESOLVE_METHOD,
+    ResolveParams,
     advertise_resolution,
     client_resolves,
     flag_resolvable,
@@ -54,13 +55,6 @@ class GatewayServer(Server[Any]):
             experimental_capabilities,
             extensions,
         )
-
-
-class ResolveParams(types.RequestParams):
-    """`tools/annotations` and `tools/resolve` params; `arguments` is checked by the resolver."""
-
-    name: str
-    arguments: Any = None
 
 
 def _client_resolves(ctx: ServerRequestContext[Any]) -> bool:
@@ -139,9 +133,6 @@ def build_server(gateway: Gateway) -> GatewayServer:
             raise MCPError(code=exc.code, message=str(exc), data=exc.data) from None
         return {"annotations": dict(resolution.hints)}
 
-    async def tools_annotations(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
-        return await resolved(ctx, params)
-
     async def tools_resolve(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
         if not _client_resolves(ctx):
             raise MCPError(
@@ -187,7 +178,7 @@ def build_server(gateway: Gateway) -> GatewayServer:
 
     # The SDK's default OpenTelemetry middleware is left out: it costs time on every call and
     # records nothing until an exporter is installed.
-    server.add_request_handler(ANNOTATIONS_METHOD, ResolveParams, tools_annotations)
+    server.add_request_handler(ANNOTATIONS_METHOD, ResolveParams, resolved)  # the seed's form as it is
     server.add_request_handler(RESOLVE_METHOD, ResolveParams, tools_resolve)
     server.middleware = [gateway_middleware]
     return server
