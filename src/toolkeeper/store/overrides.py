@@ -9,12 +9,11 @@ from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import delete, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.annotations.effective import Overrides, Pins
 from toolkeeper.store.tables import tool_overrides
-from toolkeeper.store.toolsets import now
+from toolkeeper.store.toolsets import conflict_insert, now
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +47,8 @@ async def load(conn: AsyncConnection) -> Overrides:
 
 async def put(conn: AsyncConnection, namespaced_name: str, scope: str, field: str, value: Any) -> None:
     """Pin one field, replacing an earlier pin of it (an upsert: concurrent writers never collide)."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     encoded = json.dumps(value, ensure_ascii=False)
-    statement = dialect.insert(tool_overrides).values(
+    statement = conflict_insert(conn, tool_overrides).values(
         namespaced_name=namespaced_name, scope=scope, field=field, value=encoded, updated_at=now()
     )
     statement = statement.on_conflict_do_update(

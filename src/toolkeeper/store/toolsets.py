@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Table, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -17,6 +18,12 @@ EQUIPPED = "equipped_toolset"
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def conflict_insert(conn: AsyncConnection, table: Table) -> Any:
+    """An INSERT that can say ON CONFLICT (SQLite and PostgreSQL both can, with their own syntax)."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table)
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -175,9 +182,8 @@ async def add_note(conn: AsyncConnection, toolset_id: int, ref: ToolRef, note: N
         "note": note.note,
         "created_at": now(),
     }
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     statement = (
-        dialect.insert(tool_notes)
+        conflict_insert(conn, tool_notes)
         .values(**values)
         .on_conflict_do_nothing(index_elements=["toolset_id", "tool_key", "name"])
     )
