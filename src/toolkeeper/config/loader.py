@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolkeeper.config.model import (
     DEFAULT_CALL_TIMEOUT,
@@ -35,13 +36,16 @@ STDIO_KEYS = {"command", "args", "env", "cwd"}
 REMOTE_KEYS = {"url", "headers"}
 COMMON_KEYS = {
     "type", "transport", "disabled", "prefix", "trust", "timeout", "description",
-    "inferHints", "sanitizeUntrustedHints",
+    "inferHints", "sanitizeUntrustedHints", "protocol",
 }  # fmt: skip
 SETTINGS_KEYS = {
     "home", "databaseUrl", "http", "logLevel", "maxConcurrentConnects", "featureFlags",
     "inferHints", "sanitizeUntrustedHints",
 }  # fmt: skip
 INFER_HINTS = ("suggest", "apply")
+# How to talk to a server: the newest era it speaks, or the handshake era even if it speaks both
+# (a server may do less in one era, e.g. ask for sampling only over the handshake-era wire).
+PROTOCOLS = ("auto", "legacy", *MODERN_PROTOCOL_VERSIONS)
 TRANSPORT_ALIASES = {
     "stdio": "stdio",
     "http": "http",
@@ -265,7 +269,13 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
     sanitize = entry.get("sanitizeUntrustedHints")
     if sanitize is not None and not isinstance(sanitize, bool):
         raise EntryError(f"'sanitizeUntrustedHints' must be true or false, got {sanitize!r}")
-    hint_options = {"infer_hints": infer_hints, "sanitize_untrusted_hints": sanitize}
+    protocol = entry.get("protocol", "auto")
+    if protocol not in PROTOCOLS:
+        raise EntryError(
+            f"'protocol' must be one of {', '.join(repr(p) for p in PROTOCOLS)}, got {protocol!r} "
+            "('auto' uses the newest era the server speaks)"
+        )
+    hint_options = {"infer_hints": infer_hints, "sanitize_untrusted_hints": sanitize, "protocol": protocol}
 
     if transport == "stdio":
         command = _string(entry, "command", env)

@@ -39,6 +39,8 @@ class ServerConfig:
     # None: the gateway-wide setting applies.
     infer_hints: InferHints | None = None
     sanitize_untrusted_hints: bool | None = None
+    # "auto" (newest era the server speaks), "legacy" (handshake era), or a modern version.
+    protocol: str = "auto"
 
     def describe(self) -> str:
         """A one-line, secret-free description for logs and `toolkeeper servers`."""

@@ -15,10 +15,12 @@ from types import MappingProxyType
 from typing import Any
 
 import anyio
+import mcp_types as types
 
 from toolkeeper.annotations.effective import Annotator, policies_from, resolution_form
 from toolkeeper.annotations.resolve import Resolution, resolve
 from toolkeeper.catalog import Catalog, CatalogTool, ServerTools, build_catalog
+from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
 from toolkeeper.config.model import Config
 from toolkeeper.gateway.config_tools import (
     BY_NAME,
@@ -30,13 +32,14 @@ from toolkeeper.gateway.config_tools import (
     ConfigTool,
 )
 from toolkeeper.gateway.notify import ClientNotifier
+from toolkeeper.gateway.relay import Relay
 from toolkeeper.protocol import RESOLUTION_EXTENSION
 from toolkeeper.services.hints import HintService
 from toolkeeper.services.rules import RuleService
 from toolkeeper.services.toolsets import Change, ToolsetService
 from toolkeeper.store import Store, StoreError
 from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
-from toolkeeper.upstreams.connection import Upstream
+from toolkeeper.upstreams.connection import ServerInput, Upstream
 from toolkeeper.upstreams.pool import UpstreamPool
 
 logger = logging.getLogger(__name__)
@@ -69,8 +72,10 @@ class Gateway:
         self.config = config
         self.store = store
         self.notifier = ClientNotifier()
-        self.pool = UpstreamPool(config, self._upstream_changed)
+        self.relay = Relay(self.notifier.bus)
+        self.pool = UpstreamPool(config, self)
         self.catalog = Catalog()
+        self.offerings = Offerings()
         # Without a store (inspection commands) there are no toolsets: every tool is listed.
         self.menu_enabled = config.settings.config_tools_menu and store is not None
         self.toolset: Toolset | None = None
@@ -105,6 +110,7 @@ class Gateway:
             self.mode = Mode.NORMAL if self.toolset else Mode.CONFIGURATION
             self._rebuild_view()
         async with anyio.create_task_group() as tg:
+            await tg.start(self.relay.run)
             tg.start_soon(self.pool.run)
             task_status.started()
             await self.pool.wait_started(STARTUP_GRACE_SECONDS)
@@ -118,9 +124,48 @@ class Gateway:
 
     # -- catalog and view ------------------------------------------------------------------
 
-    def _upstream_changed(self, upstream: Upstream) -> None:
+    # What the downstream servers say (UpstreamListener); calls and their traffic go to the relay.
+
+    def upstream_changed(self, upstream: Upstream) -> None:
+        before = self.offerings
         self._rebuild()
-        self.notifier.tools_changed()
+        changed = ["tools"]
+        if self.offerings.prompts != before.prompts:
+            changed.append("prompts")
+        if (self.offerings.resources, self.offerings.resource_templates) != (
+            before.resources,
+            before.resource_templates,
+        ):
+            changed.append("resources")
+        self.notifier.changed(*changed)
+
+    async def upstream_request(
+        self, upstream: Upstream, request: ServerInput
+    ) -> types.InputResponse | types.ErrorData:
+        return await self.relay.upstream_request(upstream, request)
+
+    async def upstream_log(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None:
+        await self.relay.upstream_log(upstream, params)
+
+    async def resource_updated(self, upstream: Upstream, uri: str) -> None:
+        await self.relay.resource_updated(upstream, uri)
+
+    def offers(self) -> dict[str, Any]:
+        """The union of what the connected servers offer besides tools: the capabilities the
+        gateway can really forward (`resources` with `subscribe`, `prompts`, `completions`,
+        `logging`)."""
+        offered: dict[str, Any] = {}
+        for upstream in self.pool:
+            capabilities = upstream.capabilities
+            for kind in ("prompts", "completions", "logging"):
+                if kind in capabilities:
+                    offered[kind] = True
+            resources = capabilities.get("resources")
+            if isinstance(resources, dict):
+                offered["resources"] = True
+                if resources.get("subscribe"):
+                    offered["subscribe"] = True
+        return offered
 
     def _current_annotator(self) -> Annotator:
         return self.annotator
@@ -132,6 +177,12 @@ class Gateway:
         self.catalog = build_catalog(
             (ServerTools(u.name, u.config.prefix, u.available, u.tools) for u in self.pool),
             version=self.catalog.version + 1,
+        )
+        self.offerings = build_offerings(
+            ServerOfferings(
+                u.name, u.config.prefix, u.available, u.resources, u.resource_templates, u.prompts
+            )
+            for u in self.pool
         )
         self._rebuild_view()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import mcp_types as types
@@ -11,12 +12,13 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolkeeper import __version__
 from toolkeeper.annotations.resolve import ResolveError
 from toolkeeper.catalog import CatalogTool
+from toolkeeper.gateway import forward
 from toolkeeper.gateway.config_tools import ConfigTool, error_result
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.protocol import (
@@ -33,6 +35,9 @@ from toolkeeper.protocol import (
 from toolkeeper.upstreams.connection import CallTimedOut, Unavailable
 
 logger = logging.getLogger(__name__)
+# The gateway passes deprecated features (logging, roots, subscribe) on for servers and clients
+# that still use them; the SDK's warning about each use says nothing a person can act on.
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
 INSTRUCTIONS = (
     "toolkeeper is a gateway: the tools listed here come from several MCP servers. "
@@ -42,7 +47,8 @@ INSTRUCTIONS = (
 
 
 class GatewayServer(Server[Any]):
-    """A low-level server that declares `listChanged` to legacy clients, because it honours it."""
+    """A low-level server that declares `listChanged` to legacy clients, because it honours it
+    (for tools, and for the resources and prompts it passes on)."""
 
     def create_initialization_options(
         self,
@@ -51,7 +57,8 @@ class GatewayServer(Server[Any]):
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
         return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True),
+            notification_options
+            or NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True),
             experimental_capabilities,
             extensions,
         )
@@ -66,10 +73,27 @@ def _plain_call(params: Any) -> bool:
     return (
         isinstance(params, dict)
         and isinstance(params.get("name"), str)
-        and isinstance(params.get("arguments", {}), dict)
-        and "inputResponses" not in params
+        and isinstance(params.get("arguments") or {}, dict)
         and "task" not in params
     )
+
+
+def _wire(params: Any) -> dict[str, Any]:
+    return params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
+
+
+def offer_only_what_is_forwarded(result: dict[str, Any], offered: dict[str, Any]) -> None:
+    """Trim the capabilities of an `initialize` / `server/discover` result to what some connected
+    server supports: the gateway serves every method, but advertises only what it can forward."""
+    capabilities = result.get("capabilities")
+    if not isinstance(capabilities, dict):
+        return
+    for kind in ("prompts", "completions", "logging", "resources"):
+        if kind not in offered:
+            capabilities.pop(kind, None)
+    resources = capabilities.get("resources")
+    if isinstance(resources, dict) and not offered.get("subscribe"):
+        resources.pop("subscribe", None)
 
 
 def with_result_type(ctx: ServerRequestContext[Any], result: dict[str, Any]) -> dict[str, Any]:
@@ -85,18 +109,19 @@ def build_server(gateway: Gateway) -> GatewayServer:
             await gateway.started.wait()
         return {"resultType": "complete", "tools": gateway.listing}
 
-    async def route_call(ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None) -> Any:
+    async def route_call(ctx: ServerRequestContext[Any], params: dict[str, Any]) -> Any:
         if not gateway.started.is_set():
             # A client may call before the servers have connected: wait, as tools/list does.
             await gateway.started.wait()
+        name = params["name"]
         tool = gateway.lookup(name)
         if tool is None:
             raise MCPError(code=INVALID_PARAMS, message=gateway.why_hidden(name))
         if isinstance(tool, ConfigTool):
-            result = await tool.call(gateway, arguments)
+            result = await tool.call(gateway, params.get("arguments"))
             return with_result_type(ctx, result)
         upstream = gateway.upstream_of(tool)
-        meta = (ctx.params or {}).get("_meta") or {}
+        meta = params.get("_meta") or {}
         token = meta.get("progressToken")
         on_progress = None
         if token is not None:
@@ -107,13 +132,54 @@ def build_server(gateway: Gateway) -> GatewayServer:
                 )
 
         try:
-            result = await upstream.call_tool(tool.name, arguments, meta=meta, on_progress=on_progress)
+            result = await gateway.relay.call(ctx, upstream, tool.name, params, on_progress)
         except (Unavailable, CallTimedOut) as exc:
             result = error_result(f"{tool.exposed_name}: {exc}")
         return with_result_type(ctx, result)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
-        return await route_call(ctx, params.name, params.arguments)
+        return await route_call(ctx, _wire(params))
+
+    async def list_resources(ctx: ServerRequestContext[Any], params: Any) -> Any:
+        await forward.ready(gateway)
+        return {"resources": list(gateway.offerings.resources)}
+
+    async def list_resource_templates(ctx: ServerRequestContext[Any], params: Any) -> Any:
+        await forward.ready(gateway)
+        return {"resourceTemplates": list(gateway.offerings.resource_templates)}
+
+    async def list_prompts(ctx: ServerRequestContext[Any], params: Any) -> Any:
+        await forward.ready(gateway)
+        return {"prompts": list(gateway.offerings.prompts)}
+
+    def validated(route: Any) -> Any:
+        # The SDK's validated path (params that were not a plain object) ends in the same route.
+        async def handler(ctx: ServerRequestContext[Any], params: Any) -> Any:
+            return await route(gateway, ctx, _wire(params))
+
+        return handler
+
+    async def set_logging_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> Any:
+        return await forward.set_log_level(gateway, ctx, params.level)
+
+    async def listen(ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams) -> Any:
+        # A modern client subscribes to resources on its listen stream: hold those downstream
+        # subscriptions for as long as the stream is open.
+        await forward.ready(gateway)
+        held: list[tuple[Any, str]] = []
+        try:
+            for uri in params.notifications.resource_subscriptions or ():
+                owner = gateway.offerings.owner_of(uri)
+                if owner is not None:
+                    await gateway.pool[owner].subscribe(uri)
+                    held.append((gateway.pool[owner], uri))
+            return await listen_handler(ctx, params)
+        finally:
+            for upstream, uri in held:
+                try:
+                    await upstream.unsubscribe(uri)
+                except Exception as exc:  # the stream is over either way
+                    logger.debug("unsubscribing %s after a listen stream ended: %s", uri, exc)
 
     async def resolved(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
         if not gateway.started.is_set():
@@ -143,7 +209,7 @@ def build_server(gateway: Gateway) -> GatewayServer:
         result = await resolved(ctx, params)
         return {"resultType": "complete", "name": params.name, **result}
 
-    listen = ListenHandler(gateway.notifier.bus)
+    listen_handler = ListenHandler(gateway.notifier.bus)
     server = GatewayServer(
         "toolkeeper",
         version=__version__,
@@ -154,6 +220,15 @@ def build_server(gateway: Gateway) -> GatewayServer:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_subscriptions_listen=listen,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_resource_templates,
+        on_read_resource=validated(forward.read_resource),
+        on_subscribe_resource=validated(forward.subscribe),
+        on_unsubscribe_resource=validated(forward.unsubscribe),
+        on_list_prompts=list_prompts,
+        on_get_prompt=validated(forward.get_prompt),
+        on_completion=validated(forward.complete),
+        on_set_logging_level=set_logging_level,
     )
 
     async def gateway_middleware(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
@@ -162,12 +237,20 @@ def build_server(gateway: Gateway) -> GatewayServer:
             # handed back as raw JSON, skipping the SDK's per-request model validation and
             # re-serialisation (a third of the gateway's time per call). Anything unusual takes
             # the SDK's validated path through `call_tool`.
-            return await route_call(ctx, ctx.params["name"], ctx.params.get("arguments"))
+            return await route_call(ctx, ctx.params)
+        raw_route = forward.RAW_ROUTES.get(ctx.method)
+        if raw_route is not None and isinstance(ctx.params, dict):
+            # Results as the server sent them: the SDK's models would drop what they do not know.
+            return with_result_type(ctx, await raw_route(gateway, ctx, ctx.params))
+        if ctx.method in ("initialize", "server/discover") and not gateway.started.is_set():
+            # What the gateway can offer depends on what its servers offer.
+            await gateway.started.wait()
         result = await call_next(ctx)
         if ctx.method == "notifications/initialized":
             gateway.notifier.add_legacy_session(ctx.session)
         elif ctx.method in ("initialize", "server/discover") and isinstance(result, dict):
             advertise_resolution(result)
+            offer_only_what_is_forwarded(result, gateway.offers())
         elif ctx.method == "tools/list" and isinstance(result, dict) and gateway.view.refinable:
             # The SDK's Tool model drops `dynamicAnnotations`: flag the wire result itself.
             marker = _client_resolves(ctx)

@@ -1,10 +1,15 @@
 """One supervised, persistent connection to one downstream MCP server.
 
-The supervisor connects (in whichever protocol era the server speaks), lists the tools, keeps
-the session open for every client of the gateway, refreshes the tool list when the server says
-it changed, and reconnects with exponential backoff when the connection is lost. The last known
-tool list is kept while the server is away, so its tools keep their names and a call to one of
-them gets an answer that says what is going on.
+The supervisor connects (in whichever protocol era the server speaks), lists the tools (and the
+resources, resource templates and prompts of a server that offers them), keeps the session open
+for every client of the gateway, refreshes a list when the server says it changed, and
+reconnects with exponential backoff when the connection is lost. The last known lists are kept
+while the server is away, so its tools keep their names and a call to one of them gets an
+answer that says what is going on.
+
+What the server sends on its own (its requests for sampling, elicitation or roots, its log
+messages, resource updates) goes to the `UpstreamListener`: this layer does not know the
+gateway's clients.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
@@ -41,8 +46,43 @@ CONNECT_TIMEOUT = 30.0
 MAX_PAGES = 1000
 # `_meta` keys the gateway's own client session owns on the downstream leg.
 _RESERVED_META_PREFIX = "io.modelcontextprotocol/"
+LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
 
 ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
+ServerInput = types.CreateMessageRequest | types.ElicitRequest | types.ListRootsRequest
+
+
+class UpstreamListener(Protocol):
+    """What the gateway hears from its downstream servers."""
+
+    def upstream_changed(self, upstream: Upstream) -> None:
+        """Its state or one of its lists changed."""
+
+    async def upstream_request(
+        self, upstream: Upstream, request: ServerInput
+    ) -> types.InputResponse | types.ErrorData:
+        """It asks the client side for something (sampling, elicitation, roots)."""
+
+    async def upstream_log(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None:
+        """It sent a log message."""
+
+    async def resource_updated(self, upstream: Upstream, uri: str) -> None:
+        """A resource someone subscribed to changed."""
+
+
+# What a server can list, each under its own request and with the key that identifies an entry.
+LISTS: dict[str, tuple[type[Any], str]] = {
+    "tools": (types.ListToolsRequest, "name"),
+    "resources": (types.ListResourcesRequest, "uri"),
+    "resourceTemplates": (types.ListResourceTemplatesRequest, "uriTemplate"),
+    "prompts": (types.ListPromptsRequest, "name"),
+}
+# Which lists a list_changed notification invalidates.
+_CHANGED_LISTS: dict[type[Any], tuple[str, ...]] = {
+    types.ToolListChangedNotification: ("tools",),
+    types.ResourceListChangedNotification: ("resources", "resourceTemplates"),
+    types.PromptListChangedNotification: ("prompts",),
+}
 
 
 class State(StrEnum):
@@ -61,21 +101,32 @@ class CallTimedOut(Exception):
 
 
 class Upstream:
-    def __init__(self, config: ServerConfig, on_change: Callable[[Upstream], None]) -> None:
+    def __init__(self, config: ServerConfig, listener: UpstreamListener) -> None:
         self.config = config
         self.name = config.name
         self.state = State.STARTING
         self.tools: list[dict[str, Any]] = []
+        self.resources: list[dict[str, Any]] = []
+        self.resource_templates: list[dict[str, Any]] = []
+        self.prompts: list[dict[str, Any]] = []
+        # The server's capabilities as it declared them (wire form), once connected.
+        self.capabilities: dict[str, Any] = {}
         self.protocol_version: str | None = None
         self.server_info: dict[str, Any] | None = None
         self.last_error: str | None = None
         self.connected_since: float | None = None
         self.connects = 0
         self.first_attempt_done = anyio.Event()
-        self._on_change = on_change
+        self._listener = listener
         self._client: Client | None = None
         self._lost = anyio.Event()
-        self._tools_dirty = anyio.Event()
+        self._dirty: set[str] = set()
+        self._dirty_event = anyio.Event()
+        # Resource URIs the gateway's clients subscribed to, with how many subscribers each.
+        self._subscriptions: dict[str, int] = {}
+        self._resubscribe = anyio.Event()
+        # The log level last asked of a handshake-era server (None: never asked).
+        self.log_level: str | None = None
 
     # ------------------------------------------------------------------ status
     @property
@@ -106,7 +157,8 @@ class Upstream:
         try:
             while True:
                 self._lost = anyio.Event()
-                self._tools_dirty = anyio.Event()
+                self._dirty.clear()
+                self._dirty_event = anyio.Event()
                 attempt_started = time.monotonic()
                 try:
                     await self._serve_one_connection(connect_slots)
@@ -136,10 +188,15 @@ class Upstream:
     async def _serve_one_connection(self, connect_slots: anyio.CapacityLimiter) -> None:
         client = Client(
             open_transport(self.config, self._lost),
-            mode="auto",
+            mode=self.config.protocol,
             message_handler=self._on_message,
             cache=None,
             extensions=[_ToolResolution()],
+            # The gateway can pass these on to the client whose call caused them, so it offers them.
+            sampling_callback=self._ask_client,
+            elicitation_callback=self._ask_client,
+            list_roots_callback=self._ask_client_for_roots,
+            logging_callback=self._on_log,
         )
         # The deadline covers the handshake and the first tool list only; it is lifted once ready.
         # (A scope, not fail_after around __aenter__: the client's task groups must nest inside it.)
@@ -148,70 +205,112 @@ class Upstream:
             holding_slot = True
             try:
                 async with client:
-                    tools = await self._fetch_tools(client)
+                    capabilities = client.server_capabilities
+                    self.capabilities = (
+                        capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+                        if capabilities
+                        else {}
+                    )
+                    lists = {kind: await self._fetch_list(client, kind) for kind in self._offered_lists()}
                     connect_slots.release()
                     holding_slot = False
                     handshake.deadline = math.inf
-                    await self._serve_ready(client, tools)
+                    await self._serve_ready(client, lists)
             finally:
                 if holding_slot:
                     connect_slots.release()
         if handshake.cancelled_caught:
             raise TimeoutError
 
-    async def _serve_ready(self, client: Client, tools: list[dict[str, Any]]) -> None:
+    def _offered_lists(self) -> list[str]:
+        kinds = ["tools"]
+        if "resources" in self.capabilities:
+            kinds += ["resources", "resourceTemplates"]
+        if "prompts" in self.capabilities:
+            kinds.append("prompts")
+        return kinds
+
+    def _store_list(self, kind: str, entries: list[dict[str, Any]]) -> None:
+        if kind == "tools":
+            self.tools = entries
+        elif kind == "resources":
+            self.resources = entries
+        elif kind == "resourceTemplates":
+            self.resource_templates = entries
+        else:
+            self.prompts = entries
+
+    def _stored_list(self, kind: str) -> list[dict[str, Any]]:
+        return {
+            "tools": self.tools,
+            "resources": self.resources,
+            "resourceTemplates": self.resource_templates,
+            "prompts": self.prompts,
+        }[kind]
+
+    async def _serve_ready(self, client: Client, lists: dict[str, list[dict[str, Any]]]) -> None:
         self.protocol_version = client.protocol_version
         info = client.server_info
         self.server_info = info.model_dump(mode="json", exclude_none=True) if info else None
         self.connects += 1
         self.connected_since = time.monotonic()
         self.last_error = None
-        self.tools = tools
+        for kind in LISTS:
+            self._store_list(kind, lists.get(kind, []))
         self._client = client
+        self.log_level = None
         logger.info(
-            "server %r: ready (%s, protocol %s, %d tools)",
+            "server %r: ready (%s, protocol %s, %s)",
             self.name,
             self.era,
             self.protocol_version,
-            len(tools),
+            ", ".join(f"{len(entries)} {kind}" for kind, entries in lists.items()),
         )
         self._set_state(State.READY)
         self.first_attempt_done.set()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._refresh_when_dirty, client)
-                if self.era == "modern" and _announces_tool_changes(client):
+                if self.era == "modern":
                     tg.start_soon(self._listen_for_changes, client)
+                elif self._subscriptions:
+                    # Subscriptions made before a reconnect are renewed on the new session.
+                    tg.start_soon(self._renew_subscriptions, client)
                 await self._lost.wait()
                 tg.cancel_scope.cancel()
         finally:
             self._client = None
 
-    async def _fetch_tools(self, client: Client) -> list[dict[str, Any]]:
-        """The whole tool list as raw JSON (the SDK's models would drop unknown fields)."""
-        tools: list[dict[str, Any]] = []
-        names: set[str] = set()
+    async def _fetch_list(self, client: Client, kind: str) -> list[dict[str, Any]]:
+        """One whole list as raw JSON (the SDK's models would drop unknown fields)."""
+        request_type, key = LISTS[kind]
+        entries: list[dict[str, Any]] = []
+        keys: set[str] = set()
         cursor: str | None = None
         seen: set[str] = set()
         for _ in range(MAX_PAGES):
-            page = await self._list_page(client, cursor)
-            for tool in page.get("tools") or []:
-                name = tool.get("name") if isinstance(tool, dict) else None
-                if not isinstance(name, str) or not name:
-                    logger.warning("server %r listed a tool without a name; ignored: %.200r", self.name, tool)
-                elif name in names:
-                    logger.warning("server %r listed tool %r twice; the first one is used", self.name, name)
+            page = await self._list_page(client, request_type, cursor)
+            for entry in page.get(kind) or []:
+                value = entry.get(key) if isinstance(entry, dict) else None
+                if not isinstance(value, str) or not value:
+                    logger.warning(
+                        "server %r listed %s without a %s; ignored: %.200r", self.name, kind, key, entry
+                    )
+                elif value in keys:
+                    logger.warning(
+                        "server %r listed %s %r twice; the first one is used", self.name, kind, value
+                    )
                 else:
-                    names.add(name)
-                    tools.append(tool)
+                    keys.add(value)
+                    entries.append(entry)
             cursor = page.get("nextCursor")
             if not cursor or cursor in seen:
                 break
             seen.add(cursor)
-        return tools
+        return entries
 
-    async def _list_page(self, client: Client, cursor: str | None) -> dict[str, Any]:
-        request = types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor))
+    async def _list_page(self, client: Client, request_type: type[Any], cursor: str | None) -> dict[str, Any]:
+        request = request_type(params=types.PaginatedRequestParams(cursor=cursor))
         try:
             return await client.session.send_request(
                 request, RAW, request_read_timeout_seconds=self.config.timeout
@@ -229,44 +328,104 @@ class Upstream:
             params = request.model_dump(by_alias=True, mode="json", exclude_none=True).get("params")
             return await send_unvalidated(client, request.method, params, self.config.timeout)
 
+    def _mark_dirty(self, *kinds: str) -> None:
+        self._dirty.update(kind for kind in kinds if kind in self._offered_lists())
+        self._dirty_event.set()
+
     async def _on_message(self, message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            self._tools_dirty.set()
+        kinds = _CHANGED_LISTS.get(type(message))
+        if kinds:
+            self._mark_dirty(*kinds)
+        elif isinstance(message, types.ResourceUpdatedNotification):
+            await self._listener.resource_updated(self, message.params.uri)
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        await self._listener.upstream_log(self, params)
+
+    async def _ask_client(self, context: Any, params: Any) -> Any:
+        request: ServerInput = (
+            types.CreateMessageRequest(params=params)
+            if isinstance(params, types.CreateMessageRequestParams)
+            else types.ElicitRequest(params=params)
+        )
+        return await self._listener.upstream_request(self, request)
+
+    async def _ask_client_for_roots(self, context: Any) -> Any:
+        return await self._listener.upstream_request(self, types.ListRootsRequest())
 
     async def _refresh_when_dirty(self, client: Client) -> None:
         while True:
-            await self._tools_dirty.wait()
-            self._tools_dirty = anyio.Event()
-            try:
-                tools = await self._fetch_tools(client)
-            except MCPError as exc:
-                logger.warning("server %r: refreshing its tool list failed: %s", self.name, exc)
-                if exc.error.code == CONNECTION_CLOSED:
-                    self._lost.set()
-                continue
-            if tools == self.tools:
-                continue
-            self.tools = tools
-            logger.info("server %r: tool list changed (%d tools)", self.name, len(tools))
-            self._on_change(self)
+            await self._dirty_event.wait()
+            self._dirty_event = anyio.Event()
+            kinds, self._dirty = self._dirty, set()
+            changed = False
+            for kind in LISTS:
+                if kind not in kinds:
+                    continue
+                try:
+                    entries = await self._fetch_list(client, kind)
+                except MCPError as exc:
+                    logger.warning("server %r: refreshing its %s failed: %s", self.name, kind, exc)
+                    if exc.error.code == CONNECTION_CLOSED:
+                        self._lost.set()
+                    continue
+                if entries == self._stored_list(kind):
+                    continue
+                self._store_list(kind, entries)
+                changed = True
+                logger.info("server %r: %s changed (%d)", self.name, kind, len(entries))
+            if changed:
+                self._listener.upstream_changed(self)
 
     async def _listen_for_changes(self, client: Client) -> None:
-        try:
-            async with client.listen(tools_list_changed=True) as subscription:
-                # A change between the first listing and this subscription would be lost: look once.
-                self._tools_dirty.set()
-                async for _event in subscription:
-                    self._tools_dirty.set()
-        except Exception as exc:  # a server without a working listen stream still serves calls
-            logger.info(
-                "server %r: no change subscription (%s); tool list refreshed on reconnect", self.name, exc
-            )
+        """Keep a `subscriptions/listen` stream open (modern servers announce changes only there),
+        reopened whenever the set of subscribed resources changes. Its notifications reach
+        `_on_message` like any other."""
+        while True:
+            self._resubscribe = anyio.Event()
+            wanted = {
+                "tools_list_changed": _announces(client, "tools"),
+                "prompts_list_changed": _announces(client, "prompts"),
+                "resources_list_changed": _announces(client, "resources"),
+                "resource_subscriptions": sorted(self._subscriptions),
+            }
+            if not any(wanted.values()):
+                await self._resubscribe.wait()
+                continue
+            try:
+                async with client.listen(**wanted) as subscription:
+                    # A change between the first listing and this subscription would be lost: look once.
+                    self._mark_dirty(*LISTS)
+                    async with anyio.create_task_group() as tg:
+
+                        async def drain() -> None:
+                            async for _event in subscription:
+                                pass
+                            tg.cancel_scope.cancel()
+
+                        tg.start_soon(drain)
+                        await self._resubscribe.wait()
+                        tg.cancel_scope.cancel()
+            except Exception as exc:  # a server without a working listen stream still serves calls
+                logger.info(
+                    "server %r: no change subscription (%s); its lists are refreshed on reconnect",
+                    self.name,
+                    exc,
+                )
+                await self._resubscribe.wait()
+
+    async def _renew_subscriptions(self, client: Client) -> None:
+        for uri in list(self._subscriptions):
+            try:
+                await self.request(types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)))
+            except Exception as exc:
+                logger.warning("server %r: could not renew the subscription to %s: %s", self.name, uri, exc)
 
     def _set_state(self, state: State) -> None:
         changed = state is not self.state
         self.state = state
         if changed:
-            self._on_change(self)
+            self._listener.upstream_changed(self)
 
     # -------------------------------------------------------------------- calls
     async def call_tool(
@@ -276,16 +435,24 @@ class Upstream:
         *,
         meta: dict[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
+        extra: dict[str, Any] | None = None,
+        log_level: str | None = None,
     ) -> dict[str, Any]:
-        """Forward one `tools/call`; returns the downstream's raw result."""
+        """Forward one `tools/call`; returns the downstream's raw result.
+
+        `extra` carries a modern retry's `inputResponses` and `requestState`; `log_level` is the
+        level the caller wants this call's log messages at (a modern server is asked per call)."""
         client = self._client
         if client is None or self.state is not State.READY:
             raise Unavailable(self.describe_unavailable())
         forwarded_meta = {k: v for k, v in (meta or {}).items() if not k.startswith(_RESERVED_META_PREFIX)}
         forwarded_meta.pop("progressToken", None)
-        request = types.CallToolRequest(
-            params=types.CallToolRequestParams(name=name, arguments=arguments, _meta=forwarded_meta or None)
-        )
+        if log_level is not None and self.era == "modern":
+            forwarded_meta[LOG_LEVEL_META] = log_level
+        params: dict[str, Any] = {"name": name, "arguments": arguments, **(extra or {})}
+        if forwarded_meta:
+            params["_meta"] = forwarded_meta
+        request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params))
         try:
             return await client.session.send_request(
                 request,
@@ -305,6 +472,73 @@ class Upstream:
                     f"server '{self.name}' closed the connection during the call to '{name}'"
                 ) from None
             raise
+
+    async def request(self, request: Any, *, timeout: float | None = None) -> dict[str, Any]:
+        """Forward one request of the protocol (resources, prompts, completion, logging) and
+        return the downstream's raw result: fields the SDK's models do not know are kept."""
+        client = self._client
+        if client is None or self.state is not State.READY:
+            raise Unavailable(self.describe_unavailable())
+        try:
+            return await client.session.send_request(
+                request, RAW, request_read_timeout_seconds=timeout or self.config.timeout
+            )
+        except MCPError as exc:
+            if exc.error.code == REQUEST_TIMEOUT:
+                raise CallTimedOut(
+                    f"server '{self.name}' did not answer {request.method} within "
+                    f"{timeout or self.config.timeout:g}s (its 'timeout' setting)"
+                ) from None
+            if exc.error.code == CONNECTION_CLOSED:
+                self._lost.set()
+                raise Unavailable(
+                    f"server '{self.name}' closed the connection during {request.method}"
+                ) from None
+            raise
+
+    async def subscribe(self, uri: str) -> None:
+        """Count one more subscriber to `uri`; the first one subscribes downstream."""
+        first = uri not in self._subscriptions
+        self._subscriptions[uri] = self._subscriptions.get(uri, 0) + 1
+        if not first:
+            return
+        try:
+            await self._change_subscription(
+                types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
+            )
+        except BaseException:
+            self._drop_subscriber(uri)
+            raise
+
+    async def unsubscribe(self, uri: str) -> None:
+        """One subscriber fewer; the last one unsubscribes downstream."""
+        if uri not in self._subscriptions or self._drop_subscriber(uri):
+            return
+        await self._change_subscription(
+            types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
+        )
+
+    def _drop_subscriber(self, uri: str) -> int:
+        left = self._subscriptions[uri] - 1
+        if left:
+            self._subscriptions[uri] = left
+        else:
+            del self._subscriptions[uri]
+        return left
+
+    async def _change_subscription(self, request: Any) -> None:
+        if self.era == "modern":
+            # No resources/subscribe on the modern wire: the listen stream carries the URIs.
+            self._resubscribe.set()
+        else:
+            await self.request(request)
+
+    async def set_log_level(self, level: str) -> None:
+        """Ask a handshake-era server for log messages at `level` and above."""
+        if self.era != "legacy" or "logging" not in self.capabilities or level == self.log_level:
+            return
+        await self.request(types.SetLevelRequest(params=types.SetLevelRequestParams(level=level)))
+        self.log_level = level
 
     async def resolve_hints(self, name: str, arguments: dict[str, Any], method: str) -> dict[str, Any]:
         """Ask the server for its own argument-specific hints (`tools/resolve` or
@@ -327,9 +561,9 @@ class _ToolResolution(ClientExtension):
     identifier = RESOLUTION_EXTENSION
 
 
-def _announces_tool_changes(client: Client) -> bool:
-    tools = client.server_capabilities.tools
-    return bool(tools and tools.list_changed)
+def _announces(client: Client, kind: str) -> bool:
+    capability = getattr(client.server_capabilities, kind, None)
+    return bool(capability and capability.list_changed)
 
 
 def _explain(exc: BaseException, config: ServerConfig) -> str:

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import anyio
 
 from toolkeeper.config.model import Config
-from toolkeeper.upstreams.connection import Upstream
+from toolkeeper.upstreams.connection import Upstream, UpstreamListener
 
 logger = logging.getLogger(__name__)
 
 
 class UpstreamPool:
-    def __init__(self, config: Config, on_change: Callable[[Upstream], None]) -> None:
+    def __init__(self, config: Config, listener: UpstreamListener) -> None:
         self.config = config
         # Config order matters: it is the order tools are listed in.
-        self.upstreams: dict[str, Upstream] = {s.name: Upstream(s, on_change) for s in config.servers}
+        self.upstreams: dict[str, Upstream] = {s.name: Upstream(s, listener) for s in config.servers}
         self._slots = anyio.CapacityLimiter(config.settings.max_concurrent_connects)
 
     def __getitem__(self, name: str) -> Upstream:

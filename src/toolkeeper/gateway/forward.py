@@ -1,0 +1,167 @@
+"""Resources, prompts, completion, subscriptions and log levels: routed to the server that owns
+them, and answered with that server's result as it is (the SDK's models would drop fields they do
+not know, so these take the raw path, like `tools/call`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from toolkeeper.gateway.core import Gateway
+from toolkeeper.protocol import INVALID_PARAMS
+from toolkeeper.upstreams.connection import CallTimedOut, Unavailable, Upstream
+
+logger = logging.getLogger(__name__)
+
+INTERNAL_ERROR = -32603
+
+
+async def ready(gateway: Gateway) -> None:
+    if not gateway.started.is_set():
+        await gateway.started.wait()
+
+
+def _uri(params: dict[str, Any]) -> str:
+    uri = params.get("uri")
+    if not isinstance(uri, str) or not uri:
+        raise MCPError(code=INVALID_PARAMS, message="params.uri must be a non-empty string")
+    return uri
+
+
+def _owner(gateway: Gateway, uri: str) -> Upstream:
+    owner = gateway.offerings.owner_of(uri)
+    if owner is None:
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"Unknown resource '{uri}': no connected server lists it or a template that matches it. "
+            "Call resources/list or resources/templates/list for what this gateway serves.",
+        )
+    return gateway.pool[owner]
+
+
+async def _forward(upstream: Upstream, request: Any) -> dict[str, Any]:
+    try:
+        return await upstream.request(request)
+    except (Unavailable, CallTimedOut) as exc:
+        raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from None
+
+
+def _forwarded_meta(params: dict[str, Any]) -> dict[str, Any]:
+    meta = params.get("_meta")
+    if not isinstance(meta, dict):
+        return {}
+    # The gateway's own session stamps the protocol keys on the downstream leg.
+    return {
+        k: v for k, v in meta.items() if not k.startswith("io.modelcontextprotocol/") and k != "progressToken"
+    }
+
+
+def _with_meta(params: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    meta = _forwarded_meta(params)
+    return {**fields, "_meta": meta} if meta else fields
+
+
+async def read_resource(
+    gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
+) -> dict[str, Any]:
+    await ready(gateway)
+    uri = _uri(params)
+    request = types.ReadResourceRequest(
+        params=types.ReadResourceRequestParams.model_validate(_with_meta(params, uri=uri))
+    )
+    return await _forward(_owner(gateway, uri), request)
+
+
+async def get_prompt(
+    gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
+) -> dict[str, Any]:
+    await ready(gateway)
+    name = params.get("name")
+    route = gateway.offerings.prompt_routes.get(name) if isinstance(name, str) else None
+    if route is None:
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"Unknown prompt {name!r}. Call prompts/list for the prompts this gateway exposes now.",
+        )
+    upstream = gateway.pool[route.server]
+    fields: dict[str, Any] = {"name": route.name}
+    if params.get("arguments") is not None:
+        fields["arguments"] = params["arguments"]
+    request = types.GetPromptRequest(
+        params=types.GetPromptRequestParams.model_validate(_with_meta(params, **fields))
+    )
+    return await _forward(upstream, request)
+
+
+async def complete(
+    gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
+) -> dict[str, Any]:
+    """`completion/complete`, routed by the prompt or resource template it completes for."""
+    await ready(gateway)
+    ref = params.get("ref")
+    if not isinstance(ref, dict):
+        raise MCPError(code=INVALID_PARAMS, message="params.ref must be a ref/prompt or ref/resource object")
+    if ref.get("type") == "ref/prompt":
+        route = gateway.offerings.prompt_routes.get(str(ref.get("name")))
+        if route is None:
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"Unknown prompt {ref.get('name')!r} in completion ref"
+            )
+        upstream = gateway.pool[route.server]
+        ref = {**ref, "name": route.name}
+    elif ref.get("type") == "ref/resource":
+        owner = gateway.offerings.owner_of_template(str(ref.get("uri")))
+        if owner is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown resource template {ref.get('uri')!r}")
+        upstream = gateway.pool[owner]
+    else:
+        raise MCPError(code=INVALID_PARAMS, message=f"Unknown completion ref type {ref.get('type')!r}")
+    if "completions" not in upstream.capabilities:
+        # The owner offers no completion: the honest answer is "no suggestions".
+        return {"completion": {"values": [], "hasMore": False}}
+    fields = {k: v for k, v in params.items() if k in ("argument", "context")}
+    request = types.CompleteRequest(params=types.CompleteRequestParams.model_validate({**fields, "ref": ref}))
+    return await _forward(upstream, request)
+
+
+async def subscribe(
+    gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
+) -> dict[str, Any]:
+    await ready(gateway)
+    uri = _uri(params)
+    upstream = _owner(gateway, uri)
+    if gateway.relay.subscribed(ctx, uri):
+        try:
+            await upstream.subscribe(uri)
+        except Exception:
+            gateway.relay.unsubscribed(ctx, uri)
+            raise
+    return {}
+
+
+async def unsubscribe(
+    gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
+) -> dict[str, Any]:
+    await ready(gateway)
+    uri = _uri(params)
+    if gateway.relay.unsubscribed(ctx, uri):
+        await _owner(gateway, uri).unsubscribe(uri)
+    return {}
+
+
+async def set_log_level(gateway: Gateway, ctx: ServerRequestContext[Any], level: str) -> dict[str, Any]:
+    await ready(gateway)
+    await gateway.relay.set_log_level(ctx, level, list(gateway.pool))
+    return {}
+
+
+# Requests whose results are handed back as the server sent them, by method.
+RAW_ROUTES = {
+    "resources/read": read_resource,
+    "prompts/get": get_prompt,
+    "completion/complete": complete,
+}

@@ -1,0 +1,419 @@
+"""What passes between a client and a downstream server during and around a call, besides the
+call itself: the server's requests for sampling, elicitation and roots, its log messages, and
+resource updates.
+
+Downstream connections are shared by every client of the gateway, and the protocol does not say
+which of its outgoing requests a server's request belongs to. So each downstream call is
+registered as a `Caller` for its server while it runs, and what the server sends goes to the
+caller of that server's most recent call still running (usually the only one).
+
+The two protocol eras meet here:
+- a handshake-era (legacy) client gets the server's request as a real request on its call's
+  stream; a modern client gets it as an `InputRequiredResult` for its `tools/call`, retries,
+  and the answer goes back to the waiting server (an `Exchange` keeps that call running between
+  the client's rounds);
+- a modern server's `InputRequiredResult` is answered for a legacy client by asking it each
+  embedded request, then retrying the call downstream with the answers; a modern client gets it
+  as it is and retries through the gateway.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import TypeAdapter
+
+from toolkeeper.upstreams.connection import LOG_LEVEL_META, ServerInput, Upstream
+
+logger = logging.getLogger(__name__)
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+# How many input rounds a modern server may ask of a legacy client for one call.
+MAX_INPUT_ROUNDS = 10
+# How long a downstream call waits for a modern client to come back with its answers.
+EXCHANGE_TIMEOUT = 600.0
+REQUEST_STATE_PREFIX = "toolkeeper:"
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+
+# What a client must have declared for each server request.
+_NEEDS = {
+    "sampling/createMessage": "sampling",
+    "elicitation/create": "elicitation",
+    "roots/list": "roots",
+}
+_REQUEST_TYPES: dict[str, Any] = {
+    "sampling/createMessage": types.CreateMessageRequest,
+    "elicitation/create": types.ElicitRequest,
+    "roots/list": types.ListRootsRequest,
+}
+_RESULT_TYPES: dict[str, TypeAdapter[Any]] = {
+    "sampling/createMessage": TypeAdapter(types.CreateMessageResult | types.CreateMessageResultWithTools),
+    "elicitation/create": TypeAdapter(types.ElicitResult),
+    "roots/list": TypeAdapter(types.ListRootsResult),
+}
+
+
+def is_modern(ctx: ServerRequestContext[Any]) -> bool:
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def _connection(ctx: ServerRequestContext[Any]) -> object:
+    # No public accessor for the connection in mcp 2.3; fall back to the session itself.
+    return getattr(ctx.session, "_connection", ctx.session)
+
+
+def _declared(ctx: ServerRequestContext[Any], method: str) -> bool:
+    capabilities = ctx.session.client_capabilities
+    return bool(capabilities and getattr(capabilities, _NEEDS[method], None) is not None)
+
+
+@dataclass(eq=False)
+class Caller:
+    """One running downstream call, seen from the server's side."""
+
+    ctx: ServerRequestContext[Any]
+    exchange: Exchange | None = None  # set when a modern client must be asked by round trips
+
+
+@dataclass(eq=False)
+class Exchange:
+    """A downstream call of a modern client to a legacy server that stays running while the
+    client answers the server's requests in rounds of `InputRequiredResult` and retry."""
+
+    token: str = field(default_factory=lambda: REQUEST_STATE_PREFIX + secrets.token_urlsafe(16))
+    questions: list[tuple[str, ServerInput, anyio.Event, list[Any]]] = field(default_factory=list)
+    asked: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: dict[str, Any] | None = None
+    error: BaseException | None = None
+    capabilities: types.ClientCapabilities | None = None
+
+    async def ask(self, request: ServerInput) -> Any:
+        answered = anyio.Event()
+        slot: list[Any] = []
+        key = f"r{len(self.questions) + 1}-{secrets.token_hex(3)}"
+        self.questions.append((key, request, answered, slot))
+        self.asked.set()
+        with anyio.fail_after(EXCHANGE_TIMEOUT):
+            await answered.wait()
+        return slot[0]
+
+    def pending(self) -> dict[str, Any]:
+        return {
+            key: request.model_dump(by_alias=True, mode="json", exclude_none=True)
+            for key, request, answered, _ in self.questions
+            if not answered.is_set()
+        }
+
+    def answer(self, responses: dict[str, Any]) -> None:
+        for key, request, answered, slot in self.questions:
+            if answered.is_set():
+                continue
+            if key in responses:
+                slot.append(_RESULT_TYPES[request.method].validate_python(responses[key]))
+            else:
+                slot.append(
+                    types.ErrorData(
+                        code=INVALID_PARAMS, message=f"the client did not answer {request.method}"
+                    )
+                )
+            answered.set()
+        self.questions = [q for q in self.questions if not q[2].is_set()]
+        self.asked = anyio.Event()
+
+
+class Relay:
+    def __init__(self, bus: InMemorySubscriptionBus) -> None:
+        self.bus = bus
+        self._callers: dict[str, list[Caller]] = {}
+        self._exchanges: dict[str, Exchange] = {}
+        # Per client connection (weakly: a departed client's entries disappear with it).
+        self._log_levels: weakref.WeakKeyDictionary[object, tuple[Any, str]] = weakref.WeakKeyDictionary()
+        self._subscribed: weakref.WeakKeyDictionary[object, tuple[Any, set[str]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Own the tasks that outlive a request (downstream calls waiting on a modern client)."""
+        async with anyio.create_task_group() as tg:
+            self._task_group = tg
+            task_status.started()
+            await anyio.sleep_forever()
+
+    # -- calls -----------------------------------------------------------------------------
+
+    async def call(
+        self,
+        ctx: ServerRequestContext[Any],
+        upstream: Upstream,
+        name: str,
+        params: dict[str, Any],
+        on_progress: Any,
+    ) -> dict[str, Any]:
+        """Forward one `tools/call` (params as the client sent them) and return the result for
+        this client, translating between the eras where the two sides differ."""
+        state = params.get("requestState")
+        if isinstance(state, str) and state.startswith(REQUEST_STATE_PREFIX):
+            return await self._resume(state, params.get("inputResponses") or {})
+        arguments = params.get("arguments")
+        meta = dict(params.get("_meta") or {})
+        level = self._log_level_for(ctx, meta)
+        if level is not None and upstream.era == "legacy":
+            await upstream.set_log_level(_most_verbose(level, *self._session_levels()))
+        extra = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
+
+        async def downstream(caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
+            with self._calling(upstream, caller):
+                return await upstream.call_tool(
+                    name, arguments, meta=meta, on_progress=on_progress, extra=extra, log_level=level
+                )
+
+        if is_modern(ctx) and upstream.era == "legacy" and self._task_group is not None:
+            exchange = Exchange(capabilities=ctx.session.client_capabilities)
+            caller = Caller(ctx, exchange)
+
+            async def run_exchange() -> None:
+                try:
+                    exchange.result = await downstream(caller, extra)
+                except BaseException as exc:  # handed to whichever request is waiting for it
+                    exchange.error = exc
+                    if isinstance(exc, anyio.get_cancelled_exc_class()):
+                        raise
+                finally:
+                    exchange.done.set()
+
+            self._task_group.start_soon(run_exchange)
+            return await self._next_round(exchange)
+
+        result = await downstream(Caller(ctx), extra)
+        if is_modern(ctx) or result.get("resultType") != "input_required":
+            return result
+        # A modern server asks a legacy client: ask it ourselves, round by round.
+        for _ in range(MAX_INPUT_ROUNDS):
+            answers = {
+                key: await self._ask_legacy(ctx, request)
+                for key, request in (result.get("inputRequests") or {}).items()
+            }
+            extra = {"inputResponses": answers}
+            if "requestState" in result:
+                extra["requestState"] = result["requestState"]
+            result = await downstream(Caller(ctx), extra)
+            if result.get("resultType") != "input_required":
+                return result
+        raise MCPError(
+            code=-32603, message=f"{name}: the server asked for input more than {MAX_INPUT_ROUNDS} times"
+        )
+
+    async def _ask_legacy(self, ctx: ServerRequestContext[Any], request: dict[str, Any]) -> dict[str, Any]:
+        method = request.get("method")
+        if method not in _NEEDS:
+            raise MCPError(code=METHOD_NOT_FOUND, message=f"the server asked for unknown input {method!r}")
+        if not _declared(ctx, method):
+            raise MCPError.from_error_data(_undeclared(method))
+        return await self._send_to_client(ctx, method, request.get("params"))
+
+    async def _send_to_client(
+        self, ctx: ServerRequestContext[Any], method: str, params: Any
+    ) -> dict[str, Any]:
+        request = _input_request(method, params)
+        result = await ctx.session.send_request(
+            request, _RawResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
+        )
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    async def _next_round(self, exchange: Exchange) -> dict[str, Any]:
+        """Wait until the downstream call ends or asks something, and tell the modern client."""
+        async with anyio.create_task_group() as tg:
+
+            async def until(event: anyio.Event) -> None:
+                await event.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(until, exchange.done)
+            tg.start_soon(until, exchange.asked)
+        if exchange.done.is_set():
+            self._exchanges.pop(exchange.token, None)
+            if exchange.error is not None:
+                raise exchange.error
+            assert exchange.result is not None
+            return exchange.result
+        self._exchanges[exchange.token] = exchange
+        return {
+            "resultType": "input_required",
+            "inputRequests": exchange.pending(),
+            "requestState": exchange.token,
+        }
+
+    async def _resume(self, token: str, responses: dict[str, Any]) -> dict[str, Any]:
+        exchange = self._exchanges.pop(token, None)
+        if exchange is None:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message="requestState is unknown or expired (the gateway restarted, or the call finished); "
+                "call the tool again without it",
+            )
+        exchange.answer(responses)
+        return await self._next_round(exchange)
+
+    # -- what a downstream server sends during a call --------------------------------------
+
+    def _calling(self, upstream: Upstream, caller: Caller) -> Any:
+        relay = self
+
+        class _Registration:
+            def __enter__(self) -> None:
+                relay._callers.setdefault(upstream.name, []).append(caller)
+
+            def __exit__(self, *exc: object) -> None:
+                callers = relay._callers.get(upstream.name, [])
+                if caller in callers:
+                    callers.remove(caller)
+
+        return _Registration()
+
+    def _caller_for(self, upstream: Upstream) -> Caller | None:
+        callers = self._callers.get(upstream.name)
+        return callers[-1] if callers else None
+
+    async def upstream_request(
+        self, upstream: Upstream, request: ServerInput
+    ) -> types.InputResponse | types.ErrorData:
+        caller = self._caller_for(upstream)
+        method = request.method
+        if caller is None:
+            return types.ErrorData(
+                code=-32603,
+                message=f"toolkeeper: {method} from '{upstream.name}' outside of a call has no client to ask",
+            )
+        if caller.exchange is not None:
+            capabilities = caller.exchange.capabilities
+            if not (capabilities and getattr(capabilities, _NEEDS[method], None) is not None):
+                return _undeclared(method)
+            return await caller.exchange.ask(request)
+        if not _declared(caller.ctx, method):
+            return _undeclared(method)
+        try:
+            params = (
+                request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+                if request.params
+                else None
+            )
+            result = await self._send_to_client(caller.ctx, method, params)
+            return _RESULT_TYPES[method].validate_python(result)
+        except MCPError as exc:
+            return exc.error
+
+    async def upstream_log(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None:
+        caller = self._caller_for(upstream)
+        if caller is not None and caller.exchange is None:
+            # The message belongs to the call: it rides that call's stream (the SDK drops it for a
+            # modern client that did not opt in at this level).
+            level = self._levels_for(caller.ctx)
+            if level is None or _admits(level, params.level):
+                await _log_to(caller.ctx.session, params, caller.ctx.request_id)
+            return
+        for session, level in list(self._log_levels.values()):
+            if _admits(level, params.level):
+                await _log_to(session, params, None)
+
+    async def resource_updated(self, upstream: Upstream, uri: str) -> None:
+        await self.bus.publish(ResourceUpdated(uri))
+        for session, uris in list(self._subscribed.values()):
+            if uri in uris:
+                try:
+                    await session.send_resource_updated(uri)
+                except Exception as exc:  # a client that went away must not stop the others
+                    logger.debug("could not tell a client that %s changed: %s", uri, exc)
+
+    # -- per-client settings ---------------------------------------------------------------
+
+    async def set_log_level(
+        self, ctx: ServerRequestContext[Any], level: str, upstreams: list[Upstream]
+    ) -> None:
+        """A legacy client's `logging/setLevel`: remembered for it, and asked of every legacy
+        server at the most verbose level any client wants."""
+        self._log_levels[_connection(ctx)] = (ctx.session, level)
+        wanted = _most_verbose(*self._session_levels())
+        for upstream in upstreams:
+            if upstream.available:
+                try:
+                    await upstream.set_log_level(wanted)
+                except Exception as exc:  # one server's refusal does not fail the client's request
+                    logger.warning("server %r: logging/setLevel %s failed: %s", upstream.name, wanted, exc)
+
+    def subscribed(self, ctx: ServerRequestContext[Any], uri: str) -> bool:
+        """Record a legacy client's subscription; False if it already had it."""
+        _, uris = self._subscribed.setdefault(_connection(ctx), (ctx.session, set()))
+        if uri in uris:
+            return False
+        uris.add(uri)
+        return True
+
+    def unsubscribed(self, ctx: ServerRequestContext[Any], uri: str) -> bool:
+        entry = self._subscribed.get(_connection(ctx))
+        if entry is None or uri not in entry[1]:
+            return False
+        entry[1].discard(uri)
+        return True
+
+    def _session_levels(self) -> list[str]:
+        return [level for _, level in self._log_levels.values()]
+
+    def _levels_for(self, ctx: ServerRequestContext[Any]) -> str | None:
+        entry = self._log_levels.get(_connection(ctx))
+        return entry[1] if entry else None
+
+    def _log_level_for(self, ctx: ServerRequestContext[Any], meta: dict[str, Any]) -> str | None:
+        """The level this call's log messages are wanted at: a modern client's per-request
+        opt-in, or a legacy client's `logging/setLevel`."""
+        if is_modern(ctx):
+            level = meta.get(LOG_LEVEL_META)
+            return level if level in LOG_LEVELS else None
+        return self._levels_for(ctx)
+
+
+class _RawResult(types.Result):
+    """A client's answer as it is (the gateway hands it on; the server validates it)."""
+
+    model_config = types.Result.model_config | {"extra": "allow"}
+
+
+def _input_request(method: str, params: Any) -> Any:
+    wire = {"method": method} if params is None else {"method": method, "params": params}
+    return _REQUEST_TYPES[method].model_validate(wire)
+
+
+def _undeclared(method: str) -> types.ErrorData:
+    return types.ErrorData(
+        code=-32603,
+        message=f"toolkeeper: the client that made this call does not support {method} "
+        f"(it did not declare the {_NEEDS[method]} capability)",
+    )
+
+
+async def _log_to(session: Any, params: types.LoggingMessageNotificationParams, related: Any) -> None:
+    try:
+        await session.send_log_message(params.level, params.data, params.logger, related_request_id=related)
+    except Exception as exc:  # a client that went away must not stop the server's call
+        logger.debug("could not pass a log message on: %s", exc)
+
+
+def _admits(threshold: str, level: str) -> bool:
+    return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
+
+
+def _most_verbose(*levels: str) -> str:
+    return min(levels, key=LOG_LEVELS.index) if levels else "info"
