@@ -119,6 +119,48 @@ def test_toolkeeper_keys_prefix_trust_timeout():
     assert isinstance(config.servers[0].timeout, float)
 
 
+def test_protocol_era_per_server():
+    config = parse({"a": {"command": "x"}, "b": {"url": "https://b/mcp", "protocol": "legacy"}})
+    assert [s.protocol for s in config.servers] == ["auto", "legacy"]
+
+
+def test_http_hygiene_settings_from_file_and_environment():
+    http = {
+        "allowedHosts": ["gw.example.com"],
+        "allowedOrigins": ["https://app.example.com"],
+        "maxRequestBytes": 2048,
+    }
+    settings = parse({}, toolkeeper={"http": http}).settings
+    assert settings.http_allowed_hosts == ("gw.example.com",)
+    assert settings.http_allowed_origins == ("https://app.example.com",)
+    assert settings.http_max_request_bytes == 2048
+    env = {
+        "TOOLKEEPER_HTTP_ALLOWED_HOSTS": "a.example, b.example:8765 ",
+        "TOOLKEEPER_HTTP_ALLOWED_ORIGINS": "",
+    }
+    settings = parse({}, env, toolkeeper={"http": http}).settings
+    assert settings.http_allowed_hosts == ("a.example", "b.example:8765")
+    assert settings.http_allowed_origins == ()
+    assert parse({}).settings.http_max_request_bytes == 4 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("http", "message"),
+    [
+        (
+            {"allowedHosts": "gw.example.com"},
+            "toolkeeper.http.allowedHosts must be a list of non-empty strings",
+        ),
+        ({"allowedOrigins": [""]}, "toolkeeper.http.allowedOrigins must be a list of non-empty strings"),
+        ({"maxRequestBytes": 10}, "toolkeeper.http.maxRequestBytes must be a whole number of at least 1024"),
+        ({"hosts": []}, "toolkeeper.http must look like"),
+    ],
+)
+def test_bad_http_hygiene_settings(http, message):
+    with pytest.raises(ConfigError, match=message):
+        parse({}, toolkeeper={"http": http})
+
+
 def test_hint_settings_per_server_fall_back_to_the_gateways() -> None:
     config = parse_config_text(
         json.dumps(
@@ -356,6 +398,12 @@ BAD_ENTRIES = [
         {"command": "x", "sanitizeUntrustedHints": "true"},
         "'sanitizeUntrustedHints' must be true or false, got 'true'",
     ),
+    (
+        "protocol-unknown",
+        {"command": "x", "protocol": "2025-06-18"},
+        "'protocol' must be one of 'auto', 'legacy', '2026-07-28', got '2025-06-18' "
+        "('auto' uses the newest era the server speaks)",
+    ),
 ]
 
 
@@ -502,7 +550,8 @@ def test_schema_key_is_allowed():
         ),
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',
-            '<config>: toolkeeper.http must look like {"host": "127.0.0.1", "port": 8765}.',
+            '<config>: toolkeeper.http must look like {"host": "127.0.0.1", "port": 8765}, with optional '
+            '"allowedHosts" and "allowedOrigins" (lists of strings) and "maxRequestBytes".',
         ),
         (
             '{"toolkeeper": {"featureFlags": {"x": "yes"}}}',

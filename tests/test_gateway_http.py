@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 
 import anyio
 import mcp_types as types
@@ -153,3 +155,64 @@ async def test_http_downstream_that_goes_away_comes_back(tmp_path):
             await eventually(echoes, timeout=40, interval=0.5)
     finally:
         stop(downstream)
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def test_http_endpoint_refuses_rebinding_and_oversized_requests_and_never_buffers(tmp_path):
+    config = write_config(
+        tmp_path, {"ctl": controllable()}, http={"allowedHosts": ["gw.example.com"], "maxRequestBytes": 4096}
+    )
+    port = free_port()
+    process = spawn(
+        [
+            PY,
+            "-m",
+            "toolkeeper",
+            "serve",
+            "--config",
+            str(config),
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+        ],
+        cwd=tmp_path,
+        env={"TOOLKEEPER_HTTP_ALLOWED_ORIGINS": "https://app.example.com"},
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def post(body=INITIALIZE, **headers):
+        request = urllib.request.Request(url, json.dumps(body).encode(), {**MCP_HEADERS, **headers})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, dict(response.headers)
+        except urllib.error.HTTPError as refused:
+            return refused.code, dict(refused.headers)
+
+    try:
+        wait_port(port)
+        # A page on a name that resolves to this machine must not reach the gateway.
+        assert post(Host="evil.example.com")[0] == 421
+        assert post(Origin="http://evil.example.com")[0] == 403
+        for accepted in ({}, {"Host": f"localhost:{port}"}, {"Host": "gw.example.com"}):
+            status, headers = post(**accepted)
+            assert status == 200, accepted
+            assert headers["x-accel-buffering"] == "no"
+        assert post(Origin="https://app.example.com")[0] == 200
+        oversized = {**INITIALIZE, "params": {**INITIALIZE["params"], "padding": "x" * 8000}}
+        assert post(oversized)[0] == 413
+        assert post()[0] == 200  # still serving
+    finally:
+        stop(process)

@@ -24,6 +24,7 @@ from toolkeeper.config.model import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
+    DEFAULT_MAX_REQUEST_BYTES,
     Config,
     GatewaySettings,
     ServerConfig,
@@ -43,6 +44,7 @@ SETTINGS_KEYS = {
     "inferHints", "sanitizeUntrustedHints",
 }  # fmt: skip
 INFER_HINTS = ("suggest", "apply")
+HTTP_KEYS = {"host", "port", "allowedHosts", "allowedOrigins", "maxRequestBytes"}
 # How to talk to a server: the newest era it speaks, or the handshake era even if it speaks both
 # (a server may do less in one era, e.g. ask for sampling only over the handshake-era wire).
 PROTOCOLS = ("auto", "legacy", *MODERN_PROTOCOL_VERSIONS)
@@ -349,8 +351,22 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
         return value
 
     http = raw.get("http", {})
-    if not isinstance(http, dict) or set(http) - {"host", "port"}:
-        raise ConfigError(f'{where}: toolkeeper.http must look like {{"host": "127.0.0.1", "port": 8765}}.')
+    if not isinstance(http, dict) or set(http) - HTTP_KEYS:
+        raise ConfigError(
+            f'{where}: toolkeeper.http must look like {{"host": "127.0.0.1", "port": 8765}}, with optional '
+            '"allowedHosts" and "allowedOrigins" (lists of strings) and "maxRequestBytes".'
+        )
+    allowed_hosts = _string_list(
+        env.get("TOOLKEEPER_HTTP_ALLOWED_HOSTS"), http.get("allowedHosts"), where, "allowedHosts"
+    )
+    allowed_origins = _string_list(
+        env.get("TOOLKEEPER_HTTP_ALLOWED_ORIGINS"), http.get("allowedOrigins"), where, "allowedOrigins"
+    )
+    max_request = http.get("maxRequestBytes", DEFAULT_MAX_REQUEST_BYTES)
+    if isinstance(max_request, bool) or not isinstance(max_request, int) or max_request < 1024:
+        raise ConfigError(
+            f"{where}: toolkeeper.http.maxRequestBytes must be a whole number of at least 1024."
+        )
     flags = raw.get("featureFlags", {})
     if not isinstance(flags, dict) or not all(isinstance(v, bool) for v in flags.values()):
         raise ConfigError(f"{where}: toolkeeper.featureFlags must map flag names to true/false.")
@@ -377,10 +393,26 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
         database_url=setting("databaseUrl", "TOOLKEEPER_DATABASE_URL", str, None),
         http_host=host,
         http_port=port,
+        http_allowed_hosts=allowed_hosts,
+        http_allowed_origins=allowed_origins,
+        http_max_request_bytes=max_request,
         log_level=str(setting("logLevel", "TOOLKEEPER_LOG_LEVEL", str, "INFO")).upper(),
         max_concurrent_connects=connects,
         feature_flags=dict(flags),
     )
+
+
+def _string_list(from_env: str | None, value: Any, where: str, key: str) -> tuple[str, ...]:
+    """A list of strings from the file, or a comma-separated environment variable (which wins)."""
+    if from_env is not None:
+        return tuple(item.strip() for item in from_env.split(",") if item.strip())
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ConfigError(
+            f"{where}: toolkeeper.http.{key} must be a list of non-empty strings, got {value!r}."
+        )
+    return tuple(value)
 
 
 FLAG_ENVIRONMENT = {

@@ -19,6 +19,7 @@ InferHints = Literal["suggest", "apply"]
 DEFAULT_CALL_TIMEOUT = 60.0
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
+DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,10 @@ class GatewaySettings:
     database_url: str | None = None
     http_host: str = DEFAULT_HTTP_HOST
     http_port: int = DEFAULT_HTTP_PORT
+    # Host and Origin headers the HTTP endpoint accepts besides the local ones (DNS rebinding).
+    http_allowed_hosts: tuple[str, ...] = ()
+    http_allowed_origins: tuple[str, ...] = ()
+    http_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     log_level: str = "INFO"
     # How many downstream servers are started at once; the rest wait their turn.
     max_concurrent_connects: int = 8

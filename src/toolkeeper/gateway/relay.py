@@ -176,10 +176,15 @@ class Relay:
         extra = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
 
         async def downstream(caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
-            with self._calling(upstream, caller):
+            # While the call runs, what its server sends (requests, logs) goes to this caller.
+            callers = self._callers.setdefault(upstream.name, [])
+            callers.append(caller)
+            try:
                 return await upstream.call_tool(
                     name, arguments, meta=meta, on_progress=on_progress, extra=extra, log_level=level
                 )
+            finally:
+                callers.remove(caller)
 
         if is_modern(ctx) and upstream.era == "legacy" and self._task_group is not None:
             exchange = Exchange(capabilities=ctx.session.client_capabilities)
@@ -269,20 +274,6 @@ class Relay:
         return await self._next_round(exchange)
 
     # -- what a downstream server sends during a call --------------------------------------
-
-    def _calling(self, upstream: Upstream, caller: Caller) -> Any:
-        relay = self
-
-        class _Registration:
-            def __enter__(self) -> None:
-                relay._callers.setdefault(upstream.name, []).append(caller)
-
-            def __exit__(self, *exc: object) -> None:
-                callers = relay._callers.get(upstream.name, [])
-                if caller in callers:
-                    callers.remove(caller)
-
-        return _Registration()
 
     def _caller_for(self, upstream: Upstream) -> Caller | None:
         callers = self._callers.get(upstream.name)

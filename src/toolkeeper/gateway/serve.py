@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 import anyio
 import uvicorn
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.config.model import Config
 from toolkeeper.gateway.core import Gateway
@@ -63,11 +65,68 @@ async def _stop_on_signal(web: uvicorn.Server) -> None:
             return
 
 
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def transport_security(config: Config, host: str) -> TransportSecuritySettings:
+    """Host and Origin checks against DNS rebinding, always on: a web page the person visits
+    must not reach the gateway through a name that resolves to this machine. Local names are
+    accepted, plus the address the gateway is bound to and whatever the configuration allows."""
+    settings = config.settings
+    hosts = [*LOCAL_HOSTS]
+    if host not in WILDCARD_HOSTS and host not in ("localhost", "127.0.0.1", "::1"):
+        hosts.append(f"[{host}]" if ":" in host else host)
+    elif host in WILDCARD_HOSTS and not settings.http_allowed_hosts:
+        logger.warning(
+            "listening on all interfaces, but only requests addressed to localhost are accepted; "
+            "list the names clients use in toolkeeper.http.allowedHosts (or TOOLKEEPER_HTTP_ALLOWED_HOSTS)"
+        )
+    allowed_hosts = [h for name in hosts for h in (name, f"{name}:*")] + list(settings.http_allowed_hosts)
+    origins = [f"{scheme}://{name}" for name in hosts for scheme in ("http", "https")]
+    allowed_origins = [o for origin in origins for o in (origin, f"{origin}:*")] + list(
+        settings.http_allowed_origins
+    )
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
+    )
+
+
+class NoProxyBuffering:
+    """`X-Accel-Buffering: no` on every response: a reverse proxy (nginx) that buffers would hold
+    back a call's progress and log messages on its event stream until the call ends."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_unbuffered(message: Message) -> None:
+            headers = message.get("headers", [])
+            if message["type"] == "http.response.start" and not any(
+                k == b"x-accel-buffering" for k, _ in headers
+            ):
+                message["headers"] = [*headers, (b"x-accel-buffering", b"no")]
+            await send(message)
+
+        await self.app(scope, receive, send_unbuffered)
+
+
 async def serve_http(config: Config, store: Store, host: str, port: int) -> None:
     gateway = Gateway(config, store)
     server = build_server(gateway)
-    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
-    web = _WebServer(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    app = server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        host=host,
+        transport_security=transport_security(config, host),
+        max_request_body_size=config.settings.http_max_request_bytes,
+    )
+    web = _WebServer(
+        uvicorn.Config(NoProxyBuffering(app), host=host, port=port, log_level="warning", lifespan="on")
+    )
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
         tg.start_soon(_stop_on_signal, web)
