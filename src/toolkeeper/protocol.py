@@ -17,6 +17,7 @@ class ResolveParams(RequestParams):
     arguments: Any = None
 
 
+METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 MISSING_CAPABILITY = -32021

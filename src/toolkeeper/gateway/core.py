@@ -126,16 +126,18 @@ class Gateway:
 
     # What the downstream servers say (UpstreamListener); calls and their traffic go to the relay.
 
-    def upstream_changed(self, upstream: Upstream) -> None:
+    def upstream_changed(self, upstream: Upstream, lists: set[str] | None = None) -> None:
         before = self.offerings
+        lists = lists or set()
         self._rebuild()
-        changed = ["tools"]
-        if self.offerings.prompts != before.prompts:
+        # A state change may change every list; a refresh says which lists it found changed.
+        changed = ["tools"] if not lists or "tools" in lists else []
+        if "prompts" in lists or self.offerings.prompts != before.prompts:
             changed.append("prompts")
-        if (self.offerings.resources, self.offerings.resource_templates) != (
-            before.resources,
-            before.resource_templates,
-        ):
+        if lists & {"resources", "resourceTemplates"} or (
+            self.offerings.resources,
+            self.offerings.resource_templates,
+        ) != (before.resources, before.resource_templates):
             changed.append("resources")
         self.notifier.changed(*changed)
 

@@ -12,12 +12,10 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from toolkeeper.gateway.core import Gateway
-from toolkeeper.protocol import INVALID_PARAMS
+from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS
 from toolkeeper.upstreams.connection import CallTimedOut, Unavailable, Upstream
 
 logger = logging.getLogger(__name__)
-
-INTERNAL_ERROR = -32603
 
 
 async def ready(gateway: Gateway) -> None:

@@ -34,6 +34,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter
 
+from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_CAPABILITY
 from toolkeeper.upstreams.connection import LOG_LEVEL_META, ServerInput, Upstream
 
 logger = logging.getLogger(__name__)
@@ -44,8 +45,6 @@ MAX_INPUT_ROUNDS = 10
 # How long a downstream call waits for a modern client to come back with its answers.
 EXCHANGE_TIMEOUT = 600.0
 REQUEST_STATE_PREFIX = "toolkeeper:"
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
 
 # What a client must have declared for each server request.
 _NEEDS = {
@@ -99,6 +98,10 @@ class Exchange:
     result: dict[str, Any] | None = None
     error: BaseException | None = None
     capabilities: types.ClientCapabilities | None = None
+    # The client's request now waiting for this call (its stream carries the call's log messages).
+    waiting: ServerRequestContext[Any] | None = None
+    # Cancelled when the client gives up on a round: the downstream call is cancelled with it.
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     async def ask(self, request: ServerInput) -> Any:
         answered = anyio.Event()
@@ -167,7 +170,7 @@ class Relay:
         this client, translating between the eras where the two sides differ."""
         state = params.get("requestState")
         if isinstance(state, str) and state.startswith(REQUEST_STATE_PREFIX):
-            return await self._resume(state, params.get("inputResponses") or {})
+            return await self._resume(ctx, state, params.get("inputResponses") or {})
         arguments = params.get("arguments")
         meta = dict(params.get("_meta") or {})
         level = self._log_level_for(ctx, meta)
@@ -192,19 +195,35 @@ class Relay:
 
             async def run_exchange() -> None:
                 try:
-                    exchange.result = await downstream(caller, extra)
-                except BaseException as exc:  # handed to whichever request is waiting for it
+                    with exchange.scope:
+                        exchange.result = await downstream(caller, extra)
+                except Exception as exc:  # handed to whichever request is waiting for it
                     exchange.error = exc
-                    if isinstance(exc, anyio.get_cancelled_exc_class()):
-                        raise
                 finally:
+                    if exchange.result is None and exchange.error is None:
+                        exchange.error = MCPError(
+                            code=INTERNAL_ERROR, message=f"{name}: the call was cancelled"
+                        )
                     exchange.done.set()
+                    if exchange.waiting is None:
+                        self._exchanges.pop(exchange.token, None)  # nobody is coming back for it
 
             self._task_group.start_soon(run_exchange)
-            return await self._next_round(exchange)
+            return await self._next_round(ctx, exchange)
 
         result = await downstream(Caller(ctx), extra)
-        if is_modern(ctx) or result.get("resultType") != "input_required":
+        if result.get("resultType") != "input_required":
+            return result
+        if is_modern(ctx):
+            # The client answers itself; it must be able to.
+            for request in (result.get("inputRequests") or {}).values():
+                method = request.get("method") if isinstance(request, dict) else None
+                if method in _NEEDS and not _declared(ctx, method):
+                    raise MCPError(
+                        code=MISSING_CAPABILITY,
+                        message=_undeclared(method).message,
+                        data={"requiredCapabilities": {_NEEDS[method]: {}}},
+                    )
             return result
         # A modern server asks a legacy client: ask it ourselves, round by round.
         for _ in range(MAX_INPUT_ROUNDS):
@@ -219,7 +238,8 @@ class Relay:
             if result.get("resultType") != "input_required":
                 return result
         raise MCPError(
-            code=-32603, message=f"{name}: the server asked for input more than {MAX_INPUT_ROUNDS} times"
+            code=INTERNAL_ERROR,
+            message=f"{name}: the server asked for input more than {MAX_INPUT_ROUNDS} times",
         )
 
     async def _ask_legacy(self, ctx: ServerRequestContext[Any], request: dict[str, Any]) -> dict[str, Any]:
@@ -239,16 +259,25 @@ class Relay:
         )
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
-    async def _next_round(self, exchange: Exchange) -> dict[str, Any]:
+    async def _next_round(self, ctx: ServerRequestContext[Any], exchange: Exchange) -> dict[str, Any]:
         """Wait until the downstream call ends or asks something, and tell the modern client."""
-        async with anyio.create_task_group() as tg:
+        exchange.waiting = ctx
+        try:
+            async with anyio.create_task_group() as tg:
 
-            async def until(event: anyio.Event) -> None:
-                await event.wait()
-                tg.cancel_scope.cancel()
+                async def until(event: anyio.Event) -> None:
+                    await event.wait()
+                    tg.cancel_scope.cancel()
 
-            tg.start_soon(until, exchange.done)
-            tg.start_soon(until, exchange.asked)
+                tg.start_soon(until, exchange.done)
+                tg.start_soon(until, exchange.asked)
+        except anyio.get_cancelled_exc_class():
+            # The client gave up on its call: so does the gateway, downstream.
+            exchange.scope.cancel()
+            self._exchanges.pop(exchange.token, None)
+            raise
+        finally:
+            exchange.waiting = None
         if exchange.done.is_set():
             self._exchanges.pop(exchange.token, None)
             if exchange.error is not None:
@@ -262,7 +291,9 @@ class Relay:
             "requestState": exchange.token,
         }
 
-    async def _resume(self, token: str, responses: dict[str, Any]) -> dict[str, Any]:
+    async def _resume(
+        self, ctx: ServerRequestContext[Any], token: str, responses: dict[str, Any]
+    ) -> dict[str, Any]:
         exchange = self._exchanges.pop(token, None)
         if exchange is None:
             raise MCPError(
@@ -271,7 +302,7 @@ class Relay:
                 "call the tool again without it",
             )
         exchange.answer(responses)
-        return await self._next_round(exchange)
+        return await self._next_round(ctx, exchange)
 
     # -- what a downstream server sends during a call --------------------------------------
 
@@ -286,7 +317,7 @@ class Relay:
         method = request.method
         if caller is None:
             return types.ErrorData(
-                code=-32603,
+                code=INTERNAL_ERROR,
                 message=f"toolkeeper: {method} from '{upstream.name}' outside of a call has no client to ask",
             )
         if caller.exchange is not None:
@@ -309,12 +340,13 @@ class Relay:
 
     async def upstream_log(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None:
         caller = self._caller_for(upstream)
-        if caller is not None and caller.exchange is None:
-            # The message belongs to the call: it rides that call's stream (the SDK drops it for a
-            # modern client that did not opt in at this level).
-            level = self._levels_for(caller.ctx)
-            if level is None or _admits(level, params.level):
-                await _log_to(caller.ctx.session, params, caller.ctx.request_id)
+        if caller is not None:
+            # The message belongs to the call: it rides the stream of the client's request waiting
+            # for it (the SDK drops it for a modern client that did not opt in at this level).
+            ctx = caller.exchange.waiting if caller.exchange is not None else caller.ctx
+            level = self._levels_for(ctx) if ctx is not None else None
+            if ctx is not None and (level is None or _admits(level, params.level)):
+                await _log_to(ctx.session, params, ctx.request_id)
             return
         for session, level in list(self._log_levels.values()):
             if _admits(level, params.level):
@@ -389,7 +421,7 @@ def _input_request(method: str, params: Any) -> Any:
 
 def _undeclared(method: str) -> types.ErrorData:
     return types.ErrorData(
-        code=-32603,
+        code=INTERNAL_ERROR,
         message=f"toolkeeper: the client that made this call does not support {method} "
         f"(it did not declare the {_NEEDS[method]} capability)",
     )

@@ -69,6 +69,9 @@ def _client_resolves(ctx: ServerRequestContext[Any]) -> bool:
     return client_resolves(ctx.session.client_capabilities)
 
 
+UNCACHED = ("tools/list", "resources/list", "resources/templates/list", "prompts/list")
+
+
 def _plain_call(params: Any) -> bool:
     return (
         isinstance(params, dict)
@@ -142,15 +145,15 @@ def build_server(gateway: Gateway) -> GatewayServer:
 
     async def list_resources(ctx: ServerRequestContext[Any], params: Any) -> Any:
         await forward.ready(gateway)
-        return {"resources": list(gateway.offerings.resources)}
+        return {"resultType": "complete", "resources": list(gateway.offerings.resources)}
 
     async def list_resource_templates(ctx: ServerRequestContext[Any], params: Any) -> Any:
         await forward.ready(gateway)
-        return {"resourceTemplates": list(gateway.offerings.resource_templates)}
+        return {"resultType": "complete", "resourceTemplates": list(gateway.offerings.resource_templates)}
 
     async def list_prompts(ctx: ServerRequestContext[Any], params: Any) -> Any:
         await forward.ready(gateway)
-        return {"prompts": list(gateway.offerings.prompts)}
+        return {"resultType": "complete", "prompts": list(gateway.offerings.prompts)}
 
     def validated(route: Any) -> Any:
         # The SDK's validated path (params that were not a plain object) ends in the same route.
@@ -215,8 +218,8 @@ def build_server(gateway: Gateway) -> GatewayServer:
         version=__version__,
         title="toolkeeper MCP gateway",
         instructions=INSTRUCTIONS,
-        # Tool lists change with server state, modes and toolsets: never cache.
-        cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
+        # Lists change with server state, modes and toolsets, and a resource with its server: never cache.
+        cache_hints={method: CacheHint(ttl_ms=0, scope="private") for method in UNCACHED},
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_subscriptions_listen=listen,
@@ -241,7 +244,11 @@ def build_server(gateway: Gateway) -> GatewayServer:
         raw_route = forward.RAW_ROUTES.get(ctx.method)
         if raw_route is not None and isinstance(ctx.params, dict):
             # Results as the server sent them: the SDK's models would drop what they do not know.
-            return with_result_type(ctx, await raw_route(gateway, ctx, ctx.params))
+            result = with_result_type(ctx, await raw_route(gateway, ctx, ctx.params))
+            if ctx.method == "resources/read" and "resultType" in result and "ttlMs" not in result:
+                # A modern client needs cache hints a legacy server never sends: never cache.
+                result.update(ttlMs=0, cacheScope="private")
+            return result
         if ctx.method in ("initialize", "server/discover") and not gateway.started.is_set():
             # What the gateway can offer depends on what its servers offer.
             await gateway.started.wait()

@@ -55,8 +55,8 @@ ServerInput = types.CreateMessageRequest | types.ElicitRequest | types.ListRoots
 class UpstreamListener(Protocol):
     """What the gateway hears from its downstream servers."""
 
-    def upstream_changed(self, upstream: Upstream) -> None:
-        """Its state or one of its lists changed."""
+    def upstream_changed(self, upstream: Upstream, lists: set[str] | None = None) -> None:
+        """Its state changed, or the lists named (keys of LISTS) changed."""
 
     async def upstream_request(
         self, upstream: Upstream, request: ServerInput
@@ -121,10 +121,15 @@ class Upstream:
         self._client: Client | None = None
         self._lost = anyio.Event()
         self._dirty: set[str] = set()
+        self._announced: set[str] = set()
         self._dirty_event = anyio.Event()
         # Resource URIs the gateway's clients subscribed to, with how many subscribers each.
         self._subscriptions: dict[str, int] = {}
         self._resubscribe = anyio.Event()
+        # Modern servers: which version of the subscriptions the open listen stream carries.
+        self._subscriptions_version = 0
+        self._listening_version = -1
+        self._listen_acknowledged = anyio.Event()
         # The log level last asked of a handshake-era server (None: never asked).
         self.log_level: str | None = None
 
@@ -328,14 +333,17 @@ class Upstream:
             params = request.model_dump(by_alias=True, mode="json", exclude_none=True).get("params")
             return await send_unvalidated(client, request.method, params, self.config.timeout)
 
-    def _mark_dirty(self, *kinds: str) -> None:
-        self._dirty.update(kind for kind in kinds if kind in self._offered_lists())
+    def _mark_dirty(self, *kinds: str, announced: bool = False) -> None:
+        offered = [kind for kind in kinds if kind in self._offered_lists()]
+        self._dirty.update(offered)
+        if announced:
+            self._announced.update(offered)
         self._dirty_event.set()
 
     async def _on_message(self, message: Any) -> None:
         kinds = _CHANGED_LISTS.get(type(message))
         if kinds:
-            self._mark_dirty(*kinds)
+            self._mark_dirty(*kinds, announced=True)
         elif isinstance(message, types.ResourceUpdatedNotification):
             await self._listener.resource_updated(self, message.params.uri)
 
@@ -358,7 +366,8 @@ class Upstream:
             await self._dirty_event.wait()
             self._dirty_event = anyio.Event()
             kinds, self._dirty = self._dirty, set()
-            changed = False
+            announced, self._announced = self._announced, set()
+            changed: set[str] = set()
             for kind in LISTS:
                 if kind not in kinds:
                     continue
@@ -369,13 +378,15 @@ class Upstream:
                     if exc.error.code == CONNECTION_CLOSED:
                         self._lost.set()
                     continue
-                if entries == self._stored_list(kind):
+                # The gateway's own look (after subscribing) stays quiet when nothing changed; a
+                # change the server announced is passed on even if the list reads the same.
+                if entries == self._stored_list(kind) and kind not in announced:
                     continue
                 self._store_list(kind, entries)
-                changed = True
+                changed.add(kind)
                 logger.info("server %r: %s changed (%d)", self.name, kind, len(entries))
             if changed:
-                self._listener.upstream_changed(self)
+                self._listener.upstream_changed(self, changed)
 
     async def _listen_for_changes(self, client: Client) -> None:
         """Keep a `subscriptions/listen` stream open (modern servers announce changes only there),
@@ -383,6 +394,7 @@ class Upstream:
         `_on_message` like any other."""
         while True:
             self._resubscribe = anyio.Event()
+            version = self._subscriptions_version
             wanted = {
                 "tools_list_changed": _announces(client, "tools"),
                 "prompts_list_changed": _announces(client, "prompts"),
@@ -390,10 +402,12 @@ class Upstream:
                 "resource_subscriptions": sorted(self._subscriptions),
             }
             if not any(wanted.values()):
+                self._listening_for(version)
                 await self._resubscribe.wait()
                 continue
             try:
                 async with client.listen(**wanted) as subscription:
+                    self._listening_for(version)
                     # A change between the first listing and this subscription would be lost: look once.
                     self._mark_dirty(*LISTS)
                     async with anyio.create_task_group() as tg:
@@ -408,10 +422,9 @@ class Upstream:
                         tg.cancel_scope.cancel()
             except Exception as exc:  # a server without a working listen stream still serves calls
                 logger.info(
-                    "server %r: no change subscription (%s); its lists are refreshed on reconnect",
-                    self.name,
-                    exc,
+                    "server %r: no change subscription (%s); lists refreshed on reconnect", self.name, exc
                 )
+                self._listening_for(version)
                 await self._resubscribe.wait()
 
     async def _renew_subscriptions(self, client: Client) -> None:
@@ -527,11 +540,26 @@ class Upstream:
         return left
 
     async def _change_subscription(self, request: Any) -> None:
-        if self.era == "modern":
-            # No resources/subscribe on the modern wire: the listen stream carries the URIs.
-            self._resubscribe.set()
-        else:
+        if self.era != "modern":
             await self.request(request)
+            return
+        # No resources/subscribe on the modern wire: the listen stream carries the URIs, so it is
+        # reopened, and the change holds once the server has acknowledged the new stream.
+        self._subscriptions_version += 1
+        wanted = self._subscriptions_version
+        self._resubscribe.set()
+        with anyio.move_on_after(self.config.timeout):
+            while self._listening_version < wanted:
+                await self._listen_acknowledged.wait()
+            return
+        raise CallTimedOut(
+            f"server '{self.name}' did not acknowledge the new subscriptions within {self.config.timeout:g}s"
+        )
+
+    def _listening_for(self, version: int) -> None:
+        self._listening_version = version
+        acknowledged, self._listen_acknowledged = self._listen_acknowledged, anyio.Event()
+        acknowledged.set()
 
     async def set_log_level(self, level: str) -> None:
         """Ask a handshake-era server for log messages at `level` and above."""
