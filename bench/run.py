@@ -127,10 +127,15 @@ def echo_params(n_tools: int) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable, args=[str(ECHO)], env={"ECHO_TOOLS": str(n_tools)})
 
 
-def gateway_config(servers: dict[str, int], workdir: Path) -> Path:
+def gateway_config(servers: dict[str, int], workdir: Path, protocol: str = "auto") -> Path:
     cfg = {
         "mcpServers": {
-            name: {"command": sys.executable, "args": [str(ECHO)], "env": {"ECHO_TOOLS": str(n)}}
+            name: {
+                "command": sys.executable,
+                "args": [str(ECHO)],
+                "env": {"ECHO_TOOLS": str(n)},
+                "protocol": protocol,
+            }
             for name, n in servers.items()
         },
         # A store of its own, and every tool listed (no toolset, configuration menu off): the
@@ -365,8 +370,10 @@ class Job:
 
 
 def make_jobs(args, workdir: Path) -> list[tuple[Job, Job | None]]:
-    gw_small_cfg = gateway_config({"echo": SMALL_TOOLS}, workdir)
-    gw_big_cfg = gateway_config({f"echo{i}": BIG_TOOLS_EACH for i in range(BIG_SERVERS)}, workdir)
+    gw_small_cfg = gateway_config({"echo": SMALL_TOOLS}, workdir, args.downstream_protocol)
+    gw_big_cfg = gateway_config(
+        {f"echo{i}": BIG_TOOLS_EACH for i in range(BIG_SERVERS)}, workdir, args.downstream_protocol
+    )
     direct_small = Target("direct 1×3", "direct", echo_params(SMALL_TOOLS), SMALL_TOOLS)
     direct_big = Target("direct 1×500", "direct", echo_params(BIG_TOTAL), BIG_TOTAL)
     gw_small = Target(
@@ -608,6 +615,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--timeout", type=float, default=30.0, help="seconds allowed from spawn to a complete tools/list"
+    )
+    p.add_argument(
+        "--downstream-protocol",
+        default="auto",
+        choices=["auto", "legacy", "2026-07-28"],
+        help="the era toolkeeper speaks to the echo servers (its per-server 'protocol' setting)",
     )
     p.add_argument("--settle", type=float, default=0.3, help="pause between jobs, seconds")
     p.add_argument(

@@ -32,6 +32,12 @@ _KINDS: dict[str, tuple[ServerEvent, str]] = {
 }
 
 
+def connection_of(session: ServerSession) -> object:
+    """What lives as long as the client: the SDK builds a ServerSession per request."""
+    # No public accessor for the connection in mcp 2.3; fall back to the session itself.
+    return getattr(session, "_connection", session)
+
+
 class ClientNotifier:
     def __init__(self) -> None:
         self.bus = InMemorySubscriptionBus()
@@ -42,9 +48,7 @@ class ClientNotifier:
         self._kinds: set[str] = set()
 
     def add_legacy_session(self, session: ServerSession) -> None:
-        # No public accessor for the connection in mcp 2.3; fall back to the session itself.
-        connection = getattr(session, "_connection", session)
-        self._legacy_sessions[connection] = session
+        self._legacy_sessions[connection_of(session)] = session
 
     def tools_changed(self) -> None:
         self.changed("tools")

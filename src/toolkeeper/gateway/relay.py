@@ -32,8 +32,9 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
+from toolkeeper.gateway.notify import connection_of
 from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_CAPABILITY
 from toolkeeper.upstreams.connection import LOG_LEVEL_META, ServerInput, Upstream
 
@@ -69,8 +70,7 @@ def is_modern(ctx: ServerRequestContext[Any]) -> bool:
 
 
 def _connection(ctx: ServerRequestContext[Any]) -> object:
-    # No public accessor for the connection in mcp 2.3; fall back to the session itself.
-    return getattr(ctx.session, "_connection", ctx.session)
+    return connection_of(ctx.session)
 
 
 def _declared(ctx: ServerRequestContext[Any], method: str) -> bool:
@@ -124,14 +124,17 @@ class Exchange:
         for key, request, answered, slot in self.questions:
             if answered.is_set():
                 continue
-            if key in responses:
+            try:
                 slot.append(_RESULT_TYPES[request.method].validate_python(responses[key]))
-            else:
+            except KeyError:
                 slot.append(
                     types.ErrorData(
                         code=INVALID_PARAMS, message=f"the client did not answer {request.method}"
                     )
                 )
+            except ValidationError as exc:
+                message = f"the client's answer to {request.method} is not valid: {exc.errors()[0]['msg']}"
+                slot.append(types.ErrorData(code=INVALID_PARAMS, message=message))
             answered.set()
         self.questions = [q for q in self.questions if not q[2].is_set()]
         self.asked = anyio.Event()
