@@ -11,6 +11,7 @@ advertises, and cancellation. "downstream" names the era the gateway speaks to t
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Any
 
 import anyio
@@ -407,3 +408,21 @@ async def test_a_call_the_client_gives_up_on_is_cancelled_downstream(tmp_path, m
         assert gave_up.cancelled_caught and downstream_saw("tools/call")
         await eventually(lambda: downstream_saw("notifications/cancelled"), timeout=WAIT)
         assert (await gateway.call_tool("ctl__echo", {"text": "after"})).content[0].text == "after"
+
+
+# -- the CLI ----------------------------------------------------------------------------------
+
+
+def test_servers_command_counts_what_else_a_server_offers(tmp_path):
+    config = fixture_config(tmp_path)
+    done = subprocess.run(
+        [PY, "-m", "toolkeeper", "servers", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    counts = (row["state"], row["resources"], row["resourceTemplates"], row["prompts"])
+    assert counts == ("ready", 3, 1, len(FIXTURE_PROMPTS))

@@ -81,25 +81,30 @@ def servers(
     as_json: bool = JsonOption,
     wait: float = typer.Option(15.0, help="Seconds to wait for servers to connect."),
 ) -> None:
-    """Each configured server: state, protocol era, tool count, last error."""
+    """Each configured server: state, protocol era, tool count, what else it offers, last error."""
     rows = with_gateway(load(config, demo), wait, server_rows)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table("server", "state", "transport", "era", "tools", "trust", "last error")
+    table = Table("server", "state", "transport", "era", "tools", "also offers", "trust", "last error")
     colours = {"ready": "green", "starting": "yellow", "reconnecting": "red", "invalid": "red"}
     for r in rows:
         state = r["state"]
+        offers = ", ".join(f"{r[key]} {label}" for key, label in OFFERINGS if r.get(key))
         table.add_row(
             r["name"],
             f"[{colours.get(state, 'dim')}]{state}[/]",
             r.get("transport") or "",
             f"{r.get('era') or ''} {r.get('protocolVersion') or ''}".strip(),
             str(r.get("tools", 0)),
+            offers,
             r.get("trust") or "",
             r.get("lastError") or "",
         )
     out.print(table)
+
+
+OFFERINGS = (("resources", "resources"), ("resourceTemplates", "templates"), ("prompts", "prompts"))
 
 
 @app.command()
