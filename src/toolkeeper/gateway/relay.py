@@ -192,7 +192,14 @@ class Relay:
             finally:
                 callers.remove(caller)
 
-        if is_modern(ctx) and upstream.era == "legacy" and self._task_group is not None:
+        if (
+            is_modern(ctx)
+            and upstream.era == "legacy"
+            and self._task_group is not None
+            and any(_declared(ctx, method) for method in _NEEDS)
+        ):
+            # The server may ask this client something during the call: keep the call running
+            # apart from this request, so that the question can go back as its result.
             exchange = Exchange(capabilities=ctx.session.client_capabilities)
             caller = Caller(ctx, exchange)
 
