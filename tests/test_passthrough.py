@@ -350,6 +350,23 @@ async def test_sampling_and_elicitation_are_answered_by_the_calling_client(tmp_p
 
 @pytest.mark.parametrize("downstream", DOWNSTREAMS)
 @pytest.mark.parametrize("mode", MODES)
+async def test_roots_are_answered_by_the_calling_client(tmp_path, mode, downstream):
+    async def roots(context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
+
+    async with gateway_client(
+        fixture_config(tmp_path, downstream), mode, list_roots_callback=roots
+    ) as gateway:
+        with anyio.fail_after(20):
+            answered = await gateway.call_tool("list_client_roots", {})
+        assert only_text(answered) == "file:///work/project"
+    async with gateway_client(fixture_config(tmp_path, downstream), mode) as gateway:
+        refused = await call_or_error(gateway, "list_client_roots", {})
+        assert ran_into_refusal(refused, "roots"), refused
+
+
+@pytest.mark.parametrize("downstream", DOWNSTREAMS)
+@pytest.mark.parametrize("mode", MODES)
 async def test_client_without_sampling_or_elicitation_is_told_and_the_gateway_goes_on(
     tmp_path, mode, downstream
 ):

@@ -172,6 +172,9 @@ EXTRA_TOOLS = [
             }
         },
     ),
+    tool(
+        "list_client_roots", "Ask the client for its roots (roots/list) and return their URIs, one per line."
+    ),
 ]
 
 RESOURCES = [
@@ -289,6 +292,7 @@ class ConformanceServer:
             "test_reconnection": self.reconnection,
             "notify_resource_updated": self.notify_resource_updated,
             "notify_list_changed": self.notify_list_changed,
+            "list_client_roots": self.list_client_roots,
         }
 
     def build(self) -> Server[Any]:
@@ -509,6 +513,14 @@ class ConformanceServer:
             # Answer only once the stream is gone, so the result must come through the replay.
             await anyio.sleep(0.1)
         return types.CallToolResult(content=[text("Reconnection test completed successfully")])
+
+    async def list_client_roots(self, ctx: Ctx, params: types.CallToolRequestParams) -> ToolResult:
+        if not ctx.session.check_client_capability(types.ClientCapabilities(roots=types.RootsCapability())):
+            return tool_error("The client does not support roots.")
+        answer = await ask_client(ctx, params, "roots", types.ListRootsRequest(), types.ListRootsResult)
+        if isinstance(answer, types.InputRequiredResult):
+            return answer
+        return types.CallToolResult(content=[text("\n".join(str(root.uri) for root in answer.roots))])
 
     async def notify_resource_updated(self, ctx: Ctx, params: types.CallToolRequestParams) -> ToolResult:
         uri = str((params.arguments or {}).get("uri", ""))
