@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import mcp_types as types
@@ -140,6 +140,38 @@ async def test_unknown_resources_are_errors_that_name_them(tmp_path, mode):
 
 
 # -- prompts and completion -------------------------------------------------------------------
+
+
+class LoosePromptParams(types.RequestParams):
+    name: str
+    arguments: dict[str, Any]
+
+
+class LooseGetPrompt(types.Request[LoosePromptParams, Literal["prompts/get"]]):
+    """A `prompts/get` the SDK's own model would refuse to send: arguments that are not strings."""
+
+    method: Literal["prompts/get"] = "prompts/get"
+    params: LoosePromptParams
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_unknown_or_malformed_prompt_requests_are_refused_by_name(tmp_path, mode):
+    async with gateway_client(fixture_config(tmp_path), mode) as gateway:
+        with pytest.raises(MCPError) as unknown:
+            await gateway.get_prompt("no_such_prompt")
+        assert unknown.value.error.code == -32602
+        assert "no_such_prompt" in unknown.value.error.message
+        assert "prompts/list" in unknown.value.error.message
+        bad = LooseGetPrompt(
+            params=LoosePromptParams(name="test_prompt_with_arguments", arguments={"arg1": 5})
+        )
+        with pytest.raises(MCPError) as malformed:
+            await gateway.session.send_request(bad, types.GetPromptResult)
+        assert malformed.value.error.code == -32602
+        assert "arguments.arg1" in malformed.value.error.message
+        # Still serving.
+        good = await gateway.get_prompt("test_prompt_with_arguments", {"arg1": "a", "arg2": "b"})
+        assert good.messages[0].content.text == "Prompt with arguments: arg1='a', arg2='b'"
 
 
 @pytest.mark.parametrize("prefix", ["", "conf"])

@@ -13,7 +13,7 @@ from mcp.shared.exceptions import MCPError
 
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS
-from toolkeeper.upstreams.connection import CallTimedOut, Unavailable, Upstream
+from toolkeeper.upstreams.connection import CallTimedOut, Unavailable, Upstream, forwardable_meta
 
 logger = logging.getLogger(__name__)
 
@@ -48,18 +48,8 @@ async def _forward(upstream: Upstream, request: Any) -> dict[str, Any]:
         raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from None
 
 
-def _forwarded_meta(params: dict[str, Any]) -> dict[str, Any]:
-    meta = params.get("_meta")
-    if not isinstance(meta, dict):
-        return {}
-    # The gateway's own session stamps the protocol keys on the downstream leg.
-    return {
-        k: v for k, v in meta.items() if not k.startswith("io.modelcontextprotocol/") and k != "progressToken"
-    }
-
-
 def _with_meta(params: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    meta = _forwarded_meta(params)
+    meta = forwardable_meta(params.get("_meta"))
     return {**fields, "_meta": meta} if meta else fields
 
 

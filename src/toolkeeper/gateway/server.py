@@ -14,6 +14,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from toolkeeper import __version__
 from toolkeeper.annotations.resolve import ResolveError
@@ -244,7 +245,14 @@ def build_server(gateway: Gateway) -> GatewayServer:
         raw_route = forward.RAW_ROUTES.get(ctx.method)
         if raw_route is not None and isinstance(ctx.params, dict):
             # Results as the server sent them: the SDK's models would drop what they do not know.
-            result = with_result_type(ctx, await raw_route(gateway, ctx, ctx.params))
+            try:
+                result = with_result_type(ctx, await raw_route(gateway, ctx, ctx.params))
+            except ValidationError as exc:
+                problem = exc.errors()[0]
+                where = ".".join(str(part) for part in problem["loc"])
+                raise MCPError(
+                    code=INVALID_PARAMS, message=f"invalid params for {ctx.method}: {where}: {problem['msg']}"
+                ) from None
             if ctx.method == "resources/read" and "resultType" in result and "ttlMs" not in result:
                 # A modern client needs cache hints a legacy server never sends: never cache.
                 result.update(ttlMs=0, cacheScope="private")

@@ -44,6 +44,7 @@ INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 CONNECT_TIMEOUT = 30.0
 MAX_PAGES = 1000
+LISTEN_RETRY_SECONDS = 1.0
 # `_meta` keys the gateway's own client session owns on the downstream leg.
 _RESERVED_META_PREFIX = "io.modelcontextprotocol/"
 LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
@@ -420,6 +421,9 @@ class Upstream:
                         tg.start_soon(drain)
                         await self._resubscribe.wait()
                         tg.cancel_scope.cancel()
+                if not self._resubscribe.is_set():
+                    # The server ended the stream: open another, but not in a tight loop.
+                    await anyio.sleep(LISTEN_RETRY_SECONDS)
             except Exception as exc:  # a server without a working listen stream still serves calls
                 logger.info(
                     "server %r: no change subscription (%s); lists refreshed on reconnect", self.name, exc
@@ -458,8 +462,7 @@ class Upstream:
         client = self._client
         if client is None or self.state is not State.READY:
             raise Unavailable(self.describe_unavailable())
-        forwarded_meta = {k: v for k, v in (meta or {}).items() if not k.startswith(_RESERVED_META_PREFIX)}
-        forwarded_meta.pop("progressToken", None)
+        forwarded_meta = forwardable_meta(meta)
         if log_level is not None and self.era == "modern":
             forwarded_meta[LOG_LEVEL_META] = log_level
         params: dict[str, Any] = {"name": name, "arguments": arguments, **(extra or {})}
@@ -587,6 +590,14 @@ class _ToolResolution(ClientExtension):
     """Advertises the tool-resolution extension to downstream servers, so they mark resolvable tools."""
 
     identifier = RESOLUTION_EXTENSION
+
+
+def forwardable_meta(meta: Any) -> dict[str, Any]:
+    """The part of a client's `_meta` that goes on downstream: the protocol's own keys and the
+    progress token belong to each leg, and the gateway's session sets its own."""
+    if not isinstance(meta, dict):
+        return {}
+    return {k: v for k, v in meta.items() if not k.startswith(_RESERVED_META_PREFIX) and k != "progressToken"}
 
 
 def _announces(client: Client, kind: str) -> bool:
