@@ -109,6 +109,23 @@ def spawn(
     )
 
 
+def spawn_http_gateway(config: Path, port: int, **kw: Any) -> subprocess.Popen[bytes]:
+    """`toolkeeper serve --transport http` on `port`, in the config's folder."""
+    args = [
+        PY,
+        "-m",
+        "toolkeeper",
+        "serve",
+        "--config",
+        str(config),
+        "--transport",
+        "http",
+        "--port",
+        str(port),
+    ]
+    return spawn(args, cwd=config.parent, **kw)
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.terminate()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, free_port, spawn, stop, wait_port, write_config
+from conftest import PY, ROOT, free_port, spawn, spawn_http_gateway, stop, wait_port, write_config
 
 FIXTURE = ROOT / "tests" / "servers" / "conformance.py"
 # The active suite of conformance 0.1.16: 30 scenarios, 40 checks.
@@ -137,20 +137,9 @@ def test_gateway_passes_the_suite(fixture_port: int, tmp_path: Path, downstream:
     port = free_port()
     log = tmp_path / "gateway.log"
     with log.open("wb") as stderr:
-        gateway = spawn(
-            [
-                PY,
-                "-m",
-                "toolkeeper",
-                "serve",
-                "--config",
-                str(config),
-                "--transport",
-                "http",
-                "--port",
-                str(port),
-            ],
-            cwd=tmp_path,
+        gateway = spawn_http_gateway(
+            config,
+            port,
             stderr=stderr,
         )
         try:

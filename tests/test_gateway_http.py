@@ -17,6 +17,7 @@ from conftest import (
     eventually,
     free_port,
     spawn,
+    spawn_http_gateway,
     stop,
     wait_port,
     write_config,
@@ -40,20 +41,9 @@ def http_gateway(tmp_path):
         },
     )
     port = free_port()
-    process = spawn(
-        [
-            PY,
-            "-m",
-            "toolkeeper",
-            "serve",
-            "--config",
-            str(config),
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-        ],
-        cwd=tmp_path,
+    process = spawn_http_gateway(
+        config,
+        port,
     )
     try:
         wait_port(port)
@@ -175,20 +165,9 @@ def test_http_endpoint_refuses_rebinding_and_oversized_requests_and_never_buffer
         tmp_path, {"ctl": controllable()}, http={"allowedHosts": ["gw.example.com"], "maxRequestBytes": 4096}
     )
     port = free_port()
-    process = spawn(
-        [
-            PY,
-            "-m",
-            "toolkeeper",
-            "serve",
-            "--config",
-            str(config),
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-        ],
-        cwd=tmp_path,
+    process = spawn_http_gateway(
+        config,
+        port,
         env={"TOOLKEEPER_HTTP_ALLOWED_ORIGINS": "https://app.example.com"},
     )
     url = f"http://127.0.0.1:{port}/mcp"

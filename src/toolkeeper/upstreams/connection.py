@@ -459,9 +459,6 @@ class Upstream:
 
         `extra` carries a modern retry's `inputResponses` and `requestState`; `log_level` is the
         level the caller wants this call's log messages at (a modern server is asked per call)."""
-        client = self._client
-        if client is None or self.state is not State.READY:
-            raise Unavailable(self.describe_unavailable())
         forwarded_meta = forwardable_meta(meta)
         if log_level is not None and self.era == "modern":
             forwarded_meta[LOG_LEVEL_META] = log_level
@@ -469,47 +466,28 @@ class Upstream:
         if forwarded_meta:
             params["_meta"] = forwarded_meta
         request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params))
-        try:
-            return await client.session.send_request(
-                request,
-                RAW,
-                request_read_timeout_seconds=self.config.timeout,
-                progress_callback=on_progress,
-            )
-        except MCPError as exc:
-            if exc.error.code == REQUEST_TIMEOUT:
-                raise CallTimedOut(
-                    f"server '{self.name}' did not answer '{name}' within {self.config.timeout:g}s "
-                    f"(its 'timeout' setting); the call may still be running there"
-                ) from None
-            if exc.error.code == CONNECTION_CLOSED:
-                self._lost.set()
-                raise Unavailable(
-                    f"server '{self.name}' closed the connection during the call to '{name}'"
-                ) from None
-            raise
+        return await self.request(request, on_progress=on_progress)
 
-    async def request(self, request: Any, *, timeout: float | None = None) -> dict[str, Any]:
-        """Forward one request of the protocol (resources, prompts, completion, logging) and
-        return the downstream's raw result: fields the SDK's models do not know are kept."""
+    async def request(self, request: Any, *, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
+        """Forward one request (a call, or a request for resources, prompts, completion, logging)
+        and return the downstream's raw result: fields the SDK's models do not know are kept."""
         client = self._client
         if client is None or self.state is not State.READY:
             raise Unavailable(self.describe_unavailable())
+        what = f"'{request.params.name}'" if isinstance(request, types.CallToolRequest) else request.method
         try:
             return await client.session.send_request(
-                request, RAW, request_read_timeout_seconds=timeout or self.config.timeout
+                request, RAW, request_read_timeout_seconds=self.config.timeout, progress_callback=on_progress
             )
         except MCPError as exc:
             if exc.error.code == REQUEST_TIMEOUT:
                 raise CallTimedOut(
-                    f"server '{self.name}' did not answer {request.method} within "
-                    f"{timeout or self.config.timeout:g}s (its 'timeout' setting)"
+                    f"server '{self.name}' did not answer {what} within {self.config.timeout:g}s "
+                    f"(its 'timeout' setting); it may still be working on it"
                 ) from None
             if exc.error.code == CONNECTION_CLOSED:
                 self._lost.set()
-                raise Unavailable(
-                    f"server '{self.name}' closed the connection during {request.method}"
-                ) from None
+                raise Unavailable(f"server '{self.name}' closed the connection during {what}") from None
             raise
 
     async def subscribe(self, uri: str) -> None:
