@@ -18,11 +18,6 @@ from toolkeeper.upstreams.connection import CallTimedOut, Unavailable, Upstream,
 logger = logging.getLogger(__name__)
 
 
-async def ready(gateway: Gateway) -> None:
-    if not gateway.started.is_set():
-        await gateway.started.wait()
-
-
 def _uri(params: dict[str, Any]) -> str:
     uri = params.get("uri")
     if not isinstance(uri, str) or not uri:
@@ -56,7 +51,6 @@ def _with_meta(params: dict[str, Any], **fields: Any) -> dict[str, Any]:
 async def read_resource(
     gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
 ) -> dict[str, Any]:
-    await ready(gateway)
     uri = _uri(params)
     request = types.ReadResourceRequest(
         params=types.ReadResourceRequestParams.model_validate(_with_meta(params, uri=uri))
@@ -67,7 +61,6 @@ async def read_resource(
 async def get_prompt(
     gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
 ) -> dict[str, Any]:
-    await ready(gateway)
     name = params.get("name")
     route = gateway.offerings.prompt_routes.get(name) if isinstance(name, str) else None
     if route is None:
@@ -89,7 +82,6 @@ async def complete(
     gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
 ) -> dict[str, Any]:
     """`completion/complete`, routed by the prompt or resource template it completes for."""
-    await ready(gateway)
     ref = params.get("ref")
     if not isinstance(ref, dict):
         raise MCPError(code=INVALID_PARAMS, message="params.ref must be a ref/prompt or ref/resource object")
@@ -119,7 +111,6 @@ async def complete(
 async def subscribe(
     gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
 ) -> dict[str, Any]:
-    await ready(gateway)
     uri = _uri(params)
     upstream = _owner(gateway, uri)
     if gateway.relay.subscribed(ctx, uri):
@@ -134,7 +125,6 @@ async def subscribe(
 async def unsubscribe(
     gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
 ) -> dict[str, Any]:
-    await ready(gateway)
     uri = _uri(params)
     if gateway.relay.unsubscribed(ctx, uri):
         await _owner(gateway, uri).unsubscribe(uri)
@@ -142,7 +132,6 @@ async def unsubscribe(
 
 
 async def set_log_level(gateway: Gateway, ctx: ServerRequestContext[Any], level: str) -> dict[str, Any]:
-    await ready(gateway)
     await gateway.relay.set_log_level(ctx, level, list(gateway.pool))
     return {}
 

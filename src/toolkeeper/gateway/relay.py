@@ -73,9 +73,12 @@ def _connection(ctx: ServerRequestContext[Any]) -> object:
     return connection_of(ctx.session)
 
 
-def _declared(ctx: ServerRequestContext[Any], method: str) -> bool:
-    capabilities = ctx.session.client_capabilities
+def _declares(capabilities: types.ClientCapabilities | None, method: str) -> bool:
     return bool(capabilities and getattr(capabilities, _NEEDS[method], None) is not None)
+
+
+def _declared(ctx: ServerRequestContext[Any], method: str) -> bool:
+    return _declares(ctx.session.client_capabilities, method)
 
 
 @dataclass(eq=False)
@@ -258,12 +261,9 @@ class Relay:
             raise MCPError(code=METHOD_NOT_FOUND, message=f"the server asked for unknown input {method!r}")
         if not _declared(ctx, method):
             raise MCPError.from_error_data(_undeclared(method))
-        return await self._send_to_client(ctx, method, request.get("params"))
+        return await self._send_to_client(ctx, _input_request(method, request.get("params")))
 
-    async def _send_to_client(
-        self, ctx: ServerRequestContext[Any], method: str, params: Any
-    ) -> dict[str, Any]:
-        request = _input_request(method, params)
+    async def _send_to_client(self, ctx: ServerRequestContext[Any], request: ServerInput) -> dict[str, Any]:
         result = await ctx.session.send_request(
             request, _RawResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
         )
@@ -331,19 +331,13 @@ class Relay:
                 message=f"toolkeeper: {method} from '{upstream.name}' outside of a call has no client to ask",
             )
         if caller.exchange is not None:
-            capabilities = caller.exchange.capabilities
-            if not (capabilities and getattr(capabilities, _NEEDS[method], None) is not None):
+            if not _declares(caller.exchange.capabilities, method):
                 return _undeclared(method)
             return await caller.exchange.ask(request)
         if not _declared(caller.ctx, method):
             return _undeclared(method)
         try:
-            params = (
-                request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
-                if request.params
-                else None
-            )
-            result = await self._send_to_client(caller.ctx, method, params)
+            result = await self._send_to_client(caller.ctx, request)
             return _RESULT_TYPES[method].validate_python(result)
         except MCPError as exc:
             return exc.error

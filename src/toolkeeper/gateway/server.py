@@ -109,14 +109,9 @@ def with_result_type(ctx: ServerRequestContext[Any], result: dict[str, Any]) -> 
 
 def build_server(gateway: Gateway) -> GatewayServer:
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
-        if not gateway.started.is_set():
-            await gateway.started.wait()
         return {"resultType": "complete", "tools": gateway.listing}
 
     async def route_call(ctx: ServerRequestContext[Any], params: dict[str, Any]) -> Any:
-        if not gateway.started.is_set():
-            # A client may call before the servers have connected: wait, as tools/list does.
-            await gateway.started.wait()
         name = params["name"]
         tool = gateway.lookup(name)
         if tool is None:
@@ -145,15 +140,12 @@ def build_server(gateway: Gateway) -> GatewayServer:
         return await route_call(ctx, _wire(params))
 
     async def list_resources(ctx: ServerRequestContext[Any], params: Any) -> Any:
-        await forward.ready(gateway)
         return {"resultType": "complete", "resources": list(gateway.offerings.resources)}
 
     async def list_resource_templates(ctx: ServerRequestContext[Any], params: Any) -> Any:
-        await forward.ready(gateway)
         return {"resultType": "complete", "resourceTemplates": list(gateway.offerings.resource_templates)}
 
     async def list_prompts(ctx: ServerRequestContext[Any], params: Any) -> Any:
-        await forward.ready(gateway)
         return {"resultType": "complete", "prompts": list(gateway.offerings.prompts)}
 
     def validated(route: Any) -> Any:
@@ -169,7 +161,6 @@ def build_server(gateway: Gateway) -> GatewayServer:
     async def listen(ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams) -> Any:
         # A modern client subscribes to resources on its listen stream: hold those downstream
         # subscriptions for as long as the stream is open.
-        await forward.ready(gateway)
         held: list[tuple[Any, str]] = []
         try:
             for uri in params.notifications.resource_subscriptions or ():
@@ -186,8 +177,6 @@ def build_server(gateway: Gateway) -> GatewayServer:
                     logger.debug("unsubscribing %s after a listen stream ended: %s", uri, exc)
 
     async def resolved(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
-        if not gateway.started.is_set():
-            await gateway.started.wait()
         tool = gateway.lookup(params.name)
         if not isinstance(tool, CatalogTool) or params.name not in gateway.view.refinable:
             why = (
@@ -236,6 +225,10 @@ def build_server(gateway: Gateway) -> GatewayServer:
     )
 
     async def gateway_middleware(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        if not gateway.started.is_set() and ctx.request_id is not None and ctx.method != "ping":
+            # A client may ask before the servers have connected (what the gateway lists, routes
+            # and offers depends on them): every request but ping waits for start-up, here once.
+            await gateway.started.wait()
         if ctx.method == "tools/call" and _plain_call(ctx.params):
             # The hot path: a well-formed call is routed straight away and the downstream result
             # handed back as raw JSON, skipping the SDK's per-request model validation and
@@ -257,9 +250,6 @@ def build_server(gateway: Gateway) -> GatewayServer:
                 # A modern client needs cache hints a legacy server never sends: never cache.
                 result.update(ttlMs=0, cacheScope="private")
             return result
-        if ctx.method in ("initialize", "server/discover") and not gateway.started.is_set():
-            # What the gateway can offer depends on what its servers offer.
-            await gateway.started.wait()
         result = await call_next(ctx)
         if ctx.method == "notifications/initialized":
             gateway.notifier.add_legacy_session(ctx.session)
