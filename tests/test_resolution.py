@@ -26,8 +26,8 @@ from toolkeeper.annotations.resolve import ResolveError, resolve
 from toolkeeper.annotations.rules import RuleError, parse_rule
 from toolkeeper.catalog import ServerTools, build_catalog
 from toolkeeper.demo.files import ACTION_ANNOTATIONS
-from toolkeeper.upstreams.connection import send_unvalidated
-from toolkeeper.upstreams.preflight import ToolResolution
+from toolkeeper.downstreams.connection import send_unvalidated
+from toolkeeper.downstreams.preflight import ToolResolution
 
 pytestmark = pytest.mark.anyio
 EXTENSION = "io.modelcontextprotocol/tool-resolution"

@@ -231,8 +231,8 @@ def _lint_target(
 
 def _declared_tools(config: Config, wait: float) -> list[dict[str, Any]]:
     def collect(gateway: Any) -> tuple[bool, str | None, list[dict[str, Any]]]:
-        upstream = next(iter(gateway.pool))
-        return upstream.available, upstream.last_error, [dict(t) for t in upstream.tools]
+        downstream = next(iter(gateway.pool))
+        return downstream.available, downstream.last_error, [dict(t) for t in downstream.tools]
 
     available, last_error, tools = with_gateway(config, wait, collect)
     if not available:

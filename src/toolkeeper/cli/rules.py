@@ -28,8 +28,8 @@ from toolkeeper.cli.common import (
     print_warnings,
     run_service,
 )
+from toolkeeper.downstreams.preflight import PreflightError, ToolResolution, preflight
 from toolkeeper.log import setup_logging
-from toolkeeper.upstreams.preflight import PreflightError, ToolResolution, preflight
 
 rules_app = typer.Typer(
     help="Argument rules: the hints that hold for a tool when its arguments match (first match wins).",

@@ -1,4 +1,4 @@
-"""The running gateway: upstream pool, live catalog, toolset and mode, routing, change propagation.
+"""The running gateway: downstream pool, live catalog, toolset and mode, routing, change propagation.
 
 The hot path (`listing`, `lookup`) does no I/O besides the downstream call itself and builds
 nothing per request: the exposed view (listing plus routing table) is rebuilt only when a
@@ -22,6 +22,8 @@ from toolkeeper.annotations.resolve import Resolution, resolve
 from toolkeeper.catalog import Catalog, CatalogTool, ServerTools, build_catalog
 from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
 from toolkeeper.config.model import Config
+from toolkeeper.downstreams.connection import McpConnection, ServerInput
+from toolkeeper.downstreams.pool import DownstreamPool
 from toolkeeper.gateway.config_tools import (
     BY_NAME,
     CONFIG_TOOLS,
@@ -39,8 +41,6 @@ from toolkeeper.services.rules import RuleService
 from toolkeeper.services.toolsets import Change, ToolsetService
 from toolkeeper.store import Store, StoreError
 from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
-from toolkeeper.upstreams.connection import ServerInput, Upstream
-from toolkeeper.upstreams.pool import UpstreamPool
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class Gateway:
         self.store = store
         self.notifier = ClientNotifier()
         self.relay = Relay(self.notifier.bus)
-        self.pool = UpstreamPool(config, self)
+        self.pool = DownstreamPool(config, self)
         self.catalog = Catalog()
         self.offerings = Offerings()
         # Without a store (inspection commands) there are no toolsets: every tool is listed.
@@ -124,9 +124,9 @@ class Gateway:
 
     # -- catalog and view ------------------------------------------------------------------
 
-    # What the downstream servers say (UpstreamListener); calls and their traffic go to the relay.
+    # What the downstream servers say (DownstreamListener); calls and their traffic go to the relay.
 
-    def upstream_changed(self, upstream: Upstream, lists: set[str] | None = None) -> None:
+    def downstream_changed(self, downstream: McpConnection, lists: set[str] | None = None) -> None:
         before = self.offerings
         lists = lists or set()
         self._rebuild()
@@ -141,24 +141,26 @@ class Gateway:
             changed.append("resources")
         self.notifier.changed(*changed)
 
-    async def upstream_request(
-        self, upstream: Upstream, request: ServerInput
+    async def downstream_request(
+        self, downstream: McpConnection, request: ServerInput
     ) -> types.InputResponse | types.ErrorData:
-        return await self.relay.upstream_request(upstream, request)
+        return await self.relay.downstream_request(downstream, request)
 
-    async def upstream_log(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None:
-        await self.relay.upstream_log(upstream, params)
+    async def downstream_log(
+        self, downstream: McpConnection, params: types.LoggingMessageNotificationParams
+    ) -> None:
+        await self.relay.downstream_log(downstream, params)
 
-    async def resource_updated(self, upstream: Upstream, uri: str) -> None:
-        await self.relay.resource_updated(upstream, uri)
+    async def resource_updated(self, downstream: McpConnection, uri: str) -> None:
+        await self.relay.resource_updated(downstream, uri)
 
     def offers(self) -> dict[str, Any]:
         """The union of what the connected servers offer besides tools: the capabilities the
         gateway can really forward (`resources` with `subscribe`, `prompts`, `completions`,
         `logging`)."""
         offered: dict[str, Any] = {}
-        for upstream in self.pool:
-            capabilities = upstream.capabilities
+        for downstream in self.pool:
+            capabilities = downstream.capabilities
             for kind in ("prompts", "completions", "logging"):
                 if kind in capabilities:
                     offered[kind] = True
@@ -244,22 +246,22 @@ class Gateway:
     def lookup(self, exposed_name: str) -> Target | None:
         return self.view.routes.get(exposed_name)
 
-    def upstream_of(self, tool: CatalogTool) -> Upstream:
+    def downstream_of(self, tool: CatalogTool) -> McpConnection:
         return self.pool[tool.server]
 
     async def resolve(self, tool: CatalogTool, arguments: Any) -> Resolution:
         """Hints for one call of `tool` with `arguments` (see annotations/resolve.py)."""
         effective = self.annotator.effective(tool, self.toolset.name if self.toolset else None, explain=False)
         method = resolution_form(tool.declared)
-        downstream = None
+        ask_server = None
         if method is not None:
-            upstream = self.upstream_of(tool)
+            downstream = self.downstream_of(tool)
 
-            async def downstream() -> dict[str, Any]:
-                return await upstream.resolve_hints(tool.name, arguments, method)
+            async def ask_server() -> dict[str, Any]:
+                return await downstream.resolve_hints(tool.name, arguments, method)
 
         rules = self.annotator.rules.get(tool.namespaced_name, ())
-        return await resolve(tool, arguments, effective, rules, downstream)
+        return await resolve(tool, arguments, effective, rules, ask_server)
 
     def why_hidden(self, name: str) -> str:
         """For a name the current view does not route: which mode (if any) would show it."""

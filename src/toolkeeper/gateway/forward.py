@@ -11,9 +11,9 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from toolkeeper.downstreams.connection import CallTimedOut, McpConnection, Unavailable, forwardable_meta
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS
-from toolkeeper.upstreams.connection import CallTimedOut, Unavailable, Upstream, forwardable_meta
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ def _uri(params: dict[str, Any]) -> str:
     return uri
 
 
-def _owner(gateway: Gateway, uri: str) -> Upstream:
+def _owner(gateway: Gateway, uri: str) -> McpConnection:
     owner = gateway.offerings.owner_of(uri)
     if owner is None:
         raise MCPError(
@@ -36,9 +36,9 @@ def _owner(gateway: Gateway, uri: str) -> Upstream:
     return gateway.pool[owner]
 
 
-async def _forward(upstream: Upstream, request: Any) -> dict[str, Any]:
+async def _forward(downstream: McpConnection, request: Any) -> dict[str, Any]:
     try:
-        return await upstream.request(request)
+        return await downstream.request(request)
     except (Unavailable, CallTimedOut) as exc:
         raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from None
 
@@ -68,14 +68,14 @@ async def get_prompt(
             code=INVALID_PARAMS,
             message=f"Unknown prompt {name!r}. Call prompts/list for the prompts this gateway exposes now.",
         )
-    upstream = gateway.pool[route.server]
+    downstream = gateway.pool[route.server]
     fields: dict[str, Any] = {"name": route.name}
     if params.get("arguments") is not None:
         fields["arguments"] = params["arguments"]
     request = types.GetPromptRequest(
         params=types.GetPromptRequestParams.model_validate(_with_meta(params, **fields))
     )
-    return await _forward(upstream, request)
+    return await _forward(downstream, request)
 
 
 async def complete(
@@ -91,31 +91,31 @@ async def complete(
             raise MCPError(
                 code=INVALID_PARAMS, message=f"Unknown prompt {ref.get('name')!r} in completion ref"
             )
-        upstream = gateway.pool[route.server]
+        downstream = gateway.pool[route.server]
         ref = {**ref, "name": route.name}
     elif ref.get("type") == "ref/resource":
         owner = gateway.offerings.owner_of_template(str(ref.get("uri")))
         if owner is None:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown resource template {ref.get('uri')!r}")
-        upstream = gateway.pool[owner]
+        downstream = gateway.pool[owner]
     else:
         raise MCPError(code=INVALID_PARAMS, message=f"Unknown completion ref type {ref.get('type')!r}")
-    if "completions" not in upstream.capabilities:
+    if "completions" not in downstream.capabilities:
         # The owner offers no completion: the honest answer is "no suggestions".
         return {"completion": {"values": [], "hasMore": False}}
     fields = {k: v for k, v in params.items() if k in ("argument", "context")}
     request = types.CompleteRequest(params=types.CompleteRequestParams.model_validate({**fields, "ref": ref}))
-    return await _forward(upstream, request)
+    return await _forward(downstream, request)
 
 
 async def subscribe(
     gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
 ) -> dict[str, Any]:
     uri = _uri(params)
-    upstream = _owner(gateway, uri)
+    downstream = _owner(gateway, uri)
     if gateway.relay.subscribed(ctx, uri):
         try:
-            await upstream.subscribe(uri)
+            await downstream.subscribe(uri)
         except Exception:
             gateway.relay.unsubscribed(ctx, uri)
             raise

@@ -34,9 +34,9 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
+from toolkeeper.downstreams.connection import LOG_LEVEL_META, McpConnection, ServerInput
 from toolkeeper.gateway.notify import connection_of
 from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_CAPABILITY
-from toolkeeper.upstreams.connection import LOG_LEVEL_META, ServerInput, Upstream
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class Relay:
     async def call(
         self,
         ctx: ServerRequestContext[Any],
-        upstream: Upstream,
+        downstream: McpConnection,
         name: str,
         params: dict[str, Any],
         on_progress: Any,
@@ -180,16 +180,16 @@ class Relay:
         arguments = params.get("arguments")
         meta = dict(params.get("_meta") or {})
         level = self._log_level_for(ctx, meta)
-        if level is not None and upstream.era == "legacy":
-            await upstream.set_log_level(_most_verbose(level, *self._session_levels()))
+        if level is not None and downstream.era == "legacy":
+            await downstream.set_log_level(_most_verbose(level, *self._session_levels()))
         extra = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
 
-        async def downstream(caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
+        async def call_downstream(caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
             # While the call runs, what its server sends (requests, logs) goes to this caller.
-            callers = self._callers.setdefault(upstream.name, [])
+            callers = self._callers.setdefault(downstream.name, [])
             callers.append(caller)
             try:
-                return await upstream.call_tool(
+                return await downstream.call_tool(
                     name, arguments, meta=meta, on_progress=on_progress, extra=extra, log_level=level
                 )
             finally:
@@ -197,7 +197,7 @@ class Relay:
 
         if (
             is_modern(ctx)
-            and upstream.era == "legacy"
+            and downstream.era == "legacy"
             and self._task_group is not None
             and any(_declared(ctx, method) for method in _NEEDS)
         ):
@@ -209,7 +209,7 @@ class Relay:
             async def run_exchange() -> None:
                 try:
                     with exchange.scope:
-                        exchange.result = await downstream(caller, extra)
+                        exchange.result = await call_downstream(caller, extra)
                 except Exception as exc:  # handed to whichever request is waiting for it
                     exchange.error = exc
                 finally:
@@ -224,7 +224,7 @@ class Relay:
             self._task_group.start_soon(run_exchange)
             return await self._next_round(ctx, exchange)
 
-        result = await downstream(Caller(ctx), extra)
+        result = await call_downstream(Caller(ctx), extra)
         if result.get("resultType") != "input_required":
             return result
         if is_modern(ctx):
@@ -247,7 +247,7 @@ class Relay:
             extra = {"inputResponses": answers}
             if "requestState" in result:
                 extra["requestState"] = result["requestState"]
-            result = await downstream(Caller(ctx), extra)
+            result = await call_downstream(Caller(ctx), extra)
             if result.get("resultType") != "input_required":
                 return result
         raise MCPError(
@@ -316,19 +316,20 @@ class Relay:
 
     # -- what a downstream server sends during a call --------------------------------------
 
-    def _caller_for(self, upstream: Upstream) -> Caller | None:
-        callers = self._callers.get(upstream.name)
+    def _caller_for(self, downstream: McpConnection) -> Caller | None:
+        callers = self._callers.get(downstream.name)
         return callers[-1] if callers else None
 
-    async def upstream_request(
-        self, upstream: Upstream, request: ServerInput
+    async def downstream_request(
+        self, downstream: McpConnection, request: ServerInput
     ) -> types.InputResponse | types.ErrorData:
-        caller = self._caller_for(upstream)
+        caller = self._caller_for(downstream)
         method = request.method
         if caller is None:
             return types.ErrorData(
                 code=INTERNAL_ERROR,
-                message=f"toolkeeper: {method} from '{upstream.name}' outside of a call has no client to ask",
+                message=f"toolkeeper: {method} from '{downstream.name}' outside of a call has no client"
+                " to ask",
             )
         if caller.exchange is not None:
             if not _declares(caller.exchange.capabilities, method):
@@ -342,8 +343,10 @@ class Relay:
         except MCPError as exc:
             return exc.error
 
-    async def upstream_log(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None:
-        caller = self._caller_for(upstream)
+    async def downstream_log(
+        self, downstream: McpConnection, params: types.LoggingMessageNotificationParams
+    ) -> None:
+        caller = self._caller_for(downstream)
         if caller is not None:
             # The message belongs to the call: it rides the stream of the client's request waiting
             # for it (the SDK drops it for a modern client that did not opt in at this level).
@@ -356,7 +359,7 @@ class Relay:
             if _admits(level, params.level):
                 await _log_to(session, params, None)
 
-    async def resource_updated(self, upstream: Upstream, uri: str) -> None:
+    async def resource_updated(self, downstream: McpConnection, uri: str) -> None:
         await self.bus.publish(ResourceUpdated(uri))
         for session, uris in list(self._subscribed.values()):
             if uri in uris:
@@ -368,18 +371,18 @@ class Relay:
     # -- per-client settings ---------------------------------------------------------------
 
     async def set_log_level(
-        self, ctx: ServerRequestContext[Any], level: str, upstreams: list[Upstream]
+        self, ctx: ServerRequestContext[Any], level: str, downstreams: list[McpConnection]
     ) -> None:
         """A legacy client's `logging/setLevel`: remembered for it, and asked of every legacy
         server at the most verbose level any client wants."""
         self._log_levels[_connection(ctx)] = (ctx.session, level)
         wanted = _most_verbose(*self._session_levels())
-        for upstream in upstreams:
-            if upstream.available:
+        for downstream in downstreams:
+            if downstream.available:
                 try:
-                    await upstream.set_log_level(wanted)
+                    await downstream.set_log_level(wanted)
                 except Exception as exc:  # one server's refusal does not fail the client's request
-                    logger.warning("server %r: logging/setLevel %s failed: %s", upstream.name, wanted, exc)
+                    logger.warning("server %r: logging/setLevel %s failed: %s", downstream.name, wanted, exc)
 
     def subscribed(self, ctx: ServerRequestContext[Any], uri: str) -> bool:
         """Record a legacy client's subscription; False if it already had it."""

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from toolkeeper import __version__
 from toolkeeper.annotations.resolve import ResolveError
 from toolkeeper.catalog import CatalogTool
+from toolkeeper.downstreams.connection import CallTimedOut, Unavailable
 from toolkeeper.gateway import forward
 from toolkeeper.gateway.config_tools import ConfigTool, error_result
 from toolkeeper.gateway.core import Gateway
@@ -33,7 +34,6 @@ from toolkeeper.protocol import (
     client_resolves,
     flag_resolvable,
 )
-from toolkeeper.upstreams.connection import CallTimedOut, Unavailable
 
 logger = logging.getLogger(__name__)
 # The gateway passes deprecated features (logging, roots, subscribe) on for servers and clients
@@ -119,7 +119,7 @@ def build_server(gateway: Gateway) -> GatewayServer:
         if isinstance(tool, ConfigTool):
             result = await tool.call(gateway, params.get("arguments"))
             return with_result_type(ctx, result)
-        upstream = gateway.upstream_of(tool)
+        downstream = gateway.downstream_of(tool)
         meta = params.get("_meta") or {}
         token = meta.get("progressToken")
         on_progress = None
@@ -131,7 +131,7 @@ def build_server(gateway: Gateway) -> GatewayServer:
                 )
 
         try:
-            result = await gateway.relay.call(ctx, upstream, tool.name, params, on_progress)
+            result = await gateway.relay.call(ctx, downstream, tool.name, params, on_progress)
         except (Unavailable, CallTimedOut) as exc:
             result = error_result(f"{tool.exposed_name}: {exc}")
         return with_result_type(ctx, result)
@@ -170,9 +170,9 @@ def build_server(gateway: Gateway) -> GatewayServer:
                     held.append((gateway.pool[owner], uri))
             return await listen_handler(ctx, params)
         finally:
-            for upstream, uri in held:
+            for downstream, uri in held:
                 try:
-                    await upstream.unsubscribe(uri)
+                    await downstream.unsubscribe(uri)
                 except Exception as exc:  # the stream is over either way
                     logger.debug("unsubscribing %s after a listen stream ended: %s", uri, exc)
 

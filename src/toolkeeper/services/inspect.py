@@ -12,26 +12,26 @@ from toolkeeper.gateway.core import Gateway
 def server_rows(gateway: Gateway) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     now = time.monotonic()
-    for upstream in gateway.pool:
+    for downstream in gateway.pool:
         rows.append(
             {
-                "name": upstream.name,
-                "state": upstream.state.value,
-                "transport": upstream.config.transport,
-                "era": upstream.era,
-                "protocolVersion": upstream.protocol_version,
-                "tools": len(upstream.tools),
-                "resources": len(upstream.resources),
-                "resourceTemplates": len(upstream.resource_templates),
-                "prompts": len(upstream.prompts),
-                "trust": upstream.config.trust,
-                "prefix": upstream.config.prefix,
-                "lastError": upstream.last_error,
-                "connects": upstream.connects,
-                "upSeconds": round(now - upstream.connected_since, 1)
-                if upstream.available and upstream.connected_since
+                "name": downstream.name,
+                "state": downstream.state.value,
+                "transport": downstream.config.transport,
+                "era": downstream.era,
+                "protocolVersion": downstream.protocol_version,
+                "tools": len(downstream.tools),
+                "resources": len(downstream.resources),
+                "resourceTemplates": len(downstream.resource_templates),
+                "prompts": len(downstream.prompts),
+                "trust": downstream.config.trust,
+                "prefix": downstream.config.prefix,
+                "lastError": downstream.last_error,
+                "connects": downstream.connects,
+                "upSeconds": round(now - downstream.connected_since, 1)
+                if downstream.available and downstream.connected_since
                 else None,
-                "target": upstream.config.describe(),
+                "target": downstream.config.describe(),
             }
         )
     for name, reason in gateway.config.skipped.items():

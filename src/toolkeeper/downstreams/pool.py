@@ -7,36 +7,38 @@ import logging
 import anyio
 
 from toolkeeper.config.model import Config
-from toolkeeper.upstreams.connection import Upstream, UpstreamListener
+from toolkeeper.downstreams.connection import DownstreamListener, McpConnection
 
 logger = logging.getLogger(__name__)
 
 
-class UpstreamPool:
-    def __init__(self, config: Config, listener: UpstreamListener) -> None:
+class DownstreamPool:
+    def __init__(self, config: Config, listener: DownstreamListener) -> None:
         self.config = config
         # Config order matters: it is the order tools are listed in.
-        self.upstreams: dict[str, Upstream] = {s.name: Upstream(s, listener) for s in config.servers}
+        self.downstreams: dict[str, McpConnection] = {
+            s.name: McpConnection(s, listener) for s in config.servers
+        }
         self._slots = anyio.CapacityLimiter(config.settings.max_concurrent_connects)
 
-    def __getitem__(self, name: str) -> Upstream:
-        return self.upstreams[name]
+    def __getitem__(self, name: str) -> McpConnection:
+        return self.downstreams[name]
 
     def __iter__(self):
-        return iter(self.upstreams.values())
+        return iter(self.downstreams.values())
 
     async def run(self) -> None:
         """Supervise every server until cancelled; cancelling stops (and reaps) them all."""
         async with anyio.create_task_group() as tg:
-            for upstream in self.upstreams.values():
-                tg.start_soon(upstream.run, self._slots, name=f"upstream:{upstream.name}")
+            for downstream in self.downstreams.values():
+                tg.start_soon(downstream.run, self._slots, name=f"downstream:{downstream.name}")
 
     async def wait_started(self, timeout: float) -> bool:
         """Wait until every server has had its first connection attempt, at most `timeout`."""
         with anyio.move_on_after(timeout):
-            for upstream in self.upstreams.values():
-                await upstream.first_attempt_done.wait()
+            for downstream in self.downstreams.values():
+                await downstream.first_attempt_done.wait()
             return True
-        pending = [u.name for u in self.upstreams.values() if not u.first_attempt_done.is_set()]
+        pending = [u.name for u in self.downstreams.values() if not u.first_attempt_done.is_set()]
         logger.warning("still starting after %.0fs: %s; serving the others", timeout, ", ".join(pending))
         return False

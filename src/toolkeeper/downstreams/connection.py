@@ -8,7 +8,7 @@ while the server is away, so its tools keep their names and a call to one of the
 answer that says what is going on.
 
 What the server sends on its own (its requests for sampling, elicitation or roots, its log
-messages, resource updates) goes to the `UpstreamListener`: this layer does not know the
+messages, resource updates) goes to the `DownstreamListener`: this layer does not know the
 gateway's clients.
 """
 
@@ -30,8 +30,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from toolkeeper.config.model import ServerConfig
+from toolkeeper.downstreams.transports import open_transport
 from toolkeeper.protocol import RESOLUTION_EXTENSION
-from toolkeeper.upstreams.transports import open_transport
 
 logger = logging.getLogger(__name__)
 
@@ -53,21 +53,23 @@ ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
 ServerInput = types.CreateMessageRequest | types.ElicitRequest | types.ListRootsRequest
 
 
-class UpstreamListener(Protocol):
+class DownstreamListener(Protocol):
     """What the gateway hears from its downstream servers."""
 
-    def upstream_changed(self, upstream: Upstream, lists: set[str] | None = None) -> None:
+    def downstream_changed(self, downstream: McpConnection, lists: set[str] | None = None) -> None:
         """Its state changed, or the lists named (keys of LISTS) changed."""
 
-    async def upstream_request(
-        self, upstream: Upstream, request: ServerInput
+    async def downstream_request(
+        self, downstream: McpConnection, request: ServerInput
     ) -> types.InputResponse | types.ErrorData:
         """It asks the client side for something (sampling, elicitation, roots)."""
 
-    async def upstream_log(self, upstream: Upstream, params: types.LoggingMessageNotificationParams) -> None:
+    async def downstream_log(
+        self, downstream: McpConnection, params: types.LoggingMessageNotificationParams
+    ) -> None:
         """It sent a log message."""
 
-    async def resource_updated(self, upstream: Upstream, uri: str) -> None:
+    async def resource_updated(self, downstream: McpConnection, uri: str) -> None:
         """A resource someone subscribed to changed."""
 
 
@@ -101,8 +103,8 @@ class CallTimedOut(Exception):
     pass
 
 
-class Upstream:
-    def __init__(self, config: ServerConfig, listener: UpstreamListener) -> None:
+class McpConnection:
+    def __init__(self, config: ServerConfig, listener: DownstreamListener) -> None:
         self.config = config
         self.name = config.name
         self.state = State.STARTING
@@ -349,7 +351,7 @@ class Upstream:
             await self._listener.resource_updated(self, message.params.uri)
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
-        await self._listener.upstream_log(self, params)
+        await self._listener.downstream_log(self, params)
 
     async def _ask_client(self, context: Any, params: Any) -> Any:
         request: ServerInput = (
@@ -357,10 +359,10 @@ class Upstream:
             if isinstance(params, types.CreateMessageRequestParams)
             else types.ElicitRequest(params=params)
         )
-        return await self._listener.upstream_request(self, request)
+        return await self._listener.downstream_request(self, request)
 
     async def _ask_client_for_roots(self, context: Any) -> Any:
-        return await self._listener.upstream_request(self, types.ListRootsRequest())
+        return await self._listener.downstream_request(self, types.ListRootsRequest())
 
     async def _refresh_when_dirty(self, client: Client) -> None:
         while True:
@@ -387,7 +389,7 @@ class Upstream:
                 changed.add(kind)
                 logger.info("server %r: %s changed (%d)", self.name, kind, len(entries))
             if changed:
-                self._listener.upstream_changed(self, changed)
+                self._listener.downstream_changed(self, changed)
 
     async def _listen_for_changes(self, client: Client) -> None:
         """Keep a `subscriptions/listen` stream open (modern servers announce changes only there),
@@ -442,7 +444,7 @@ class Upstream:
         changed = state is not self.state
         self.state = state
         if changed:
-            self._listener.upstream_changed(self)
+            self._listener.downstream_changed(self)
 
     # -------------------------------------------------------------------- calls
     async def call_tool(

@@ -11,8 +11,8 @@ from mcp import Client
 from mcp.client.extension import ClientExtension
 from mcp.shared.exceptions import MCPError
 
+from toolkeeper.downstreams.connection import send_unvalidated
 from toolkeeper.protocol import ANNOTATIONS_METHOD, RESOLUTION_EXTENSION, RESOLVE_METHOD
-from toolkeeper.upstreams.connection import send_unvalidated
 
 TIMEOUT = 10.0
 

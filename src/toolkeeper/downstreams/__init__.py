@@ -1,0 +1,1 @@
+"""McpConnection connections: one supervised, persistent session per downstream server."""

@@ -1,1 +1,0 @@
-"""Upstream connections: one supervised, persistent session per downstream server."""
