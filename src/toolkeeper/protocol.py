@@ -46,3 +46,63 @@ def flag_resolvable(tool: dict, marker: bool) -> None:
     tool["dynamicAnnotations"] = True
     if marker:
         tool["_meta"] = {**(tool.get("_meta") or {}), RESOLUTION_EXTENSION: {"resolvable": True}}
+
+
+# The client capability each request a server may send to the client side needs.
+CAPABILITY_FOR_REQUEST = {
+    "sampling/createMessage": "sampling",
+    "elicitation/create": "elicitation",
+    "roots/list": "roots",
+}
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+
+
+def declares(capabilities: dict[str, Any], method: str) -> bool:
+    """Whether client capabilities in wire form declare what the server request `method` needs."""
+    return capabilities.get(CAPABILITY_FOR_REQUEST[method]) is not None
+
+
+def input_requests_undeclared(result: dict[str, Any], capabilities: dict[str, Any]) -> str | None:
+    """The first request of an `InputRequiredResult` the client did not declare it can answer."""
+    for request in (result.get("inputRequests") or {}).values():
+        method = request.get("method") if isinstance(request, dict) else None
+        if method in CAPABILITY_FOR_REQUEST and not declares(capabilities, method):
+            return method
+    return None
+
+
+def for_client_era(result: dict[str, Any], modern: bool, server_info: dict[str, Any]) -> dict[str, Any]:
+    """A downstream's result with the fields of the calling client's era: a modern client gets
+    `resultType` and the gateway's own `serverInfo` stamp (the server it talks to is the
+    gateway); a handshake-era client gets neither, as from a direct connection in its era."""
+    meta = result.get("_meta")
+    if modern:
+        if "resultType" not in result:
+            result["resultType"] = "complete"
+        if isinstance(meta, dict):
+            result["_meta"] = {**meta, SERVER_INFO_META: server_info}
+        elif meta is None:
+            result["_meta"] = {SERVER_INFO_META: server_info}
+        return result
+    if result.get("resultType") == "complete":
+        del result["resultType"]
+    if isinstance(meta, dict) and SERVER_INFO_META in meta:
+        rest = {k: v for k, v in meta.items() if k != SERVER_INFO_META}
+        if rest:
+            result["_meta"] = rest
+        else:
+            del result["_meta"]
+    return result
+
+
+# `_meta` keys the gateway's own client session owns on the downstream leg.
+_RESERVED_META_PREFIX = "io.modelcontextprotocol/"
+LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
+
+
+def forwardable_meta(meta: Any) -> dict[str, Any]:
+    """The part of a client's `_meta` that goes on downstream: the protocol's own keys and the
+    progress token belong to each leg, and the gateway's session sets its own."""
+    if not isinstance(meta, dict):
+        return {}
+    return {k: v for k, v in meta.items() if not k.startswith(_RESERVED_META_PREFIX) and k != "progressToken"}

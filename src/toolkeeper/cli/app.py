@@ -61,6 +61,10 @@ def serve(
 ) -> None:
     """Run the gateway: over stdio for a client that starts it, or over streamable HTTP at /mcp."""
     loaded = load(config, demo)
+    # The children boot while the gateway imports the rest of itself and opens its store.
+    from toolkeeper.downstreams.stdio import spawn_early, stop_early
+
+    spawn_early(loaded)
     from toolkeeper.gateway.serve import serve_http, serve_stdio
 
     async def main() -> None:
@@ -71,7 +75,10 @@ def serve(
                 settings = loaded.settings
                 await serve_http(loaded, store, host or settings.http_host, port or settings.http_port)
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    finally:
+        stop_early()
 
 
 @app.command()

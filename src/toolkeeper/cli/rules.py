@@ -28,7 +28,8 @@ from toolkeeper.cli.common import (
     print_warnings,
     run_service,
 )
-from toolkeeper.downstreams.preflight import PreflightError, ToolResolution, preflight
+from toolkeeper.downstreams.connection import ToolResolution
+from toolkeeper.downstreams.preflight import PreflightError, preflight
 from toolkeeper.log import setup_logging
 
 rules_app = typer.Typer(

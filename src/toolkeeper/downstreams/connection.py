@@ -17,9 +17,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
-from enum import StrEnum
-from typing import Any, Protocol
+from contextlib import nullcontext
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -30,8 +29,18 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from toolkeeper.config.model import ServerConfig
+from toolkeeper.downstreams.base import (
+    CallTimedOut,
+    DownstreamListener,
+    ProgressCallback,
+    ServerInput,
+    State,
+    Unavailable,
+)
+from toolkeeper.downstreams.stdio import LinkClosed, StdioLink
 from toolkeeper.downstreams.transports import open_transport
-from toolkeeper.protocol import RESOLUTION_EXTENSION
+from toolkeeper.protocol import INVALID_PARAMS, LOG_LEVEL_META, RESOLUTION_EXTENSION, forwardable_meta
+from toolkeeper.sdk_private import send_unvalidated
 
 logger = logging.getLogger(__name__)
 
@@ -45,33 +54,6 @@ MAX_BACKOFF = 30.0
 CONNECT_TIMEOUT = 30.0
 MAX_PAGES = 1000
 LISTEN_RETRY_SECONDS = 1.0
-# `_meta` keys the gateway's own client session owns on the downstream leg.
-_RESERVED_META_PREFIX = "io.modelcontextprotocol/"
-LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
-
-ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
-ServerInput = types.CreateMessageRequest | types.ElicitRequest | types.ListRootsRequest
-
-
-class DownstreamListener(Protocol):
-    """What the gateway hears from its downstream servers."""
-
-    def downstream_changed(self, downstream: McpConnection, lists: set[str] | None = None) -> None:
-        """Its state changed, or the lists named (keys of LISTS) changed."""
-
-    async def downstream_request(
-        self, downstream: McpConnection, request: ServerInput
-    ) -> types.InputResponse | types.ErrorData:
-        """It asks the client side for something (sampling, elicitation, roots)."""
-
-    async def downstream_log(
-        self, downstream: McpConnection, params: types.LoggingMessageNotificationParams
-    ) -> None:
-        """It sent a log message."""
-
-    async def resource_updated(self, downstream: McpConnection, uri: str) -> None:
-        """A resource someone subscribed to changed."""
-
 
 # What a server can list, each under its own request and with the key that identifies an entry.
 LISTS: dict[str, tuple[type[Any], str]] = {
@@ -86,21 +68,6 @@ _CHANGED_LISTS: dict[type[Any], tuple[str, ...]] = {
     types.ResourceListChangedNotification: ("resources", "resourceTemplates"),
     types.PromptListChangedNotification: ("prompts",),
 }
-
-
-class State(StrEnum):
-    STARTING = "starting"
-    READY = "ready"
-    RECONNECTING = "reconnecting"
-    STOPPED = "stopped"
-
-
-class Unavailable(Exception):
-    """The server cannot take calls right now; the message says why and what happens next."""
-
-
-class CallTimedOut(Exception):
-    pass
 
 
 class McpConnection:
@@ -122,6 +89,8 @@ class McpConnection:
         self.first_attempt_done = anyio.Event()
         self._listener = listener
         self._client: Client | None = None
+        # The raw lane of a stdio child while connected (None for HTTP and SSE servers).
+        self._link: StdioLink | None = None
         self._lost = anyio.Event()
         self._dirty: set[str] = set()
         self._announced: set[str] = set()
@@ -194,36 +163,42 @@ class McpConnection:
             self.state = State.STOPPED
 
     async def _serve_one_connection(self, connect_slots: anyio.CapacityLimiter) -> None:
-        client = Client(
-            open_transport(self.config, self._lost),
-            mode=self.config.protocol,
-            message_handler=self._on_message,
-            cache=None,
-            extensions=[_ToolResolution()],
-            # The gateway can pass these on to the client whose call caused them, so it offers them.
-            sampling_callback=self._ask_client,
-            elicitation_callback=self._ask_client,
-            list_roots_callback=self._ask_client_for_roots,
-            logging_callback=self._on_log,
-        )
         # The deadline covers the handshake and the first tool list only; it is lifted once ready.
         # (A scope, not fail_after around __aenter__: the client's task groups must nest inside it.)
         with anyio.CancelScope(deadline=anyio.current_time() + CONNECT_TIMEOUT) as handshake:
             await connect_slots.acquire()
             holding_slot = True
             try:
-                async with client:
-                    capabilities = client.server_capabilities
-                    self.capabilities = (
-                        capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
-                        if capabilities
-                        else {}
+                async with open_transport(self.config, self._lost) as (read_stream, write_stream, link):
+                    client = Client(
+                        nullcontext((read_stream, write_stream)),
+                        mode=self.config.protocol,
+                        message_handler=self._on_message,
+                        cache=None,
+                        extensions=[ToolResolution()],
+                        # The gateway can pass these on to the client whose call caused them, so it
+                        # offers them.
+                        sampling_callback=self._ask_client,
+                        elicitation_callback=self._ask_client,
+                        list_roots_callback=self._ask_client_for_roots,
+                        logging_callback=self._on_log,
                     )
-                    lists = {kind: await self._fetch_list(client, kind) for kind in self._offered_lists()}
-                    connect_slots.release()
-                    holding_slot = False
-                    handshake.deadline = math.inf
-                    await self._serve_ready(client, lists)
+                    async with client:
+                        capabilities = client.server_capabilities
+                        self.capabilities = (
+                            capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+                            if capabilities
+                            else {}
+                        )
+                        lists = {kind: await self._fetch_list(client, kind) for kind in self._offered_lists()}
+                        connect_slots.release()
+                        holding_slot = False
+                        handshake.deadline = math.inf
+                        self._link = link
+                        try:
+                            await self._serve_ready(client, lists)
+                        finally:
+                            self._link = None
             finally:
                 if holding_slot:
                     connect_slots.release()
@@ -465,10 +440,47 @@ class McpConnection:
         if log_level is not None and self.era == "modern":
             forwarded_meta[LOG_LEVEL_META] = log_level
         params: dict[str, Any] = {"name": name, "arguments": arguments, **(extra or {})}
+        link = self._link
+        if link is not None and on_progress is None and self.state is State.READY:
+            if self.era == "modern":
+                forwarded_meta.update(link.stamp)
+            if forwarded_meta:
+                params["_meta"] = forwarded_meta
+            if arguments is None:
+                del params["arguments"]
+            return await self._raw_request(link, "tools/call", params, f"'{name}'")
         if forwarded_meta:
             params["_meta"] = forwarded_meta
         request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params))
         return await self.request(request, on_progress=on_progress)
+
+    async def _raw_request(
+        self, link: StdioLink, method: str, params: dict[str, Any], what: str
+    ) -> dict[str, Any]:
+        """One request on a stdio child's raw lane: no request or result models are built."""
+        try:
+            response = await link.request(method, params, self.config.timeout)
+        except TimeoutError:
+            raise CallTimedOut(self._timed_out(what)) from None
+        except LinkClosed:
+            self._lost.set()
+            raise Unavailable(f"server '{self.name}' closed the connection during {what}") from None
+        except TypeError as exc:  # orjson: text that has no UTF-8 form (a lone surrogate), say
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"{what} was not sent to server '{self.name}': its params cannot be encoded ({exc})",
+            ) from None
+        error = response.get("error")
+        if error is not None:
+            raise MCPError.from_error_data(types.ErrorData.model_validate(error))
+        result = response.get("result")
+        return result if isinstance(result, dict) else {}
+
+    def _timed_out(self, what: str) -> str:
+        return (
+            f"server '{self.name}' did not answer {what} within {self.config.timeout:g}s "
+            "(its 'timeout' setting); it may still be working on it"
+        )
 
     async def request(self, request: Any, *, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
         """Forward one request (a call, or a request for resources, prompts, completion, logging)
@@ -483,10 +495,7 @@ class McpConnection:
             )
         except MCPError as exc:
             if exc.error.code == REQUEST_TIMEOUT:
-                raise CallTimedOut(
-                    f"server '{self.name}' did not answer {what} within {self.config.timeout:g}s "
-                    f"(its 'timeout' setting); it may still be working on it"
-                ) from None
+                raise CallTimedOut(self._timed_out(what)) from None
             if exc.error.code == CONNECTION_CLOSED:
                 self._lost.set()
                 raise Unavailable(f"server '{self.name}' closed the connection during {what}") from None
@@ -566,18 +575,10 @@ class McpConnection:
         return annotations
 
 
-class _ToolResolution(ClientExtension):
+class ToolResolution(ClientExtension):
     """Advertises the tool-resolution extension to downstream servers, so they mark resolvable tools."""
 
     identifier = RESOLUTION_EXTENSION
-
-
-def forwardable_meta(meta: Any) -> dict[str, Any]:
-    """The part of a client's `_meta` that goes on downstream: the protocol's own keys and the
-    progress token belong to each leg, and the gateway's session sets its own."""
-    if not isinstance(meta, dict):
-        return {}
-    return {k: v for k, v in meta.items() if not k.startswith(_RESERVED_META_PREFIX) and k != "progressToken"}
 
 
 def _announces(client: Client, kind: str) -> bool:
@@ -603,19 +604,3 @@ def _explain(exc: BaseException, config: ServerConfig) -> str:
         return f"protocol error {exc.error.code}: {exc.error.message}"
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if text != type(exc).__name__ else text
-
-
-async def send_unvalidated(
-    client: Client, method: str, params: dict[str, Any] | None, timeout: float
-) -> dict[str, Any]:
-    """A request whose result skips the SDK's models (a custom method, or a result the models
-    would refuse). mcp 2.x has no public way to do that, so this uses the session's stamp and
-    dispatcher, exactly as `ClientSession.send_request` does."""
-    session = client.session
-    data: dict[str, Any] = {"method": method}
-    if params is not None:
-        data["params"] = params
-    options: Any = {"timeout": timeout}
-    session._stamp(data, options)  # noqa: SLF001
-    result = await session._dispatcher.send_raw_request(data["method"], data.get("params"), options)  # noqa: SLF001
-    return result if isinstance(result, dict) else {}

@@ -3,28 +3,34 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 
 import anyio
 
-from toolkeeper.config.model import Config
-from toolkeeper.downstreams.connection import DownstreamListener, McpConnection
+from toolkeeper.config.model import Config, ServerConfig
+from toolkeeper.downstreams.base import Downstream, DownstreamListener
+from toolkeeper.downstreams.connection import McpConnection
 
 logger = logging.getLogger(__name__)
 
+# Makes the downstream for one configured server: an MCP connection unless told otherwise (the
+# tests drive the pipeline with in-process downstreams this way).
+Connect = Callable[[ServerConfig, DownstreamListener], Downstream]
+
 
 class DownstreamPool:
-    def __init__(self, config: Config, listener: DownstreamListener) -> None:
+    def __init__(
+        self, config: Config, listener: DownstreamListener, connect: Connect = McpConnection
+    ) -> None:
         self.config = config
         # Config order matters: it is the order tools are listed in.
-        self.downstreams: dict[str, McpConnection] = {
-            s.name: McpConnection(s, listener) for s in config.servers
-        }
+        self.downstreams: dict[str, Downstream] = {s.name: connect(s, listener) for s in config.servers}
         self._slots = anyio.CapacityLimiter(config.settings.max_concurrent_connects)
 
-    def __getitem__(self, name: str) -> McpConnection:
+    def __getitem__(self, name: str) -> Downstream:
         return self.downstreams[name]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Downstream]:
         return iter(self.downstreams.values())
 
     async def run(self) -> None:

@@ -8,19 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp import Client
-from mcp.client.extension import ClientExtension
 from mcp.shared.exceptions import MCPError
 
 from toolkeeper.downstreams.connection import send_unvalidated
 from toolkeeper.protocol import ANNOTATIONS_METHOD, RESOLUTION_EXTENSION, RESOLVE_METHOD
 
 TIMEOUT = 10.0
-
-
-class ToolResolution(ClientExtension):
-    """Advertise the tool-resolution extension, so servers mark their resolvable tools."""
-
-    identifier = RESOLUTION_EXTENSION
 
 
 class PreflightError(Exception):

@@ -8,23 +8,22 @@ child's stderr is read line by line into the gateway's log, prefixed with the se
 from __future__ import annotations
 
 import logging
-import os
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-from mcp import StdioServerParameters
+import httpx2
 from mcp.client.sse import sse_client
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from toolkeeper.config.model import ServerConfig
+from toolkeeper.downstreams.stdio import StdioLink, open_stdio
 
 logger = logging.getLogger(__name__)
-child_logger = logging.getLogger("toolkeeper.child")
+
+HTTP_TIMEOUT_SECONDS = 30.0
+HTTP_STREAM_READ_TIMEOUT_SECONDS = 300.0
 
 
 class WatchedReadStream:
@@ -64,50 +63,29 @@ class WatchedReadStream:
         await self.aclose()
 
 
-def _pump_stderr(server: str, fd: int) -> None:
-    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as stream:
-        for line in stream:
-            line = line.rstrip()
-            if line:
-                child_logger.info("[%s] %s", server, line)
-
-
-@asynccontextmanager
-async def _stdio(config: ServerConfig) -> AsyncIterator[Any]:
-    params = StdioServerParameters(
-        command=config.command or "",
-        args=list(config.args),
-        env=dict(config.env) or None,
-        cwd=config.cwd,
-    )
-    read_fd, write_fd = os.pipe()
-    errlog = os.fdopen(write_fd, "w")
-    pump = threading.Thread(target=_pump_stderr, args=(config.name, read_fd), daemon=True)
-    pump.start()
-    try:
-        async with stdio_client(params, errlog=errlog) as streams:
-            # The child holds its own copy now; closing ours lets the pump see EOF when it exits.
-            errlog.close()
-            yield streams
-    finally:
-        if not errlog.closed:
-            errlog.close()
-
-
 @asynccontextmanager
 async def _http(config: ServerConfig) -> AsyncIterator[Any]:
-    async with create_mcp_http_client(headers=dict(config.headers) or None) as http_client:
+    # The SDK's own defaults: a server may hold a response stream open, so reads wait longer.
+    timeout = httpx2.Timeout(HTTP_TIMEOUT_SECONDS, read=HTTP_STREAM_READ_TIMEOUT_SECONDS)
+    async with httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout) as http_client:
         async with streamable_http_client(config.url or "", http_client=http_client) as streams:
             yield streams
 
 
 @asynccontextmanager
-async def open_transport(config: ServerConfig, lost: anyio.Event) -> AsyncIterator[Any]:
+async def open_transport(
+    config: ServerConfig, lost: anyio.Event
+) -> AsyncIterator[tuple[Any, Any, StdioLink | None]]:
+    """The SDK's (read, write) streams to the server, and the raw lane where the transport has
+    one (stdio children)."""
     if config.transport == "stdio":
-        opener = _stdio(config)
-    elif config.transport == "http":
-        opener = _http(config)
-    else:
-        opener = sse_client(config.url or "", headers=dict(config.headers) or None)
+        async with open_stdio(config, lost) as (link, read_stream, write_stream):
+            yield read_stream, write_stream, link
+        return
+    opener = (
+        _http(config)
+        if config.transport == "http"
+        else sse_client(config.url or "", headers=dict(config.headers) or None)
+    )
     async with opener as (read_stream, write_stream):
-        yield WatchedReadStream(read_stream, lost), write_stream
+        yield WatchedReadStream(read_stream, lost), write_stream, None

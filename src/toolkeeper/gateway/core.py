@@ -22,8 +22,9 @@ from toolkeeper.annotations.resolve import Resolution, resolve
 from toolkeeper.catalog import Catalog, CatalogTool, ServerTools, build_catalog
 from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
 from toolkeeper.config.model import Config
-from toolkeeper.downstreams.connection import McpConnection, ServerInput
-from toolkeeper.downstreams.pool import DownstreamPool
+from toolkeeper.downstreams.base import Downstream, ServerInput
+from toolkeeper.downstreams.connection import McpConnection
+from toolkeeper.downstreams.pool import Connect, DownstreamPool
 from toolkeeper.gateway.config_tools import (
     BY_NAME,
     CONFIG_TOOLS,
@@ -34,6 +35,7 @@ from toolkeeper.gateway.config_tools import (
     ConfigTool,
 )
 from toolkeeper.gateway.notify import ClientNotifier
+from toolkeeper.gateway.pipeline import Pipeline, standard_pipeline
 from toolkeeper.gateway.relay import Relay
 from toolkeeper.protocol import RESOLUTION_EXTENSION
 from toolkeeper.services.hints import HintService
@@ -68,12 +70,14 @@ class View:
 
 
 class Gateway:
-    def __init__(self, config: Config, store: Store | None = None) -> None:
+    def __init__(
+        self, config: Config, store: Store | None = None, *, connect: Connect = McpConnection
+    ) -> None:
         self.config = config
         self.store = store
         self.notifier = ClientNotifier()
         self.relay = Relay(self.notifier.bus)
-        self.pool = DownstreamPool(config, self)
+        self.pool = DownstreamPool(config, self, connect)
         self.catalog = Catalog()
         self.offerings = Offerings()
         # Without a store (inspection commands) there are no toolsets: every tool is listed.
@@ -93,6 +97,8 @@ class Gateway:
         self._store_revision = -1
         self.started = anyio.Event()
         self._rebuild()
+        # Every tools/call passes this; the approval gate and the audit log add their stages.
+        self.pipeline: Pipeline = standard_pipeline(self)
 
     @property
     def listing(self) -> list[dict[str, Any]]:
@@ -126,7 +132,7 @@ class Gateway:
 
     # What the downstream servers say (DownstreamListener); calls and their traffic go to the relay.
 
-    def downstream_changed(self, downstream: McpConnection, lists: set[str] | None = None) -> None:
+    def downstream_changed(self, downstream: Downstream, lists: set[str] | None = None) -> None:
         before = self.offerings
         lists = lists or set()
         self._rebuild()
@@ -142,16 +148,16 @@ class Gateway:
         self.notifier.changed(*changed)
 
     async def downstream_request(
-        self, downstream: McpConnection, request: ServerInput
+        self, downstream: Downstream, request: ServerInput
     ) -> types.InputResponse | types.ErrorData:
         return await self.relay.downstream_request(downstream, request)
 
     async def downstream_log(
-        self, downstream: McpConnection, params: types.LoggingMessageNotificationParams
+        self, downstream: Downstream, params: types.LoggingMessageNotificationParams
     ) -> None:
         await self.relay.downstream_log(downstream, params)
 
-    async def resource_updated(self, downstream: McpConnection, uri: str) -> None:
+    async def resource_updated(self, downstream: Downstream, uri: str) -> None:
         await self.relay.resource_updated(downstream, uri)
 
     def offers(self) -> dict[str, Any]:
@@ -246,7 +252,7 @@ class Gateway:
     def lookup(self, exposed_name: str) -> Target | None:
         return self.view.routes.get(exposed_name)
 
-    def downstream_of(self, tool: CatalogTool) -> McpConnection:
+    def downstream_of(self, tool: CatalogTool) -> Downstream:
         return self.pool[tool.server]
 
     async def resolve(self, tool: CatalogTool, arguments: Any) -> Resolution:

@@ -11,9 +11,9 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from toolkeeper.downstreams.connection import CallTimedOut, McpConnection, Unavailable, forwardable_meta
+from toolkeeper.downstreams.base import CallTimedOut, Downstream, Unavailable
 from toolkeeper.gateway.core import Gateway
-from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS
+from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS, forwardable_meta
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ def _uri(params: dict[str, Any]) -> str:
     return uri
 
 
-def _owner(gateway: Gateway, uri: str) -> McpConnection:
+def _owner(gateway: Gateway, uri: str) -> Downstream:
     owner = gateway.offerings.owner_of(uri)
     if owner is None:
         raise MCPError(
@@ -36,7 +36,7 @@ def _owner(gateway: Gateway, uri: str) -> McpConnection:
     return gateway.pool[owner]
 
 
-async def _forward(downstream: McpConnection, request: Any) -> dict[str, Any]:
+async def _forward(downstream: Downstream, request: Any) -> dict[str, Any]:
     try:
         return await downstream.request(request)
     except (Unavailable, CallTimedOut) as exc:

@@ -21,6 +21,8 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 
+from toolkeeper.sdk_private import connection_of
+
 logger = logging.getLogger(__name__)
 
 DEBOUNCE_SECONDS = 0.05
@@ -30,12 +32,6 @@ _KINDS: dict[str, tuple[ServerEvent, str]] = {
     "resources": (ResourcesListChanged(), "send_resource_list_changed"),
     "prompts": (PromptsListChanged(), "send_prompt_list_changed"),
 }
-
-
-def connection_of(session: ServerSession) -> object:
-    """What lives as long as the client: the SDK builds a ServerSession per request."""
-    # No public accessor for the connection in mcp 2.3; fall back to the session itself.
-    return getattr(session, "_connection", session)
 
 
 class ClientNotifier:

@@ -34,9 +34,16 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
-from toolkeeper.downstreams.connection import LOG_LEVEL_META, McpConnection, ServerInput
-from toolkeeper.gateway.notify import connection_of
-from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_CAPABILITY
+from toolkeeper.downstreams.base import Downstream, ProgressCallback, ServerInput
+from toolkeeper.protocol import (
+    CAPABILITY_FOR_REQUEST,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    LOG_LEVEL_META,
+    METHOD_NOT_FOUND,
+    MISSING_CAPABILITY,
+)
+from toolkeeper.sdk_private import connection_of
 
 logger = logging.getLogger(__name__)
 
@@ -47,12 +54,7 @@ MAX_INPUT_ROUNDS = 10
 EXCHANGE_TIMEOUT = 600.0
 REQUEST_STATE_PREFIX = "toolkeeper:"
 
-# What a client must have declared for each server request.
-_NEEDS = {
-    "sampling/createMessage": "sampling",
-    "elicitation/create": "elicitation",
-    "roots/list": "roots",
-}
+_NEEDS = CAPABILITY_FOR_REQUEST
 _REQUEST_TYPES: dict[str, Any] = {
     "sampling/createMessage": types.CreateMessageRequest,
     "elicitation/create": types.ElicitRequest,
@@ -167,13 +169,13 @@ class Relay:
     async def call(
         self,
         ctx: ServerRequestContext[Any],
-        downstream: McpConnection,
+        downstream: Downstream,
         name: str,
         params: dict[str, Any],
-        on_progress: Any,
     ) -> dict[str, Any]:
         """Forward one `tools/call` (params as the client sent them) and return the result for
         this client, translating between the eras where the two sides differ."""
+        on_progress = _progress_reporter(ctx, params)
         state = params.get("requestState")
         if isinstance(state, str) and state.startswith(REQUEST_STATE_PREFIX):
             return await self._resume(ctx, state, params.get("inputResponses") or {})
@@ -316,12 +318,12 @@ class Relay:
 
     # -- what a downstream server sends during a call --------------------------------------
 
-    def _caller_for(self, downstream: McpConnection) -> Caller | None:
+    def _caller_for(self, downstream: Downstream) -> Caller | None:
         callers = self._callers.get(downstream.name)
         return callers[-1] if callers else None
 
     async def downstream_request(
-        self, downstream: McpConnection, request: ServerInput
+        self, downstream: Downstream, request: ServerInput
     ) -> types.InputResponse | types.ErrorData:
         caller = self._caller_for(downstream)
         method = request.method
@@ -344,7 +346,7 @@ class Relay:
             return exc.error
 
     async def downstream_log(
-        self, downstream: McpConnection, params: types.LoggingMessageNotificationParams
+        self, downstream: Downstream, params: types.LoggingMessageNotificationParams
     ) -> None:
         caller = self._caller_for(downstream)
         if caller is not None:
@@ -359,7 +361,7 @@ class Relay:
             if _admits(level, params.level):
                 await _log_to(session, params, None)
 
-    async def resource_updated(self, downstream: McpConnection, uri: str) -> None:
+    async def resource_updated(self, downstream: Downstream, uri: str) -> None:
         await self.bus.publish(ResourceUpdated(uri))
         for session, uris in list(self._subscribed.values()):
             if uri in uris:
@@ -371,7 +373,7 @@ class Relay:
     # -- per-client settings ---------------------------------------------------------------
 
     async def set_log_level(
-        self, ctx: ServerRequestContext[Any], level: str, downstreams: list[McpConnection]
+        self, ctx: ServerRequestContext[Any], level: str, downstreams: list[Downstream]
     ) -> None:
         """A legacy client's `logging/setLevel`: remembered for it, and asked of every legacy
         server at the most verbose level any client wants."""
@@ -419,6 +421,21 @@ class _RawResult(types.Result):
     """A client's answer as it is (the gateway hands it on; the server validates it)."""
 
     model_config = types.Result.model_config | {"extra": "allow"}
+
+
+def _progress_reporter(ctx: ServerRequestContext[Any], params: dict[str, Any]) -> ProgressCallback | None:
+    """Progress of the downstream call, passed on to the client under the token it chose."""
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    if token is None:
+        return None
+
+    async def report(progress: float, total: float | None, message: str | None) -> None:
+        await ctx.session.send_progress_notification(
+            token, progress, total, message, related_request_id=ctx.request_id
+        )
+
+    return report
 
 
 def _input_request(method: str, params: Any) -> Any:

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.config.model import Config
 from toolkeeper.gateway.core import Gateway
+from toolkeeper.gateway.fastlane import FastLane
 from toolkeeper.gateway.server import build_server
 from toolkeeper.gateway.stdio import stdio_streams
 from toolkeeper.store import Store
@@ -42,7 +43,7 @@ async def serve_stdio(config: Config, store: Store) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(_cancel_on_signal, tg.cancel_scope)
         await tg.start(gateway.run)
-        async with stdio_streams() as (read_stream, write_stream):
+        async with stdio_streams(FastLane(gateway, server.server_info_stamp)) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
         logger.info("client disconnected; stopping downstream servers")
         tg.cancel_scope.cancel()

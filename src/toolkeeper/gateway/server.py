@@ -19,10 +19,9 @@ from pydantic import ValidationError
 from toolkeeper import __version__
 from toolkeeper.annotations.resolve import ResolveError
 from toolkeeper.catalog import CatalogTool
-from toolkeeper.downstreams.connection import CallTimedOut, Unavailable
 from toolkeeper.gateway import forward
-from toolkeeper.gateway.config_tools import ConfigTool, error_result
 from toolkeeper.gateway.core import Gateway
+from toolkeeper.gateway.pipeline import ToolCall
 from toolkeeper.protocol import (
     ANNOTATIONS_METHOD,
     INVALID_PARAMS,
@@ -33,6 +32,7 @@ from toolkeeper.protocol import (
     advertise_resolution,
     client_resolves,
     flag_resolvable,
+    for_client_era,
 )
 
 logger = logging.getLogger(__name__)
@@ -100,44 +100,23 @@ def offer_only_what_is_forwarded(result: dict[str, Any], offered: dict[str, Any]
         resources.pop("subscribe", None)
 
 
-def with_result_type(ctx: ServerRequestContext[Any], result: dict[str, Any]) -> dict[str, Any]:
-    # A legacy downstream's result has no resultType; a modern client requires one.
-    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
-        result["resultType"] = "complete"
-    return result
+def is_modern(ctx: ServerRequestContext[Any]) -> bool:
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
 
 
 def build_server(gateway: Gateway) -> GatewayServer:
+    server_info: dict[str, Any] = {}  # the gateway's serverInfo stamp, filled once the server exists
+
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
         return {"resultType": "complete", "tools": gateway.listing}
 
-    async def route_call(ctx: ServerRequestContext[Any], params: dict[str, Any]) -> Any:
-        name = params["name"]
-        tool = gateway.lookup(name)
-        if tool is None:
-            raise MCPError(code=INVALID_PARAMS, message=gateway.why_hidden(name))
-        if isinstance(tool, ConfigTool):
-            result = await tool.call(gateway, params.get("arguments"))
-            return with_result_type(ctx, result)
-        downstream = gateway.downstream_of(tool)
-        meta = params.get("_meta") or {}
-        token = meta.get("progressToken")
-        on_progress = None
-        if token is not None:
-
-            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                await ctx.session.send_progress_notification(
-                    token, progress, total, message, related_request_id=ctx.request_id
-                )
-
-        try:
-            result = await gateway.relay.call(ctx, downstream, tool.name, params, on_progress)
-        except (Unavailable, CallTimedOut) as exc:
-            result = error_result(f"{tool.exposed_name}: {exc}")
-        return with_result_type(ctx, result)
+    async def run_call(ctx: ServerRequestContext[Any], params: dict[str, Any]) -> dict[str, Any]:
+        modern = is_modern(ctx)
+        result = await gateway.pipeline.run(ToolCall(params["name"], params, modern, ctx=ctx))
+        return for_client_era(result, modern, server_info)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
-        return await route_call(ctx, _wire(params))
+        return await run_call(ctx, _wire(params))
 
     async def list_resources(ctx: ServerRequestContext[Any], params: Any) -> Any:
         return {"resultType": "complete", "resources": list(gateway.offerings.resources)}
@@ -229,27 +208,30 @@ def build_server(gateway: Gateway) -> GatewayServer:
             # A client may ask before the servers have connected (what the gateway lists, routes
             # and offers depends on them): every request but ping waits for start-up, here once.
             await gateway.started.wait()
-        if ctx.method == "tools/call" and _plain_call(ctx.params):
-            # The hot path: a well-formed call is routed straight away and the downstream result
-            # handed back as raw JSON, skipping the SDK's per-request model validation and
-            # re-serialisation (a third of the gateway's time per call). Anything unusual takes
-            # the SDK's validated path through `call_tool`.
-            return await route_call(ctx, ctx.params)
+        # Calls and forwarded requests skip the SDK's result models (they would drop fields they
+        # do not know, and cost a third of the gateway's time per call), but only once the SDK
+        # has done what the protocol requires before a handler: a modern request's envelope was
+        # checked before this middleware runs, and a handshake-era session must have initialized
+        # (else `call_next` gives the SDK's refusal). Params that are not a plain object take
+        # the SDK's validated path and its error.
+        modern = is_modern(ctx)
+        ready = modern or ctx.session.client_params is not None
+        if ready and ctx.method == "tools/call" and _plain_call(ctx.params):
+            return await run_call(ctx, dict(ctx.params))  # type: ignore[arg-type]
         raw_route = forward.RAW_ROUTES.get(ctx.method)
-        if raw_route is not None and isinstance(ctx.params, dict):
-            # Results as the server sent them: the SDK's models would drop what they do not know.
+        if ready and raw_route is not None and isinstance(ctx.params, dict):
             try:
-                result = with_result_type(ctx, await raw_route(gateway, ctx, ctx.params))
+                result = await raw_route(gateway, ctx, ctx.params)
             except ValidationError as exc:
                 problem = exc.errors()[0]
                 where = ".".join(str(part) for part in problem["loc"])
                 raise MCPError(
                     code=INVALID_PARAMS, message=f"invalid params for {ctx.method}: {where}: {problem['msg']}"
                 ) from None
-            if ctx.method == "resources/read" and "resultType" in result and "ttlMs" not in result:
+            if modern and ctx.method == "resources/read" and "ttlMs" not in result:
                 # A modern client needs cache hints a legacy server never sends: never cache.
                 result.update(ttlMs=0, cacheScope="private")
-            return result
+            return for_client_era(result, modern, server_info)
         result = await call_next(ctx)
         if ctx.method == "notifications/initialized":
             gateway.notifier.add_legacy_session(ctx.session)
@@ -269,4 +251,5 @@ def build_server(gateway: Gateway) -> GatewayServer:
     server.add_request_handler(ANNOTATIONS_METHOD, ResolveParams, resolved)  # the seed's form as it is
     server.add_request_handler(RESOLVE_METHOD, ResolveParams, tools_resolve)
     server.middleware = [gateway_middleware]
+    server_info.update(server.server_info_stamp)
     return server

@@ -1,0 +1,126 @@
+"""What the gateway uses of a tool source, whatever kind it is.
+
+A downstream is anything toolkeeper connects to for tools: today an MCP server over stdio,
+streamable HTTP or SSE (`McpConnection`); an OpenAPI source is the next kind. The gateway, the
+relay, request forwarding and inspection are typed against `Downstream` only, so a new kind
+fits in without touching them. docs/architecture.md shows where this sits in the flow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
+
+import mcp_types as types
+
+if TYPE_CHECKING:
+    import anyio
+
+    from toolkeeper.config.model import ServerConfig
+
+ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
+# What a downstream server may ask of the client side during a call.
+ServerInput = types.CreateMessageRequest | types.ElicitRequest | types.ListRootsRequest
+
+
+class State(StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    RECONNECTING = "reconnecting"
+    STOPPED = "stopped"
+
+
+class Unavailable(Exception):
+    """The downstream cannot take calls right now; the message says why and what happens next."""
+
+
+class CallTimedOut(Exception):
+    """The downstream did not answer within its configured timeout."""
+
+
+class Downstream(Protocol):
+    """One tool source, kept connected by its own `run` until that is cancelled.
+
+    The lists are snapshots in wire form (raw JSON objects), replaced as a whole when they
+    change, never edited in place: the catalog builds its immutable view from them.
+    """
+
+    name: str
+    config: ServerConfig
+    state: State
+    tools: list[dict[str, Any]]
+    resources: list[dict[str, Any]]
+    resource_templates: list[dict[str, Any]]
+    prompts: list[dict[str, Any]]
+    # What the source declared it offers, in wire form ({} until connected).
+    capabilities: dict[str, Any]
+    protocol_version: str | None
+    last_error: str | None
+    connected_since: float | None
+    connects: int
+    first_attempt_done: anyio.Event
+
+    @property
+    def era(self) -> str | None:
+        """ "legacy" (handshake era), "modern" (2026-07-28) or None before the first connection."""
+        ...
+
+    @property
+    def available(self) -> bool: ...
+
+    def describe_unavailable(self) -> str:
+        """Why calls cannot be taken now, and what happens next, for an error message."""
+        ...
+
+    async def run(self, connect_slots: anyio.CapacityLimiter) -> None:
+        """Connect, stay connected and reconnect until cancelled; cancelling closes it."""
+        ...
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        *,
+        meta: dict[str, Any] | None = None,
+        on_progress: ProgressCallback | None = None,
+        extra: dict[str, Any] | None = None,
+        log_level: str | None = None,
+    ) -> dict[str, Any]:
+        """One `tools/call`; the result as the source sent it (raw JSON)."""
+        ...
+
+    async def request(self, request: Any, *, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
+        """Any other request (resources, prompts, completion, logging); the raw result."""
+        ...
+
+    async def subscribe(self, uri: str) -> None: ...
+
+    async def unsubscribe(self, uri: str) -> None: ...
+
+    async def set_log_level(self, level: str) -> None: ...
+
+    async def resolve_hints(self, name: str, arguments: dict[str, Any], method: str) -> dict[str, Any]:
+        """The source's own argument-specific hints (`tools/resolve` or `tools/annotations`)."""
+        ...
+
+
+class DownstreamListener(Protocol):
+    """What the gateway hears from its downstreams."""
+
+    def downstream_changed(self, downstream: Downstream, lists: set[str] | None = None) -> None:
+        """Its state changed, or the lists named (keys of LISTS) changed."""
+
+    async def downstream_request(
+        self, downstream: Downstream, request: ServerInput
+    ) -> types.InputResponse | types.ErrorData:
+        """It asks the client side for something (sampling, elicitation, roots)."""
+        ...
+
+    async def downstream_log(
+        self, downstream: Downstream, params: types.LoggingMessageNotificationParams
+    ) -> None:
+        """It sent a log message."""
+
+    async def resource_updated(self, downstream: Downstream, uri: str) -> None:
+        """A resource someone subscribed to changed."""

@@ -1,0 +1,95 @@
+"""The stdio fast lane: a modern client's plain `tools/call`, answered without the SDK's server.
+
+On the hot path the SDK's server costs more than everything else the gateway does: it builds
+a context, a session and request models for every call and validates the result on the way
+out. For a 2026-07-28 client over stdio, each request carries its whole envelope, so a plain
+call can be recognised from its JSON alone and handed to the same pipeline the SDK's handler
+uses. Only calls that cannot need the SDK are taken:
+- the envelope is complete and names a modern version (anything else gets the SDK's answer,
+  refusal included);
+- no progress token, log-level opt-in, task or input-response retry (the relay needs the
+  SDK's request context for those);
+- the gateway has started, and nothing the downstream might send back during the call needs
+  a way to reach this client (see `fast_lane_fits`).
+Everything else goes to the SDK as before, in order.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from toolkeeper.gateway.pipeline import ToolCall, fast_lane_fits
+from toolkeeper.protocol import INTERNAL_ERROR, LOG_LEVEL_META, for_client_era
+
+if TYPE_CHECKING:
+    from toolkeeper.gateway.core import Gateway
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
+# Params of a call that the fast lane leaves to the SDK's path.
+_NEEDS_CONTEXT = ("task", "requestState", "inputResponses")
+
+
+def opens_modern(message: dict[str, Any]) -> bool:
+    """Whether a connection's first request opens the 2026-07-28 era (the SDK decides alike)."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return message.get("method") != "initialize" and isinstance(meta, dict) and PROTOCOL_VERSION_META in meta
+
+
+class FastLane:
+    def __init__(self, gateway: Gateway, server_info: dict[str, Any]) -> None:
+        self.gateway = gateway
+        self.server_info = server_info
+
+    def accept(self, message: dict[str, Any]) -> ToolCall | None:
+        """The call this message makes, if the fast lane can answer it; else None."""
+        params = message.get("params")
+        request_id = message.get("id")
+        if (
+            message.get("method") != "tools/call"
+            or message.get("jsonrpc") != "2.0"
+            or not isinstance(request_id, str | int)
+            or isinstance(request_id, bool)
+            or not isinstance(params, dict)
+            or not isinstance(params.get("name"), str)
+            or not isinstance(params.get("arguments", {}), dict)
+            or any(key in params for key in _NEEDS_CONTEXT)
+            or not self.gateway.started.is_set()
+        ):
+            return None
+        meta = params.get("_meta")
+        if (
+            not isinstance(meta, dict)
+            or meta.get(PROTOCOL_VERSION_META) not in MODERN_PROTOCOL_VERSIONS
+            or not isinstance(meta.get(CLIENT_CAPABILITIES_META), dict)
+            or "progressToken" in meta
+            or LOG_LEVEL_META in meta
+        ):
+            return None
+        call = ToolCall(params["name"], params, True, capabilities=meta[CLIENT_CAPABILITIES_META])
+        return call if fast_lane_fits(call, self.gateway) else None
+
+    async def answer(self, request_id: str | int, call: ToolCall) -> dict[str, Any]:
+        """The JSON-RPC response to the call: its result, or the error it ended with."""
+        try:
+            result = await self.gateway.pipeline.run(call)
+        except MCPError as exc:
+            return {"jsonrpc": "2.0", "id": request_id, "error": exc.error.model_dump(exclude_none=True)}
+        except Exception as exc:
+            logger.exception("tools/call %r failed inside the gateway", call.name)
+            return {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "error": {
+                    "code": INTERNAL_ERROR,
+                    "message": f"toolkeeper: calling {call.name!r} failed: {exc}",
+                },
+            }
+        return {"jsonrpc": "2.0", "id": request_id, "result": for_client_era(result, True, self.server_info)}

@@ -1,0 +1,204 @@
+"""The call pipeline: every `tools/call`, the configuration tools' included, passes these stages.
+
+    find → resolve (only when a later stage needs the hints) → decide → forward → record
+
+A stage is a small object with one method, `run(call)`. It returns None to let the call go on,
+or a result to end it there (a refusal, say, or the forwarded call's result); it may raise
+`MCPError` for a protocol error. Stages marked `after_result` (record) run after the call has
+ended, however it ended, and see its result or error.
+
+Whatever a stage needs per tool is computed when the view is rebuilt (see `Gateway.view`),
+never per call; the hot path is a dict lookup and the downstream call. Either face may drive
+the pipeline: the SDK's request handler (with its request context, for calls that may talk
+back to the client) and the stdio fast lane (without one, for calls that cannot).
+docs/architecture.md describes the flow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from mcp.shared.exceptions import MCPError
+
+from toolkeeper.annotations.resolve import Resolution
+from toolkeeper.catalog import CatalogTool
+from toolkeeper.downstreams.base import CallTimedOut, Unavailable
+from toolkeeper.gateway.config_tools import ConfigTool, error_result
+from toolkeeper.protocol import (
+    INVALID_PARAMS,
+    MISSING_CAPABILITY,
+    declares,
+    input_requests_undeclared,
+)
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+
+    from toolkeeper.gateway.core import Gateway, Target
+
+
+@dataclass(slots=True, eq=False)
+class ToolCall:
+    """One `tools/call` on its way through the pipeline."""
+
+    name: str  # the exposed name the client called
+    params: dict[str, Any]  # the request's params as the client sent them (wire form)
+    modern: bool  # whether the client speaks the 2026-07-28 era
+    # The SDK's request context, when the SDK's handler drives the call: the relay needs it
+    # for a call during which the server may talk back to this client (progress, questions).
+    ctx: ServerRequestContext[Any, Any] | None = None
+    # The client's declared capabilities in wire form, when the fast lane drives the call.
+    capabilities: dict[str, Any] | None = None
+    target: Target | None = None
+    resolution: Resolution | None = None
+    result: dict[str, Any] | None = None
+    error: BaseException | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # what stages leave for later stages
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        arguments = self.params.get("arguments")
+        return arguments if isinstance(arguments, dict) else {}
+
+
+class Stage(Protocol):
+    # Record stages: run after the call ended, with `call.result` or `call.error` set.
+    after_result: ClassVar[bool]
+    # Whether this stage reads `call.resolution` (then the resolve stage runs before it).
+    needs_hints: ClassVar[bool]
+
+    async def run(self, call: ToolCall) -> dict[str, Any] | None: ...
+
+
+class Pipeline:
+    def __init__(self, stages: Sequence[Stage]) -> None:
+        self.stages = tuple(stages)
+
+    def with_stage(self, stage: Stage, *, before: type[Any] | None = None) -> Pipeline:
+        """A pipeline with `stage` added before the first stage of type `before` (default: at
+        the end). The approval gate and the audit log plug in this way."""
+        stages = list(self.stages)
+        index = next((i for i, s in enumerate(stages) if before and isinstance(s, before)), len(stages))
+        stages.insert(index, stage)
+        return Pipeline(stages)
+
+    async def run(self, call: ToolCall) -> dict[str, Any]:
+        try:
+            for stage in self.stages:
+                if call.result is None:
+                    result = await stage.run(call)
+                    if result is not None:
+                        call.result = result
+                elif stage.after_result:
+                    await stage.run(call)
+        except BaseException as exc:
+            call.error = exc
+            for stage in self.stages:
+                if stage.after_result:
+                    await stage.run(call)
+            raise
+        if call.result is None:
+            raise RuntimeError(f"no stage answered the call of {call.name!r}")
+        return call.result
+
+
+class _StageDefaults:
+    after_result: ClassVar[bool] = False
+    needs_hints: ClassVar[bool] = False
+
+
+class Find(_StageDefaults):
+    """The tool the name stands for in the current view, or an error that says which mode, if
+    any, lists it."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def run(self, call: ToolCall) -> dict[str, Any] | None:
+        target = self.gateway.view.routes.get(call.name)
+        if target is None:
+            raise MCPError(code=INVALID_PARAMS, message=self.gateway.why_hidden(call.name))
+        call.target = target
+        return None
+
+
+class Resolve(_StageDefaults):
+    """The hints that hold for these arguments (downstream resolution, rules, static hints).
+    Only in a pipeline whose later stages read them."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def run(self, call: ToolCall) -> dict[str, Any] | None:
+        if isinstance(call.target, CatalogTool):
+            call.resolution = await self.gateway.resolve(call.target, call.arguments)
+        return None
+
+
+class AllowAll(_StageDefaults):
+    """The decide stage until a policy exists: every call found may run."""
+
+    async def run(self, call: ToolCall) -> dict[str, Any] | None:
+        return None
+
+
+class Forward(_StageDefaults):
+    """Run a configuration tool, or forward the call to the tool's downstream."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def run(self, call: ToolCall) -> dict[str, Any] | None:
+        target = call.target
+        if isinstance(target, ConfigTool):
+            return await target.call(self.gateway, call.params.get("arguments"))
+        assert target is not None, "the find stage runs first"
+        downstream = self.gateway.pool[target.server]
+        try:
+            if call.ctx is not None:
+                return await self.gateway.relay.call(call.ctx, downstream, target.name, call.params)
+            result = await downstream.call_tool(
+                target.name, call.params.get("arguments"), meta=call.params.get("_meta")
+            )
+        except (Unavailable, CallTimedOut) as exc:
+            return error_result(f"{target.exposed_name}: {exc}")
+        if result.get("resultType") == "input_required":
+            # Only modern clients take this path, and they answer a modern server themselves.
+            missing = input_requests_undeclared(result, call.capabilities or {})
+            if missing:
+                raise MCPError(
+                    code=MISSING_CAPABILITY,
+                    message=f"toolkeeper: the client that made this call does not support {missing} "
+                    "(it did not declare the capability)",
+                )
+        return result
+
+
+def standard_pipeline(
+    gateway: Gateway, decide: Stage | None = None, record: Sequence[Stage] = ()
+) -> Pipeline:
+    """find → resolve (if needed) → decide → forward → record."""
+    later: list[Stage] = [decide or AllowAll(), Forward(gateway), *record]
+    stages: list[Stage] = [Find(gateway)]
+    if any(stage.needs_hints for stage in later):
+        stages.append(Resolve(gateway))
+    return Pipeline([*stages, *later])
+
+
+def fast_lane_fits(call: ToolCall, gateway: Gateway) -> bool:
+    """Whether a call without a request context can be forwarded: nothing the downstream might
+    send back during the call needs a way to reach the client (a legacy server may ask a
+    client that declared sampling, elicitation or roots)."""
+    target = gateway.view.routes.get(call.name)
+    if not isinstance(target, CatalogTool):
+        return target is not None  # configuration tools run in-process
+    downstream = gateway.pool[target.server]
+    if downstream.era == "modern":
+        return True
+    capabilities = call.capabilities or {}
+    return not any(
+        declares(capabilities, method)
+        for method in ("sampling/createMessage", "elicitation/create", "roots/list")
+    )
