@@ -1,6 +1,6 @@
 """toolkeeper benchmark: a direct client→server connection vs the same through toolkeeper, in ONE run.
 
-    python bench/run.py                      # full run (~1-3 min on 2 cores)
+    python bench/run.py                      # full run (~2-5 min on 2 cores)
     python bench/run.py --calls 200 --repeat 1 --json out.json
 
 Every job spawns fresh processes with the official SDK client, client-side response cache off, and
