@@ -1,11 +1,12 @@
 """toolkeeper benchmark: a direct client→server connection vs the same through toolkeeper, in ONE run.
 
-    python bench/run.py                      # full run (~1-3 min on 2 cores)
+    python bench/run.py                      # full run (~2-5 min on 2 cores)
     python bench/run.py --calls 200 --repeat 1 --json out.json
 
-Every job spawns fresh processes over stdio with the official SDK client
-(`mcp.Client(stdio_client(StdioServerParameters(...)), mode=...)`, client-side response cache off)
-and the echo server beside this file.
+Every job spawns fresh processes with the official SDK client, client-side response cache off, and
+the echo server beside this file: over stdio (`mcp.Client(stdio_client(StdioServerParameters(...)),
+mode=...)`) for figures 1-5, over streamable HTTP (`mcp.Client("http://127.0.0.1:PORT/mcp", ...)`,
+echo server and gateway each on a free local port) for figure 6.
 Direct and gateway jobs are interleaved and repeated; the table shows the median of the repeats and
 the ratio through/direct. Ratios only mean something within one run. See bench/README.md.
 """
@@ -19,12 +20,16 @@ import math
 import os
 import platform
 import shlex
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,9 @@ BIG_TOTAL = BIG_SERVERS * BIG_TOOLS_EACH
 SMALL_TOOLS = 3
 BODY_TIMEOUT_S = 180.0
 TEARDOWN_TIMEOUT_S = 15.0
+STOP_GRACE_S = 5.0  # SIGTERM → this long → SIGKILL, for the processes the HTTP jobs spawn
+LOCALHOST = "127.0.0.1"
+FIGURES = (1, 2, 3, 4, 5, 6)
 now = time.perf_counter
 
 
@@ -119,7 +127,7 @@ async def list_all(client: Client) -> list:
 class Target:
     label: str
     kind: str  # "direct" | "gateway"
-    params: StdioServerParameters
+    params: StdioServerParameters | str  # stdio command, or the streamable-HTTP URL
     expected_tools: int
 
 
@@ -127,24 +135,41 @@ def echo_params(n_tools: int) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable, args=[str(ECHO)], env={"ECHO_TOOLS": str(n_tools)})
 
 
-def gateway_config(servers: dict[str, int], workdir: Path, protocol: str = "auto") -> Path:
+def write_config(servers: dict[str, dict[str, Any]], path: Path) -> Path:
     cfg = {
-        "mcpServers": {
-            name: {
-                "command": sys.executable,
-                "args": [str(ECHO)],
-                "env": {"ECHO_TOOLS": str(n)},
-                "protocol": protocol,
-            }
-            for name, n in servers.items()
-        },
+        "mcpServers": servers,
         # A store of its own, and every tool listed (no toolset, configuration menu off): the
         # figures measure the routing path, not a person's curation.
-        "toolkeeper": {"home": str(workdir / "home"), "featureFlags": {"enableConfigToolsMenu": False}},
+        "toolkeeper": {"home": str(path.parent / "home"), "featureFlags": {"enableConfigToolsMenu": False}},
     }
-    path = workdir / f"toolkeeper-bench-{len(servers)}x{max(servers.values())}.json"
     path.write_text(json.dumps(cfg, indent=2))
     return path
+
+
+def gateway_config(servers: dict[str, int], workdir: Path, protocol: str = "auto") -> Path:
+    entries = {
+        name: {
+            "command": sys.executable,
+            "args": [str(ECHO)],
+            "env": {"ECHO_TOOLS": str(n)},
+            "protocol": protocol,
+        }
+        for name, n in servers.items()
+    }
+    return write_config(entries, workdir / f"toolkeeper-bench-{len(servers)}x{max(servers.values())}.json")
+
+
+def gateway_http_config(echo_url: str, workdir: Path, protocol: str = "auto") -> Path:
+    """The gateway fronting one streamable-HTTP echo server (a new port, so a new file per job)."""
+    port = echo_url.rsplit(":", 1)[1].split("/")[0]
+    entries = {"echo": {"type": "http", "url": echo_url, "protocol": protocol}}
+    return write_config(entries, workdir / f"toolkeeper-bench-http-{port}.json")
+
+
+def src_env() -> dict[str, str]:
+    """Run the working tree's toolkeeper even when it is not installed into this interpreter."""
+    pythonpath = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": pythonpath}
 
 
 def gateway_params(config: Path, gateway_cmd: str | None) -> StdioServerParameters:
@@ -152,9 +177,96 @@ def gateway_params(config: Path, gateway_cmd: str | None) -> StdioServerParamete
         argv = [a.replace("{config}", str(config)) for a in shlex.split(gateway_cmd)]
     else:
         argv = [sys.executable, "-m", "toolkeeper", "serve", "--config", str(config)]
-    # Run the working tree's toolkeeper even when it is not installed into this interpreter.
-    pythonpath = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
-    return StdioServerParameters(command=argv[0], args=argv[1:], env={"PYTHONPATH": pythonpath})
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=src_env())
+
+
+def gateway_http_argv(config: Path, port: int, gateway_http_cmd: str | None) -> list[str]:
+    if gateway_http_cmd:
+        return [
+            a.replace("{config}", str(config)).replace("{port}", str(port))
+            for a in shlex.split(gateway_http_cmd)
+        ]
+    return [
+        sys.executable, "-m", "toolkeeper", "serve", "--transport", "http",
+        "--host", LOCALHOST, "--port", str(port), "--config", str(config),
+    ]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- HTTP processes
+
+
+def free_port() -> int:
+    """A port free right now on 127.0.0.1 (uvicorn is given a number, so ask the OS for one first)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOCALHOST, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Spawned:
+    name: str
+    proc: subprocess.Popen
+    errlog: Any
+    port: int
+
+    def tail(self) -> str:
+        t = stderr_tail(self.errlog)
+        return f"{self.name}: {t}" if t else ""
+
+
+@asynccontextmanager
+async def spawned(
+    name: str, argv: list[str], port: int, env: dict[str, str] | None = None
+) -> AsyncIterator[Spawned]:
+    """Start a process; on the way out (errors and cancellation included) SIGTERM it, wait up to
+    STOP_GRACE_S, then SIGKILL, and always reap it: no orphans."""
+    errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errlog,
+            env={**os.environ, **(env or {})},
+            cwd=str(ROOT),
+        )
+    except BaseException:
+        errlog.close()
+        raise
+    try:
+        yield Spawned(name, proc, errlog, port)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await stop_process(proc)
+            errlog.close()
+
+
+async def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        with anyio.move_on_after(STOP_GRACE_S):
+            while proc.poll() is None:
+                await anyio.sleep(0.02)
+    if proc.poll() is None:
+        proc.kill()
+    await anyio.to_thread.run_sync(proc.wait)
+
+
+async def wait_listening(p: Spawned, timeout: float) -> None:
+    """Until the process accepts TCP connections on its port (uvicorn binds after its start-up),
+    failing early if it exits."""
+    with anyio.move_on_after(timeout):
+        while True:
+            if p.proc.poll() is not None:
+                raise JobError(f"{p.name} exited with code {p.proc.returncode} before listening")
+            try:
+                stream = await anyio.connect_tcp(LOCALHOST, p.port)
+            except OSError:
+                await anyio.sleep(0.02)
+                continue
+            await stream.aclose()
+            return
+    raise JobError(f"{p.name} did not listen on {LOCALHOST}:{p.port} within {timeout:g} s")
 
 
 # --------------------------------------------------------------------------- sessions
@@ -176,16 +288,23 @@ async def run_session(
     timeout: float,
     body: Callable[[Session], Awaitable[dict[str, Any]]] | None = None,
     ready: Callable[[Session], Awaitable[None]] | None = None,
+    processes: list[Spawned] | None = None,
 ) -> dict[str, Any]:
-    """Spawn target, connect, retry tools/list until the expected tool count shows (within `timeout`),
-    then run `body`. Start-up = spawn → connected → first complete listing."""
+    """Spawn target (stdio) or connect to it (URL), retry tools/list until the expected tool count
+    shows (within `timeout`), then run `body`. Start-up = spawn → connected → first complete listing;
+    for a URL target, the processes are already running and `processes` only supplies their stderr
+    for error messages."""
     errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+    if isinstance(target.params, str):
+        transport: Any = target.params
+    else:
+        transport = stdio_client(target.params, errlog=errlog)
     state: dict[str, Any] = {"seen": 0, "last_error": None, "phase": "connect"}
     out: dict[str, Any] = {}
     try:
         with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
             t0 = now()
-            async with Client(stdio_client(target.params, errlog=errlog), mode=mode, cache=None) as client:
+            async with Client(transport, mode=mode, cache=None) as client:
                 t_conn = now()
                 state["phase"] = "tools/list"
                 attempts = 0
@@ -238,7 +357,8 @@ async def run_session(
             raise TimeoutError(msg)
         return out
     except Exception as e:
-        tail = stderr_tail(errlog)
+        tails = [stderr_tail(errlog)] + [p.tail() for p in processes or []]
+        tail = " || ".join(t for t in tails if t)
         raise JobError(describe(e) + (f" [stderr: {tail}]" if tail else "")) from e
     finally:
         errlog.close()
@@ -331,32 +451,105 @@ async def direct_many(args) -> dict[str, Any]:
     return {"startup_ms": (max(finished) - t0) * 1e3}
 
 
+async def http_session(args, kind: str, workdir: Path, body) -> dict[str, Any]:
+    """Figure 6: an echo server over streamable HTTP on a free port; for the gateway side,
+    toolkeeper over streamable HTTP on another free port, fronting it. Both are stopped afterwards,
+    whatever happens. `spawn_ms` (not a figure) = spawn → listening, processes included."""
+    procs: list[Spawned] = []
+    async with AsyncExitStack() as stack:
+        try:
+            t0 = now()
+            port = free_port()
+            echo = await stack.enter_async_context(
+                spawned(
+                    "echo server",
+                    [sys.executable, str(ECHO), "--http", str(port)],
+                    port,
+                    env={"ECHO_TOOLS": str(SMALL_TOOLS)},
+                )
+            )
+            procs.append(echo)
+            await wait_listening(echo, args.timeout)
+            url = f"http://{LOCALHOST}:{port}/mcp"
+            if kind == "gateway":
+                cfg = gateway_http_config(url, workdir, args.downstream_protocol)
+                gw_port = free_port()
+                gw = await stack.enter_async_context(
+                    spawned(
+                        "toolkeeper",
+                        gateway_http_argv(cfg, gw_port, args.gateway_http_cmd),
+                        gw_port,
+                        env=src_env(),
+                    )
+                )
+                procs.append(gw)
+                await wait_listening(gw, args.timeout)
+                url = f"http://{LOCALHOST}:{gw_port}/mcp"
+            spawn_ms = (now() - t0) * 1e3
+        except JobError as e:
+            tail = " || ".join(t for t in (p.tail() for p in procs) if t)
+            raise JobError(str(e) + (f" [stderr: {tail}]" if tail else "")) from e
+        except Exception as e:
+            raise JobError(describe(e)) from e
+        label = "direct http 1×3" if kind == "direct" else "toolkeeper http 1×3"
+        target = Target(label, kind, url, SMALL_TOOLS)
+        res = await run_session(target, args.mode, args.timeout, body, processes=procs)
+        res.pop("startup_ms", None)  # spawn → listening is separate here; not a figure
+        res["spawn_ms"] = spawn_ms
+        return res
+
+
 # --------------------------------------------------------------------------- jobs
 
-# metric key -> (label, unit, higher_is_better)
-METRICS: dict[str, tuple[str, str, bool]] = {
-    "call_median": ("1. call latency, c=1, median", "µs", False),
-    "call_p99": ("   call latency, c=1, p99", "µs", False),
-    "calls_per_s": ("2. throughput, c={conc}", "calls/s", True),
-    "list_ms": ("3. tools/list, 500 tools, median of {lists}", "ms", False),
-    "startup_1": ("4. start-up to first tools/list, 1 server", "ms", False),
-    "startup_10": ("   start-up to first tools/list, 10 servers", "ms", False),
-    "call_median_many": ("5. call latency, c=1, median, 500 tools", "µs", False),
+# metric key -> (label, unit, higher_is_better, figure group)
+METRICS: dict[str, tuple[str, str, bool, int]] = {
+    "call_median": ("1. call latency, c=1, median", "µs", False, 1),
+    "call_p99": ("   call latency, c=1, p99", "µs", False, 1),
+    "calls_per_s": ("2. throughput, c={conc}", "calls/s", True, 2),
+    "list_ms": ("3. tools/list, 500 tools, median of {lists}", "ms", False, 3),
+    "startup_1": ("4. start-up to first tools/list, 1 server", "ms", False, 4),
+    "startup_10": ("   start-up to first tools/list, 10 servers", "ms", False, 4),
+    "call_median_many": ("5. call latency, c=1, median, 500 tools", "µs", False, 5),
+    "http_call_median": ("6. HTTP call latency, c=1, median", "µs", False, 6),
+    "http_call_p99": ("   HTTP call latency, c=1, p99", "µs", False, 6),
+    "http_calls_per_s": ("6. HTTP throughput, c={conc}", "calls/s", True, 6),
 }
 
-DEFINITIONS = [
-    "Every figure is the median over the repeats; ratio = toolkeeper / direct (same run only).",
-    "1-2. one echo server with 3 tools; direct = client → echo server, toolkeeper = client → toolkeeper"
-    " → the same echo server. {calls} calls per figure after {warmup} warm-up calls; c=8 means {conc}"
-    " concurrent callers on one session, calls/s = calls / wall time.",
-    "3. tools/list (all pages) of 500 tools: direct = ONE echo server with ECHO_TOOLS=500; toolkeeper ="
-    " the gateway fronting 10 echo servers × 50 tools. Median of {lists} listings after start-up.",
-    "4. start-up = spawn → connected → first complete tools/list (retried until all expected tools"
-    " show, timeout {timeout:g} s). 1 server: one echo server (3 tools) vs the gateway fronting it."
-    " 10 servers: direct = the client spawning and listing 10 echo servers × 50 tools concurrently"
-    " (until the last listing returns) vs the gateway fronting the same 10.",
-    "5. the product goal, call latency does not grow with the number of tools: toolkeeper fronting"
-    " 10×50 tools vs 1×3 tools (growth line); the direct column is one echo server with 500 tools.",
+# (figure groups the line is about, text); the first line is always shown.
+DEFINITIONS: list[tuple[set[int], str]] = [
+    (
+        set(FIGURES),
+        "Every figure is the median over the repeats; ratio = toolkeeper / direct (same run only).",
+    ),
+    (
+        {1, 2},
+        "1-2. one echo server with 3 tools; direct = client → echo server, toolkeeper = client → toolkeeper"
+        " → the same echo server. {calls} calls per figure after {warmup} warm-up calls; c=8 means {conc}"
+        " concurrent callers on one session, calls/s = calls / wall time.",
+    ),
+    (
+        {3},
+        "3. tools/list (all pages) of 500 tools: direct = ONE echo server with ECHO_TOOLS=500; toolkeeper ="
+        " the gateway fronting 10 echo servers × 50 tools. Median of {lists} listings after start-up.",
+    ),
+    (
+        {4},
+        "4. start-up = spawn → connected → first complete tools/list (retried until all expected tools"
+        " show, timeout {timeout:g} s). 1 server: one echo server (3 tools) vs the gateway fronting it."
+        " 10 servers: direct = the client spawning and listing 10 echo servers × 50 tools concurrently"
+        " (until the last listing returns) vs the gateway fronting the same 10.",
+    ),
+    (
+        {5},
+        "5. the product goal, call latency does not grow with the number of tools: toolkeeper fronting"
+        " 10×50 tools vs 1×3 tools (growth line); the direct column is one echo server with 500 tools.",
+    ),
+    (
+        {6},
+        "6. as 1-2 over streamable HTTP on 127.0.0.1: direct = client → echo server (3 tools) over HTTP,"
+        " toolkeeper = client → `toolkeeper serve --transport http` → the same kind of echo server over"
+        " HTTP. Both are started and listening before the client connects; same warm-up, calls and c={conc}.",
+    ),
 ]
 
 
@@ -367,6 +560,8 @@ class Job:
     run: Callable[[], Awaitable[dict[str, Any]]]
     # result key -> metric key
     produces: dict[str, str]
+    transport: str = "stdio"
+    figures: set[int] = field(default_factory=set)  # figure groups this job feeds
 
 
 def make_jobs(args, workdir: Path) -> list[tuple[Job, Job | None]]:
@@ -405,7 +600,32 @@ def make_jobs(args, workdir: Path) -> list[tuple[Job, Job | None]]:
         {"startup_ms": "startup_10", "list_ms": "list_ms", "call_us_median": "call_median_many"},
     )
     e = Job("direct 10×50", "direct", lambda: direct_many(args), {"startup_ms": "startup_10"})
-    return [(a, b), (c, d), (e, None)]
+    http = {
+        "call_us_median": "http_call_median",
+        "call_us_p99": "http_call_p99",
+        "calls_per_s": "http_calls_per_s",
+    }
+    f, g = (
+        Job(
+            f"{'direct' if kind == 'direct' else 'toolkeeper'} http 1×3",
+            kind,
+            lambda kind=kind: http_session(args, kind, workdir, call_body(args)),
+            http,
+            transport="http",
+        )
+        for kind in ("direct", "gateway")
+    )
+    for job in (a, b):
+        job.figures = {1, 2, 4, 5}  # 5: the growth line compares with figure 1
+    c.figures = {3, 5}
+    d.figures = {3, 4, 5}
+    e.figures = {4}
+    f.figures = g.figures = {6}
+    return [
+        (x, y)
+        for x, y in [(a, b), (c, d), (e, None), (f, g)]
+        if (x.figures | (y.figures if y else set())) & args.only
+    ]
 
 
 # --------------------------------------------------------------------------- report
@@ -464,10 +684,16 @@ def print_report(args, meta, summary, errors) -> None:
     }
     print()
     print(f"toolkeeper benchmark — {meta['when']}")
+    proto = meta["protocol"]
+    negotiated = "; ".join(
+        f"{prefix}direct {proto.get(d) or '?'}, toolkeeper {proto.get(g) or '?'}"
+        for prefix, d, g in (("", "direct", "gateway"), ("http: ", "direct http", "gateway http"))
+        if d in proto or g in proto
+    )
+    only = "" if args.only == set(FIGURES) else f", only={','.join(map(str, sorted(args.only)))}"
     print(
         f"python {meta['python']}, mcp {meta['mcp']}, {meta['cpus']} CPUs, mode={args.mode} "
-        f"(negotiated: direct {meta['protocol'].get('direct') or '?'}, "
-        f"toolkeeper {meta['protocol'].get('gateway') or '?'}), repeats={args.repeat}, calls={args.calls}"
+        f"(negotiated: {negotiated or '?'}), repeats={args.repeat}, calls={args.calls}{only}"
     )
     print()
     w = 47
@@ -475,14 +701,18 @@ def print_report(args, meta, summary, errors) -> None:
     print(head)
     print("-" * len(head))
     gw_cell = "unavail." if errors.get("gateway") else "—"
-    for key, (label, unit, _) in METRICS.items():
+    for key, (label, unit, _, fig) in METRICS.items():
+        if fig not in args.only:
+            continue
         s = summary[key]
         t = fmt(s["toolkeeper"]) if s["toolkeeper"] is not None else gw_cell
         r = f"{s['ratio']:.2f}×" if s["ratio"] is not None else "—"
         sp = f"{spread(s['direct_runs']) or '-'} / {spread(s['toolkeeper_runs']) or '-'}"
         print(f"{label.format(**subs):<{w}} {unit:>7} {fmt(s['direct']):>9} {t:>11} {r:>7}  {sp}")
     g = summary["gateway_call_growth"]
-    if g["ratio"] is not None:
+    if 5 not in args.only:
+        pass
+    elif g["ratio"] is not None:
         print(
             f"5. toolkeeper call latency 10×50 vs 1×3 tools: {fmt(g['toolkeeper_10x50_us'])} µs vs "
             f"{fmt(g['toolkeeper_1x3_us'])} µs = {g['ratio']:.2f}× (goal: ≈1.00×)"
@@ -500,8 +730,9 @@ def print_report(args, meta, summary, errors) -> None:
     if errors:
         print()
     print("Definitions:")
-    for line in DEFINITIONS:
-        print("  " + line.format(**subs))
+    for figs, line in DEFINITIONS:
+        if figs & args.only:
+            print("  " + line.format(**subs))
     print(f"  Wall time of this run: {meta['wall_s']} s.")
     print(flush=True)
 
@@ -510,6 +741,25 @@ def print_report(args, meta, summary, errors) -> None:
 
 
 async def amain(args) -> int:
+    """The run, cancelled on SIGTERM or SIGINT so that every process it started is stopped
+    (the HTTP jobs' processes are not children of a stdio pipe that would end them)."""
+    rc = 130
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    log(f"{signal.Signals(signum).name}: stopping the run and every process it started")
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(stop_on_signal)
+        rc = await run_all(args)
+        tg.cancel_scope.cancel()
+    return rc
+
+
+async def run_all(args) -> int:
     runs: dict[str, dict[str, list[float]]] = {"direct": {}, "gateway": {}}
     errors: dict[str, dict[str, str]] = {}
     protocol: dict[str, str] = {}
@@ -532,20 +782,24 @@ async def amain(args) -> int:
                 except JobError as e:
                     failed.add(job.name)
                     errors.setdefault(job.kind, {})[job.name] = str(e)
-                    log(f"[{rep + 1}/{args.repeat}] {job.name:<17} FAILED: {e}")
+                    log(f"[{rep + 1}/{args.repeat}] {job.name:<19} FAILED: {e}")
                     continue
                 if res.get("protocol"):
-                    protocol.setdefault(job.kind, res["protocol"])
+                    # "direct" / "gateway" for stdio (as before figure 6), "direct http" / "gateway http"
+                    key = job.kind if job.transport == "stdio" else f"{job.kind} {job.transport}"
+                    protocol.setdefault(key, res["protocol"])
                 for rkey, mkey in job.produces.items():
                     if rkey in res:
                         runs[job.kind].setdefault(mkey, []).append(res[rkey])
-                details.append({"repeat": rep + 1, "job": job.name, "kind": job.kind, **res})
+                details.append(
+                    {"repeat": rep + 1, "job": job.name, "kind": job.kind, "transport": job.transport, **res}
+                )
                 shown = ", ".join(
                     f"{k}={fmt(v) if isinstance(v, float) else v}"
                     for k, v in res.items()
                     if k not in ("protocol", "tool", "list_attempts")
                 )
-                log(f"[{rep + 1}/{args.repeat}] {job.name:<17} {now() - t:5.1f} s  {shown}")
+                log(f"[{rep + 1}/{args.repeat}] {job.name:<19} {now() - t:5.1f} s  {shown}")
                 await anyio.sleep(args.settle)
     import mcp
 
@@ -557,7 +811,7 @@ async def amain(args) -> int:
         "platform": platform.platform(),
         "protocol": protocol,
         "wall_s": round(now() - t_start, 1),
-        "args": {k: v for k, v in vars(args).items() if k != "json"},
+        "args": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items() if k != "json"},
     }
     summary = summarize(runs)
     print_report(args, meta, summary, errors)
@@ -572,11 +826,17 @@ async def amain(args) -> int:
         doc = {
             "meta": meta,
             "metrics": {
-                k: {"label": METRICS[k][0].strip().format(**subs), "unit": METRICS[k][1], **summary[k]}
+                k: {
+                    "label": METRICS[k][0].strip().format(**subs),
+                    "unit": METRICS[k][1],
+                    "figure": METRICS[k][3],
+                    **summary[k],
+                }
                 for k in METRICS
+                if METRICS[k][3] in args.only
             },
-            "gateway_call_growth": summary["gateway_call_growth"],
-            "definitions": [d.format(**subs) for d in DEFINITIONS],
+            "gateway_call_growth": summary["gateway_call_growth"] if 5 in args.only else None,
+            "definitions": [d.format(**subs) for figs, d in DEFINITIONS if figs & args.only],
             "errors": errors,
             "jobs": details,
         }
@@ -626,13 +886,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--gateway-cmd",
         default=None,
-        help="gateway command line to run instead of 'python -m toolkeeper serve --config {config}'; "
-        "'{config}' is replaced by the generated config path",
+        help="gateway command line to run instead of 'python -m toolkeeper serve --config {config}' "
+        "(stdio jobs, figures 1-5); '{config}' is replaced by the generated config path",
+    )
+    p.add_argument(
+        "--gateway-http-cmd",
+        default=None,
+        help="gateway command line for the HTTP jobs (figure 6) instead of 'python -m toolkeeper serve "
+        "--transport http --host 127.0.0.1 --port {port} --config {config}'; '{config}' and '{port}' are "
+        "replaced; it must serve streamable HTTP at http://127.0.0.1:{port}/mcp",
+    )
+    p.add_argument(
+        "--only",
+        default=",".join(map(str, FIGURES)),
+        metavar="LIST",
+        help="comma list of figure groups to run and show, e.g. '1,6' (jobs shared by several figures "
+        "run if any of them is chosen)",
     )
     p.add_argument("--json", metavar="FILE", help="also write all figures and per-repeat values as JSON")
     args = p.parse_args(argv)
     if args.calls < 1 or args.repeat < 1 or args.concurrency < 1 or args.lists < 1 or args.warmup < 0:
         p.error("--calls, --repeat, --concurrency and --lists must be >= 1, --warmup >= 0")
+    try:
+        args.only = {int(x) for x in args.only.split(",") if x.strip()}
+    except ValueError:
+        args.only = set()
+    if not args.only or not args.only <= set(FIGURES):
+        p.error(f"--only takes a comma list of figure groups among {','.join(map(str, FIGURES))}")
     try:
         return anyio.run(amain, args)
     except KeyboardInterrupt:
