@@ -37,7 +37,7 @@ from toolkeeper.downstreams.base import (
     State,
     Unavailable,
 )
-from toolkeeper.downstreams.stdio import LinkClosed, StdioLink
+from toolkeeper.downstreams.raw import LinkClosed, RawLane, binds_headers
 from toolkeeper.downstreams.transports import open_transport
 from toolkeeper.protocol import INVALID_PARAMS, LOG_LEVEL_META, RESOLUTION_EXTENSION, forwardable_meta
 from toolkeeper.sdk_private import send_unvalidated
@@ -89,8 +89,9 @@ class McpConnection:
         self.first_attempt_done = anyio.Event()
         self._listener = listener
         self._client: Client | None = None
-        # The raw lane of a stdio child while connected (None for HTTP and SSE servers).
-        self._link: StdioLink | None = None
+        # The raw lane while connected (None for SSE servers).
+        self._link: RawLane | None = None
+        self._header_bound: frozenset[str] = frozenset()
         self._lost = anyio.Event()
         self._dirty: set[str] = set()
         self._announced: set[str] = set()
@@ -216,6 +217,8 @@ class McpConnection:
     def _store_list(self, kind: str, entries: list[dict[str, Any]]) -> None:
         if kind == "tools":
             self.tools = entries
+            # Over HTTP, these tools' calls carry arguments in headers that only the SDK sets.
+            self._header_bound = frozenset(t["name"] for t in entries if binds_headers(t))
         elif kind == "resources":
             self.resources = entries
         elif kind == "resourceTemplates":
@@ -441,7 +444,14 @@ class McpConnection:
             forwarded_meta[LOG_LEVEL_META] = log_level
         params: dict[str, Any] = {"name": name, "arguments": arguments, **(extra or {})}
         link = self._link
-        if link is not None and on_progress is None and self.state is State.READY:
+        if (
+            link is not None
+            and on_progress is None
+            and self.state is State.READY
+            and (
+                self.config.transport == "stdio" or (self.era == "modern" and name not in self._header_bound)
+            )
+        ):
             if self.era == "modern":
                 forwarded_meta.update(link.stamp)
             if forwarded_meta:
@@ -454,10 +464,14 @@ class McpConnection:
         request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params))
         return await self.request(request, on_progress=on_progress)
 
+    def _raw_over_http(self, name: str) -> bool:
+        # A handshake-era HTTP server keeps a session only the SDK's transport holds.
+        return self.era == "modern" and name not in self._header_bound
+
     async def _raw_request(
-        self, link: StdioLink, method: str, params: dict[str, Any], what: str
+        self, link: RawLane, method: str, params: dict[str, Any], what: str
     ) -> dict[str, Any]:
-        """One request on a stdio child's raw lane: no request or result models are built."""
+        """One request on the raw lane: no request or result models are built."""
         try:
             response = await link.request(method, params, self.config.timeout)
         except TimeoutError:

@@ -30,6 +30,7 @@ import anyio
 import orjson
 
 from toolkeeper import jsonwire
+from toolkeeper.downstreams.raw import RAW_ID_PREFIX, LinkClosed, learn_stamp
 
 if TYPE_CHECKING:
     from toolkeeper.config.model import Config, ServerConfig
@@ -45,15 +46,8 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 EXIT_GRACE_SECONDS = 2.0
 KILL_GRACE_SECONDS = 2.0
 _EXIT_POLL_SECONDS = 0.02
-RAW_ID_PREFIX = "tk-"
-# The reserved `_meta` keys a modern-era session stamps on every request.
-_STAMP_PREFIX = "io.modelcontextprotocol/"
 
 _early: dict[str, subprocess.Popen[bytes]] = {}
-
-
-class LinkClosed(Exception):
-    """The child's side of the pipes is gone."""
 
 
 def child_environment(config: ServerConfig) -> dict[str, str]:
@@ -249,7 +243,7 @@ class StdioLink:
                 async for session_message in from_session:
                     message = session_message.message
                     if not self.stamp:
-                        self._learn_stamp(message)
+                        self.stamp = learn_stamp(message) or {}
                     data = message.model_dump_json(by_alias=True, exclude_unset=True)
                     writer.write(data.encode("utf-8") + b"\n")
                     await writer.drain()
@@ -266,12 +260,6 @@ class StdioLink:
             self._close_lane()
             with anyio.CancelScope(shield=True):
                 await self._stop(writer, read_transport)
-
-    def _learn_stamp(self, message: Any) -> None:
-        params = getattr(message, "params", None)
-        meta = params.get("_meta") if isinstance(params, dict) else None
-        if isinstance(meta, dict) and f"{_STAMP_PREFIX}protocolVersion" in meta:
-            self.stamp = {k: v for k, v in meta.items() if k.startswith(_STAMP_PREFIX)}
 
     def _close_lane(self) -> None:
         self._closed = True

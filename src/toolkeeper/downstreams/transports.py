@@ -18,7 +18,8 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from toolkeeper.config.model import ServerConfig
-from toolkeeper.downstreams.stdio import StdioLink, open_stdio
+from toolkeeper.downstreams.raw import HttpLink, RawLane, StampLearner
+from toolkeeper.downstreams.stdio import open_stdio
 
 logger = logging.getLogger(__name__)
 
@@ -64,28 +65,31 @@ class WatchedReadStream:
 
 
 @asynccontextmanager
-async def _http(config: ServerConfig) -> AsyncIterator[Any]:
+async def _http(config: ServerConfig) -> AsyncIterator[tuple[Any, Any, HttpLink]]:
     # The SDK's own defaults: a server may hold a response stream open, so reads wait longer.
     timeout = httpx2.Timeout(HTTP_TIMEOUT_SECONDS, read=HTTP_STREAM_READ_TIMEOUT_SECONDS)
     async with httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout) as http_client:
-        async with streamable_http_client(config.url or "", http_client=http_client) as streams:
-            yield streams
+        async with streamable_http_client(config.url or "", http_client=http_client) as (read, write):
+            link = HttpLink(config.url or "", http_client)
+            yield read, StampLearner(write, link), link
 
 
 @asynccontextmanager
 async def open_transport(
     config: ServerConfig, lost: anyio.Event
-) -> AsyncIterator[tuple[Any, Any, StdioLink | None]]:
+) -> AsyncIterator[tuple[Any, Any, RawLane | None]]:
     """The SDK's (read, write) streams to the server, and the raw lane where the transport has
-    one (stdio children)."""
+    one (stdio children, streamable HTTP)."""
     if config.transport == "stdio":
         async with open_stdio(config, lost) as (link, read_stream, write_stream):
             yield read_stream, write_stream, link
         return
-    opener = (
-        _http(config)
-        if config.transport == "http"
-        else sse_client(config.url or "", headers=dict(config.headers) or None)
-    )
-    async with opener as (read_stream, write_stream):
+    if config.transport == "http":
+        async with _http(config) as (read_stream, write_stream, http_link):
+            yield WatchedReadStream(read_stream, lost), write_stream, http_link
+        return
+    async with sse_client(config.url or "", headers=dict(config.headers) or None) as (
+        read_stream,
+        write_stream,
+    ):
         yield WatchedReadStream(read_stream, lost), write_stream, None

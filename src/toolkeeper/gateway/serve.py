@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolkeeper.config.model import Config
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.gateway.fastlane import FastLane
+from toolkeeper.gateway.http_fastlane import HostGuard, HttpFastLane
 from toolkeeper.gateway.server import build_server
 from toolkeeper.gateway.stdio import stdio_streams
 from toolkeeper.store import Store
@@ -119,14 +120,23 @@ class NoProxyBuffering:
 async def serve_http(config: Config, store: Store, host: str, port: int) -> None:
     gateway = Gateway(config, store)
     server = build_server(gateway)
+    security = transport_security(config, host)
+    max_bytes = config.settings.http_max_request_bytes
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         host=host,
-        transport_security=transport_security(config, host),
-        max_request_body_size=config.settings.http_max_request_bytes,
+        transport_security=security,
+        max_request_body_size=max_bytes,
+    )
+    fast = HttpFastLane(
+        app,
+        FastLane(gateway, server.server_info_stamp),
+        MCP_PATH,
+        HostGuard(security.allowed_hosts, security.allowed_origins),
+        max_bytes,
     )
     web = _WebServer(
-        uvicorn.Config(NoProxyBuffering(app), host=host, port=port, log_level="warning", lifespan="on")
+        uvicorn.Config(NoProxyBuffering(fast), host=host, port=port, log_level="warning", lifespan="on")
     )
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
