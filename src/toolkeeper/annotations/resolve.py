@@ -16,10 +16,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema import exceptions as schema_errors
-from jsonschema.validators import validator_for
-
 from toolkeeper.annotations.effective import EffectiveHints
 from toolkeeper.annotations.hints import HINTS, SPEC_DEFAULTS
 from toolkeeper.annotations.rules import Rule
@@ -79,6 +75,12 @@ def check_arguments(tool: CatalogTool, arguments: Any) -> dict[str, Any]:
         return dict(arguments)
     validator = _validators.get(tool.ref_id)
     if validator is None:
+        # Imported on the first check, not at start-up: jsonschema is slow to load and only
+        # needed once a client asks to resolve a call.
+        from jsonschema import Draft202012Validator
+        from jsonschema import exceptions as schema_errors
+        from jsonschema.validators import validator_for
+
         cls = validator_for(schema, default=Draft202012Validator)  # 2020-12 unless $schema says otherwise
         try:
             cls.check_schema(schema)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolkeeper.config.model import (
     DEFAULT_CALL_TIMEOUT,
@@ -46,8 +45,9 @@ SETTINGS_KEYS = {
 INFER_HINTS = ("suggest", "apply")
 HTTP_KEYS = {"host", "port", "allowedHosts", "allowedOrigins", "maxRequestBytes"}
 # How to talk to a server: the newest era it speaks, or the handshake era even if it speaks both
-# (a server may do less in one era, e.g. ask for sampling only over the handshake-era wire).
-PROTOCOLS = ("auto", "legacy", *MODERN_PROTOCOL_VERSIONS)
+# (a server may do less in one era, e.g. ask for sampling only over the handshake-era wire), or
+# one modern protocol version (see `protocols()`).
+PROTOCOL_MODES = ("auto", "legacy")
 TRANSPORT_ALIASES = {
     "stdio": "stdio",
     "http": "http",
@@ -59,6 +59,15 @@ TRANSPORT_ALIASES = {
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 PREFIX = re.compile(r"^[A-Za-z0-9_-]{0,40}$")
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+
+
+def protocols() -> tuple[str, ...]:
+    """Every value the `protocol` key accepts."""
+    # Imported here: loading mcp_types loads the whole protocol schema, which the configuration
+    # needs only for a server that names a protocol version.
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    return (*PROTOCOL_MODES, *MODERN_PROTOCOL_VERSIONS)
 
 
 class ConfigError(Exception):
@@ -272,9 +281,9 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
     if sanitize is not None and not isinstance(sanitize, bool):
         raise EntryError(f"'sanitizeUntrustedHints' must be true or false, got {sanitize!r}")
     protocol = entry.get("protocol", "auto")
-    if protocol not in PROTOCOLS:
+    if protocol not in PROTOCOL_MODES and protocol not in protocols():
         raise EntryError(
-            f"'protocol' must be one of {', '.join(repr(p) for p in PROTOCOLS)}, got {protocol!r} "
+            f"'protocol' must be one of {', '.join(repr(p) for p in protocols())}, got {protocol!r} "
             "('auto' uses the newest era the server speaks)"
         )
     hint_options = {"infer_hints": infer_hints, "sanitize_untrusted_hints": sanitize, "protocol": protocol}
