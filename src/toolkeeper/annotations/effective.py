@@ -67,7 +67,7 @@ NO_PINS = Pins()
 class Overrides:
     """Every stored pin, by (scope, namespacedName). An immutable snapshot, reloaded on change."""
 
-    by_tool: Mapping[tuple[str, str], Pins] = field(default_factory=lambda: _EMPTY)
+    by_tool: Mapping[tuple[str, str], Pins] = field(default_factory=lambda: MappingProxyType({}))
 
     def pins(self, namespaced_name: str, scope: str = GLOBAL) -> Pins:
         return self.by_tool.get((scope, namespaced_name), NO_PINS)

@@ -27,6 +27,7 @@ from toolkeeper.config.model import (
     Config,
     GatewaySettings,
     ServerConfig,
+    Transport,
 )
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ HTTP_KEYS = {"host", "port", "allowedHosts", "allowedOrigins", "maxRequestBytes"
 # (a server may do less in one era, e.g. ask for sampling only over the handshake-era wire), or
 # one modern protocol version (see `protocols()`).
 PROTOCOL_MODES = ("auto", "legacy")
-TRANSPORT_ALIASES = {
+TRANSPORT_ALIASES: dict[str, Transport] = {
     "stdio": "stdio",
     "http": "http",
     "streamable-http": "http",
@@ -175,17 +176,24 @@ def parse_config_text(
 
 def _line_of_key(text: str, key: str) -> int:
     """The line of `key` in the top-level object of `text` (already known to be valid JSON)."""
-    decoder, space = json.JSONDecoder(), re.compile(r"[ \t\n\r]*")
-    pos = space.match(text, 0).end() + 1  # after the opening brace
+    decoder = json.JSONDecoder()
+    pos = _skip_space(text, 0) + 1  # after the opening brace
     while True:
-        pos = space.match(text, pos).end()
+        pos = _skip_space(text, pos)
         if text[pos] != '"':
             return 1
         found, end = decoder.raw_decode(text, pos)
         if found == key:
             return text.count("\n", 0, pos) + 1
-        value_start = space.match(text, space.match(text, end).end() + 1).end()  # past the ':'
-        pos = space.match(text, decoder.raw_decode(text, value_start)[1]).end() + 1  # past ',' or '}'
+        value_start = _skip_space(text, _skip_space(text, end) + 1)  # past the ':'
+        pos = _skip_space(text, decoder.raw_decode(text, value_start)[1]) + 1  # past ',' or '}'
+
+
+def _skip_space(text: str, pos: int) -> int:
+    """The position of the first character at or after `pos` that is not JSON whitespace."""
+    while pos < len(text) and text[pos] in " \t\n\r":
+        pos += 1
+    return pos
 
 
 def builtin_variable(name: str) -> str | None:

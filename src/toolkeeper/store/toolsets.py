@@ -113,16 +113,18 @@ async def insert_toolset(conn: AsyncConnection, toolset: Toolset) -> None:
     created = toolset.created_at or now()
     try:
         result = await conn.execute(
-            insert(toolsets).values(
+            insert(toolsets)
+            .values(
                 name=toolset.name,
                 description=toolset.description,
                 created_at=created,
                 updated_at=toolset.updated_at or created,
             )
+            .returning(toolsets.c.id)
         )
     except IntegrityError:  # another writer created it between our check and our insert
         raise ToolsetError(_exists(toolset.name)) from None
-    toolset_id = result.inserted_primary_key[0]
+    toolset_id = result.scalar_one()
     await _write_tools(conn, toolset_id, toolset.tools)
     for entry in toolset.notes:
         for note in entry.notes:
