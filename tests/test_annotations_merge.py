@@ -53,11 +53,9 @@ def test_trust_decides_whether_a_safety_claim_is_reliable() -> None:
     )
     # Passed through either way; the gateway's own policy does not rely on the untrusted claim.
     assert untrusted.fields["readOnlyHint"].on_wire and untrusted.fields["readOnlyHint"].value is True
-    assert untrusted.policy()["readOnlyHint"] is False
-    assert trusted.policy()["readOnlyHint"] is True
     # Pinning vouches for it.
     pinned = compute(UPDATE_NOTE, "notes", UNTRUSTED, pins(readOnlyHint=True))
-    assert pinned.policy()["readOnlyHint"] is True
+    assert pinned.fields["readOnlyHint"].value is True and pinned.fields["readOnlyHint"].reliable
 
 
 def test_sanitize_emits_conservative_values_for_untrusted_claims() -> None:
@@ -103,17 +101,6 @@ def test_inference_never_overrides_a_declared_value() -> None:
     effective = compute(UPDATE_NOTE, "notes", HintPolicy(apply_inferred=True))
     assert sources(effective)["readOnlyHint"] == (True, "declared-untrusted")
     assert sources(effective)["destructiveHint"] == (True, "inferred")
-
-
-def test_method_ground_truth_sits_between_declared_and_inferred() -> None:
-    bare = {"name": "get_pet", "inputSchema": {"type": "object"}}
-    truth = {"readOnlyHint": (True, "HTTP GET")}
-    effective = compute(bare, "petstore", HintPolicy(apply_inferred=True), ground_truth=truth)
-    assert sources(effective)["readOnlyHint"] == (True, "method")
-    declared = compute(
-        {**bare, "annotations": {"readOnlyHint": False}}, "petstore", TRUSTED, ground_truth=truth
-    )
-    assert sources(declared)["readOnlyHint"] == (False, "declared")
 
 
 def test_absent_stays_absent_and_false_stays_false_on_the_wire() -> None:

@@ -315,9 +315,7 @@ async def test_files_listing_every_action_and_sandbox_escapes(tmp_path: Path, mo
 
 
 def test_files_building_blocks_for_later_resolution(tmp_path: Path) -> None:
-    """In-process: per-action hints stay within the static worst case; the low-level server is reachable."""
-    from mcp.server.lowlevel.server import Server
-
+    """In-process: per-action hints stay within the static worst case."""
     from toolkeeper.demo import files
 
     assert set(files.ACTION_ANNOTATIONS) == set(files.ACTIONS)
@@ -330,10 +328,30 @@ def test_files_building_blocks_for_later_resolution(tmp_path: Path) -> None:
     assert files.ACTION_ANNOTATIONS["read"].read_only_hint is True
     assert files.ACTION_ANNOTATIONS["append"].destructive_hint is False
 
-    server = files.build_server(tmp_path)
-    assert isinstance(files.lowlevel_server(server), Server)
     assert files.perform(files.Sandbox(tmp_path), "a.txt", "replace", "x") == "Wrote 1 characters to a.txt"
     assert (tmp_path / "a.txt").read_text() == "x"
+
+
+async def test_files_resolves_only_when_built_to(tmp_path: Path) -> None:
+    """In-process: the resolving server flags the tool and answers tools/resolve; the plain one does not."""
+    from mcp.shared.exceptions import MCPError
+
+    from toolkeeper.demo import files
+    from toolkeeper.downstreams.connection import send_unvalidated
+    from toolkeeper.downstreams.preflight import ToolResolution
+
+    request = {"name": "manage_files", "arguments": {"path": "a", "action": "read"}}
+    resolving = files.build_server(tmp_path, resolves=True)
+    async with Client(resolving, extensions=[ToolResolution()]) as client:
+        (tool,) = (await send_unvalidated(client, "tools/list", {}, 15))["tools"]
+        assert tool["dynamicAnnotations"] is True
+        answer = await send_unvalidated(client, "tools/resolve", request, 15)
+        read_only = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True}
+        assert answer["annotations"] == {**read_only, "openWorldHint": False}
+    async with Client(files.build_server(tmp_path), extensions=[ToolResolution()]) as client:
+        with pytest.raises(MCPError) as missing:
+            await send_unvalidated(client, "tools/resolve", request, 15)
+        assert missing.value.error.code == -32601
 
 
 # --------------------------------------------------------------------------- stdout hygiene

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,10 +20,12 @@ from toolkeeper.catalog import Catalog, ServerTools, build_catalog
 from toolkeeper.services.toolsets import Change, ToolsetService
 from toolkeeper.store import Store, StoreError
 from toolkeeper.store import db as store_db
+from toolkeeper.store.migrations import SCHEMA_HEAD
 from toolkeeper.store.tables import tool_notes, toolset_tools
 from toolkeeper.toolsets.model import ToolsetError
 
 pytestmark = pytest.mark.anyio
+STORED_VERSION = text("SELECT version_num FROM alembic_version")
 POSTGRES = os.environ.get("TOOLKEEPER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -89,9 +93,45 @@ async def test_a_second_open_does_not_migrate_again(store_url: str) -> None:
     for _ in range(2):
         store = await Store(store_url).open()
         async with store.read() as conn:
-            version = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar_one()
-        assert version == "0003"  # the newest migration
+            version = (await conn.execute(STORED_VERSION)).scalar_one()
+        assert version == SCHEMA_HEAD
         await store.close()
+
+
+def test_schema_head_is_the_newest_migration() -> None:
+    from alembic.config import Config as AlembicConfig
+    from alembic.script import ScriptDirectory
+
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(store_db.MIGRATIONS))
+    assert ScriptDirectory.from_config(config).get_heads() == [SCHEMA_HEAD]
+
+
+async def test_an_older_store_is_migrated_to_the_head(store_url: str) -> None:
+    async with Store(store_url) as store, store.write() as conn:
+        await conn.execute(text("DROP TABLE argument_rules"))
+        await conn.execute(text("UPDATE alembic_version SET version_num = '0002'"))
+    async with Store(store_url) as store, store.read() as conn:
+        assert (await conn.execute(STORED_VERSION)).scalar_one() == SCHEMA_HEAD
+        assert (await conn.execute(text("SELECT count(*) FROM argument_rules"))).scalar_one() == 0
+
+
+async def test_opening_a_current_store_does_not_load_alembic(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    await (await Store(url).open()).close()
+    # A fresh interpreter, since this one has loaded Alembic to create the store.
+    script = """
+import asyncio, sys
+from toolkeeper.store import Store
+
+async def main():
+    await (await Store(sys.argv[1]).open()).close()
+
+asyncio.run(main())
+print("alembic" in sys.modules)
+"""
+    result = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
 
 
 async def test_concurrent_writers_lose_nothing(store_url: str) -> None:

@@ -1,2 +1,2 @@
 """Behaviour hints: what servers declared, what the gateway infers, what the person pinned, and
-which of them each client sees (DESIGN.md, "Effective hints")."""
+which of them each client sees (effective.py)."""

@@ -1,10 +1,9 @@
-"""Effective hints: for each field, the first source that applies (DESIGN.md, "Effective hints").
+"""Effective hints: for each field, the first source that applies.
 
 1. the person's pin (a pin for the equipped toolset wins over a global one);
 2. what the server declared (an untrusted server's safety claim is marked, optionally sanitized);
-3. ground truth the gateway owns (an HTTP method);
-4. inference, emitted only where configuration says `inferHints: "apply"`;
-5. absent: the spec default applies, and nothing is emitted.
+3. inference, emitted only where configuration says `inferHints: "apply"`;
+4. absent: the spec default applies, and nothing is emitted.
 
 The source of every value is kept, so the CLI, the configuration tools and the dashboard can
 say why, and the approval policy can tell a vouched-for "read-only" from a mere claim.
@@ -68,7 +67,7 @@ NO_PINS = Pins()
 class Overrides:
     """Every stored pin, by (scope, namespacedName). An immutable snapshot, reloaded on change."""
 
-    by_tool: Mapping[tuple[str, str], Pins] = field(default_factory=lambda: _EMPTY)
+    by_tool: Mapping[tuple[str, str], Pins] = field(default_factory=lambda: MappingProxyType({}))
 
     def pins(self, namespaced_name: str, scope: str = GLOBAL) -> Pins:
         return self.by_tool.get((scope, namespaced_name), NO_PINS)
@@ -171,14 +170,6 @@ class EffectiveHints:
             entry["inputSchema"] = schema
         return entry
 
-    def policy(self) -> dict[str, bool]:
-        """The hints the gateway's own decisions use: a value nobody vouched for counts as the default."""
-        out = {}
-        for hint in HINTS:
-            hint_field = self.fields[hint]
-            out[hint] = bool(hint_field.value) if hint_field.reliable else SPEC_DEFAULTS[hint]
-        return out
-
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "category": self.category,
@@ -209,9 +200,8 @@ def compute(
     toolset: str | None = None,
     *,
     with_suggestions: bool = True,
-    ground_truth: Mapping[str, tuple[bool, str]] | None = None,
 ) -> EffectiveHints:
-    """The effective hints of one tool. `ground_truth` maps a hint to (value, reason)."""
+    """The effective hints of one tool."""
     declared = read_declared(declared_tool)
     inference = infer(declared_tool) if (with_suggestions or policy.apply_inferred) else Inference(None, None)
     scope = toolset or GLOBAL
@@ -233,11 +223,6 @@ def compute(
         if declared_value is not None:
             fields[name] = _from_declared(name, declared_value, server, policy, suggestion)
             rewrites = rewrites or fields[name].sanitized
-            continue
-        if ground_truth and name in ground_truth:
-            value, why = ground_truth[name]
-            fields[name] = FieldHint(value, Source.METHOD, why, True, True, None, suggestion)
-            rewrites = True
             continue
         if suggestion is not None and policy.apply_inferred:
             reliable = name == "title" or SAFETY_CLAIMS.get(name) != suggestion.value

@@ -37,7 +37,6 @@ class Source(StrEnum):
     PINNED = "pinned"  # the person set it
     DECLARED = "declared"  # the server said so
     DECLARED_UNTRUSTED = "declared-untrusted"  # an untrusted server claims it is safe
-    METHOD = "method"  # ground truth the gateway owns (an HTTP method)
     INFERRED = "inferred"  # guessed from the name and description, applied by configuration
     DEFAULT = "default"  # absent: the spec default applies
 

@@ -239,7 +239,8 @@ class Inference:
 
 def infer(tool: Mapping[str, Any]) -> Inference:
     """Suggestions for one declared tool (a raw `tools/list` entry)."""
-    annotations = tool.get("annotations") if isinstance(tool.get("annotations"), Mapping) else {}
+    declared_annotations = tool.get("annotations")
+    annotations = declared_annotations if isinstance(declared_annotations, Mapping) else {}
     title = tool.get("title") or annotations.get("title")
     return _infer(
         str(tool.get("name") or ""),

@@ -117,13 +117,14 @@ def lint_tool(tool: Mapping[str, Any]) -> list[Finding]:
     if not is_text(tool.get("description")):
         add(Severity.WARNING, "missing-description", "description", "No description: the model must guess.")
 
-    read_only = hints.get("readOnlyHint")
-    if read_only is None and (s := suggestions.get("readOnlyHint")) is not None:
-        read_only = s.value
+    suggested_read_only = suggestions.get("readOnlyHint")
+    read_only = hints.get(
+        "readOnlyHint", suggested_read_only is not None and suggested_read_only.value is True
+    )
     for hint in HINTS:
         if hint in hints:
             continue
-        if hint in ("destructiveHint", "idempotentHint") and read_only is True:
+        if hint in ("destructiveHint", "idempotentHint") and read_only:
             continue  # meaningful only when the tool is not read-only
         add(
             Severity.WARNING,

@@ -16,10 +16,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema import exceptions as schema_errors
-from jsonschema.validators import validator_for
-
 from toolkeeper.annotations.effective import EffectiveHints
 from toolkeeper.annotations.hints import HINTS, SPEC_DEFAULTS
 from toolkeeper.annotations.rules import Rule
@@ -79,10 +75,16 @@ def check_arguments(tool: CatalogTool, arguments: Any) -> dict[str, Any]:
         return dict(arguments)
     validator = _validators.get(tool.ref_id)
     if validator is None:
+        # Imported on the first check, not at start-up: jsonschema is slow to load and only
+        # needed once a client asks to resolve a call.
+        # jsonschema ships no type information, and its stubs are not installed.
+        from jsonschema import Draft202012Validator, SchemaError  # type: ignore[import-untyped]
+        from jsonschema.validators import validator_for  # type: ignore[import-untyped]
+
         cls = validator_for(schema, default=Draft202012Validator)  # 2020-12 unless $schema says otherwise
         try:
             cls.check_schema(schema)
-        except schema_errors.SchemaError as exc:
+        except SchemaError as exc:
             raise ResolveError(
                 INTERNAL_ERROR,
                 f"{tool.namespaced_name}: its input schema is not valid JSON Schema ({exc.message})",

@@ -45,13 +45,9 @@ class Catalog:
     by_exposed: MappingProxyType[str, CatalogTool] = field(default_factory=lambda: MappingProxyType({}))
     by_namespaced: MappingProxyType[str, CatalogTool] = field(default_factory=lambda: MappingProxyType({}))
     by_ref: MappingProxyType[str, CatalogTool] = field(default_factory=lambda: MappingProxyType({}))
-    version: int = 0
-
-    def available(self) -> Iterable[CatalogTool]:
-        return (t for t in self.tools if t.available)
 
 
-def build_catalog(servers: Iterable[ServerTools], version: int = 0) -> Catalog:
+def build_catalog(servers: Iterable[ServerTools]) -> Catalog:
     servers = list(servers)
     names = assign_exposed_names(
         (s.server, s.prefix, str(t.get("name", ""))) for s in servers for t in s.tools
@@ -76,5 +72,4 @@ def build_catalog(servers: Iterable[ServerTools], version: int = 0) -> Catalog:
         by_exposed=MappingProxyType({t.exposed_name: t for t in tools}),
         by_namespaced=MappingProxyType({t.namespaced_name: t for t in tools}),
         by_ref=MappingProxyType({t.ref_id: t for t in tools}),
-        version=version,
     )

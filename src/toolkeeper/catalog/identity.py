@@ -1,4 +1,4 @@
-"""The three identities of a tool (see DESIGN.md, "Identity of a tool").
+"""The three identities of a tool.
 
 - `namespaced_name`: `<server>.<tool>`, the stable human key of toolsets, notes and the CLI.
 - `ref_id`: a hash of what the tool *is* (server, name, input and output schema). Descriptions

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolkeeper.config.model import (
     DEFAULT_CALL_TIMEOUT,
@@ -28,6 +27,7 @@ from toolkeeper.config.model import (
     Config,
     GatewaySettings,
     ServerConfig,
+    Transport,
 )
 
 logger = logging.getLogger(__name__)
@@ -46,9 +46,10 @@ SETTINGS_KEYS = {
 INFER_HINTS = ("suggest", "apply")
 HTTP_KEYS = {"host", "port", "allowedHosts", "allowedOrigins", "maxRequestBytes"}
 # How to talk to a server: the newest era it speaks, or the handshake era even if it speaks both
-# (a server may do less in one era, e.g. ask for sampling only over the handshake-era wire).
-PROTOCOLS = ("auto", "legacy", *MODERN_PROTOCOL_VERSIONS)
-TRANSPORT_ALIASES = {
+# (a server may do less in one era, e.g. ask for sampling only over the handshake-era wire), or
+# one modern protocol version (see `protocols()`).
+PROTOCOL_MODES = ("auto", "legacy")
+TRANSPORT_ALIASES: dict[str, Transport] = {
     "stdio": "stdio",
     "http": "http",
     "streamable-http": "http",
@@ -59,6 +60,15 @@ TRANSPORT_ALIASES = {
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 PREFIX = re.compile(r"^[A-Za-z0-9_-]{0,40}$")
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+
+
+def protocols() -> tuple[str, ...]:
+    """Every value the `protocol` key accepts."""
+    # Imported here: loading mcp_types loads the whole protocol schema, which the configuration
+    # needs only for a server that names a protocol version.
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    return (*PROTOCOL_MODES, *MODERN_PROTOCOL_VERSIONS)
 
 
 class ConfigError(Exception):
@@ -166,17 +176,24 @@ def parse_config_text(
 
 def _line_of_key(text: str, key: str) -> int:
     """The line of `key` in the top-level object of `text` (already known to be valid JSON)."""
-    decoder, space = json.JSONDecoder(), re.compile(r"[ \t\n\r]*")
-    pos = space.match(text, 0).end() + 1  # after the opening brace
+    decoder = json.JSONDecoder()
+    pos = _skip_space(text, 0) + 1  # after the opening brace
     while True:
-        pos = space.match(text, pos).end()
+        pos = _skip_space(text, pos)
         if text[pos] != '"':
             return 1
         found, end = decoder.raw_decode(text, pos)
         if found == key:
             return text.count("\n", 0, pos) + 1
-        value_start = space.match(text, space.match(text, end).end() + 1).end()  # past the ':'
-        pos = space.match(text, decoder.raw_decode(text, value_start)[1]).end() + 1  # past ',' or '}'
+        value_start = _skip_space(text, _skip_space(text, end) + 1)  # past the ':'
+        pos = _skip_space(text, decoder.raw_decode(text, value_start)[1]) + 1  # past ',' or '}'
+
+
+def _skip_space(text: str, pos: int) -> int:
+    """The position of the first character at or after `pos` that is not JSON whitespace."""
+    while pos < len(text) and text[pos] in " \t\n\r":
+        pos += 1
+    return pos
 
 
 def builtin_variable(name: str) -> str | None:
@@ -272,9 +289,9 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
     if sanitize is not None and not isinstance(sanitize, bool):
         raise EntryError(f"'sanitizeUntrustedHints' must be true or false, got {sanitize!r}")
     protocol = entry.get("protocol", "auto")
-    if protocol not in PROTOCOLS:
+    if protocol not in PROTOCOL_MODES and protocol not in protocols():
         raise EntryError(
-            f"'protocol' must be one of {', '.join(repr(p) for p in PROTOCOLS)}, got {protocol!r} "
+            f"'protocol' must be one of {', '.join(repr(p) for p in protocols())}, got {protocol!r} "
             "('auto' uses the newest era the server speaks)"
         )
     hint_options = {"infer_hints": infer_hints, "sanitize_untrusted_hints": sanitize, "protocol": protocol}

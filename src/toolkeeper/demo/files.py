@@ -16,7 +16,7 @@ Its *static* annotations describe the worst case across all actions, as the SEP 
 ``readOnlyHint=false, destructiveHint=true, idempotentHint=false, openWorldHint=false``.
 The per-action refinements (:data:`ACTION_ANNOTATIONS`) are served by the server itself
 through ``tools/annotations`` (the seed SEP) and ``tools/resolve`` (the tool-resolution
-extension), see :func:`serve_resolution`; ``--static-only`` leaves them out, so the tool
+extension), see :class:`ManageFilesResolution`; ``--static-only`` leaves them out, so the tool
 has only its static hints.
 
 Every path is confined to the sandbox root (the working directory unless ``--root DIR``):
@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.extension import Extension
-from mcp.server.lowlevel.server import Server
+from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
@@ -77,19 +76,24 @@ ACTIONS: tuple[Action, ...] = ("read", "append", "replace", "delete")
 
 #: Static (worst-case) annotations of ``manage_files``, as declared in ``tools/list``.
 STATIC_ANNOTATIONS = ToolAnnotations(
-    readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=False
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
 )
 
 #: Argument-specific annotations per action, from the SEP's reference implementation.
 #: Each is within the conservative bound of STATIC_ANNOTATIONS.
 ACTION_ANNOTATIONS: dict[Action, ToolAnnotations] = {
-    action: ToolAnnotations(readOnlyHint=ro, destructiveHint=de, idempotentHint=idem, openWorldHint=False)
-    for action, ro, de, idem in [
-        ("read", True, False, True),
-        ("append", False, False, False),
-        ("replace", False, True, True),
-        ("delete", False, True, True),
-    ]
+    "read": ToolAnnotations(
+        read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+    ),
+    "append": ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+    ),
+    "replace": ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+    ),
+    "delete": ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+    ),
 }
 
 
@@ -184,10 +188,11 @@ def perform(sandbox: Sandbox, path: str, action: str, content: str | None = None
 # --------------------------------------------------------------------------- server
 
 
-def build_server(root: str | Path = ".", *, extensions: Sequence[Extension] | None = None) -> MCPServer:
+def build_server(root: str | Path = ".", *, resolves: bool = False) -> MCPServer:
     """Build the files server confined to ``root``.
 
-    ``extensions`` are passed to :class:`MCPServer` (e.g. one binding ``tools/resolve``).
+    ``resolves`` also serves the per-action hints (see :func:`resolution_for`) through
+    ``tools/annotations`` and ``tools/resolve``, and flags the tool and the capability on the wire.
     """
     sandbox = Sandbox(root)
     server = MCPServer(
@@ -195,7 +200,8 @@ def build_server(root: str | Path = ".", *, extensions: Sequence[Extension] | No
         title="Toolkeeper demo files",
         instructions=f"Manage text files under one sandbox directory with {TOOL_NAME}.",
         version="0.1.0",
-        extensions=extensions,
+        extensions=[ManageFilesResolution()] if resolves else None,
+        middleware=[flag_resolution] if resolves else None,
     )
 
     def manage_files(
@@ -222,11 +228,6 @@ def build_server(root: str | Path = ".", *, extensions: Sequence[Extension] | No
     return server
 
 
-def lowlevel_server(server: MCPServer) -> Server:
-    """The SDK low-level ``Server`` under ``server``, for registering extra request handlers."""
-    return server._lowlevel_server  # noqa: SLF001
-
-
 def resolution_for(name: str, arguments: Any) -> dict[str, bool]:
     """The SEP's reference resolution: per-action hints, refusing what ``manage_files`` would refuse."""
     if name != TOOL_NAME:
@@ -243,39 +244,47 @@ def resolution_for(name: str, arguments: Any) -> dict[str, bool]:
     return ACTION_ANNOTATIONS[action].model_dump(by_alias=True, exclude_none=True)
 
 
-def serve_resolution(server: MCPServer) -> None:
-    """Serve ``tools/annotations`` (the seed SEP) and ``tools/resolve`` (the tool-resolution
-    extension) for ``manage_files``, and flag the tool and the capability on the wire."""
-    lowlevel = lowlevel_server(server)
+async def _annotations(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
+    return {"annotations": resolution_for(params.name, params.arguments)}
 
-    async def annotations(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
-        return {"annotations": resolution_for(params.name, params.arguments)}
 
-    async def resolve(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
-        if not client_resolves(ctx.session.client_capabilities):
-            raise MCPError(
-                code=MISSING_CAPABILITY, message=f"tools/resolve needs the {RESOLUTION_EXTENSION} extension"
-            )
-        return {
-            "resultType": "complete",
-            "name": params.name,
-            "annotations": resolution_for(params.name, params.arguments),
-        }
+async def _resolve(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
+    if not client_resolves(ctx.session.client_capabilities):
+        raise MCPError(
+            code=MISSING_CAPABILITY, message=f"tools/resolve needs the {RESOLUTION_EXTENSION} extension"
+        )
+    return {
+        "resultType": "complete",
+        "name": params.name,
+        "annotations": resolution_for(params.name, params.arguments),
+    }
 
-    async def flag(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
-        result = await call_next(ctx)
-        if isinstance(result, dict) and ctx.method in ("initialize", "server/discover"):
-            advertise_resolution(result)
-        elif isinstance(result, dict) and ctx.method == "tools/list":
-            marker = client_resolves(ctx.session.client_capabilities)
-            for tool in result.get("tools") or ():
-                if tool.get("name") == TOOL_NAME:
-                    flag_resolvable(tool, marker)
-        return result
 
-    lowlevel.add_request_handler(ANNOTATIONS_METHOD, ResolveParams, annotations)
-    lowlevel.add_request_handler(RESOLVE_METHOD, ResolveParams, resolve)
-    lowlevel.middleware = [*lowlevel.middleware, flag]
+class ManageFilesResolution(Extension):
+    """``tools/annotations`` (the seed SEP) and ``tools/resolve`` (the tool-resolution extension)
+    for ``manage_files``."""
+
+    identifier = RESOLUTION_EXTENSION
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return (
+            MethodBinding(ANNOTATIONS_METHOD, ResolveParams, _annotations),
+            MethodBinding(RESOLVE_METHOD, ResolveParams, _resolve),
+        )
+
+
+async def flag_resolution(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+    """Flag the capability (with the seed's ``tools.dynamicAnnotations``) and ``manage_files`` on the
+    wire: the SDK's models have no room for the seed's flags."""
+    result = await call_next(ctx)
+    if isinstance(result, dict) and ctx.method in ("initialize", "server/discover"):
+        advertise_resolution(result)
+    elif isinstance(result, dict) and ctx.method == "tools/list":
+        marker = client_resolves(ctx.session.client_capabilities)
+        for tool in result.get("tools") or ():
+            if tool.get("name") == TOOL_NAME:
+                flag_resolvable(tool, marker)
+    return result
 
 
 # --------------------------------------------------------------------------- entry point
@@ -325,9 +334,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     Path(args.root).mkdir(parents=True, exist_ok=True)  # e.g. a fresh demo directory
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    server = build_server(args.root)
-    if not args.static_only:
-        serve_resolution(server)
+    server = build_server(args.root, resolves=not args.static_only)
     logger.info("sandbox root: %s", os.path.realpath(args.root))
     run(server, args.transport, args.host, args.port)
 

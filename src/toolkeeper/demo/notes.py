@@ -281,7 +281,7 @@ def build_server(db_path: str | Path = DEFAULT_DB) -> MCPServer:
             "Search notes by title or content, returning id, title, category and etag of each match. "
             "Use get_note to retrieve the full content of a match. An empty query lists all notes."
         ),
-        annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
     def search_notes(
         query: Annotated[
@@ -290,7 +290,7 @@ def build_server(db_path: str | Path = DEFAULT_DB) -> MCPServer:
     ) -> SearchResult:
         return SearchResult(notes=store.search(query))
 
-    @server.tool(title="Get Note", annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    @server.tool(title="Get Note", annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
     def get_note(note_id: NoteId) -> Note:
         """Get one note with its full content and current etag."""
         return store.get(note_id)
@@ -298,7 +298,7 @@ def build_server(db_path: str | Path = DEFAULT_DB) -> MCPServer:
     @server.tool(
         title="Create Note",
         annotations=ToolAnnotations(
-            readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
         ),
     )
     def create_note(
@@ -316,7 +316,7 @@ def build_server(db_path: str | Path = DEFAULT_DB) -> MCPServer:
             "has been modified since you read it, the update fails and the error reports the current etag."
         ),
         # DELIBERATE GAP: misleading hint - this tool overwrites a note's content.
-        annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=False, openWorldHint=False),
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=False, open_world_hint=False),
     )
     def update_note(
         note_id: Annotated[int, Field(description="The id of the note to update")],
@@ -339,7 +339,7 @@ def build_server(db_path: str | Path = DEFAULT_DB) -> MCPServer:
     @server.tool(
         title="Delete Note",
         annotations=ToolAnnotations(
-            readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False
+            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
         ),
     )
     def delete_note(

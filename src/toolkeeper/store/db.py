@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from sqlalchemy import event, select, text, update
+from sqlalchemy import Connection, event, inspect, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from toolkeeper.config.model import GatewaySettings
+from toolkeeper.store.migrations import SCHEMA_HEAD, VERSION_TABLE
 from toolkeeper.store.tables import store_revision
 
 logger = logging.getLogger(__name__)
@@ -147,28 +148,31 @@ class Store:
             return int((await conn.execute(select(store_revision.c.value))).scalar_one())
 
     async def _migrate(self) -> None:
+        async with self.read() as conn:
+            if await conn.run_sync(_schema_versions) == [SCHEMA_HEAD]:
+                return  # up to date: a read-only store stays usable for reading
+        await self._upgrade()
+
+    async def _upgrade(self) -> None:
+        # Alembic is imported only here: loading it and its scripts costs more than the whole
+        # rest of opening a current store.
         from alembic import command
         from alembic.config import Config as AlembicConfig
-        from alembic.runtime.migration import MigrationContext
         from alembic.script import ScriptDirectory
 
         config = AlembicConfig()
         config.set_main_option("script_location", str(MIGRATIONS))
         head = ScriptDirectory.from_config(config).get_current_head()
+        if head != SCHEMA_HEAD:
+            raise RuntimeError(f"SCHEMA_HEAD is {SCHEMA_HEAD!r} but the newest migration is {head!r}")
 
-        def current(sync_conn: Any) -> str | None:
-            return MigrationContext.configure(sync_conn).get_current_revision()
-
-        def upgrade(sync_conn: Any) -> None:
+        def upgrade(sync_conn: Connection) -> None:
             config.attributes["connection"] = sync_conn
             command.upgrade(config, "head")
 
-        async with self.read() as conn:
-            if await conn.run_sync(current) == head:
-                return  # up to date: a read-only store stays usable for reading
         async with self.write() as conn:
             # Under the write lock, so two processes starting at once do not both migrate.
-            if await conn.run_sync(current) != head:
+            if await conn.run_sync(_schema_versions) != [head]:
                 logger.info("store %s: migrating schema to %s", self.label, head)
                 await conn.run_sync(upgrade)
 
@@ -211,6 +215,13 @@ class Store:
             f"Cannot use the database {self.label}: {message}. Check that the server is running and the "
             "URL (TOOLKEEPER_DATABASE_URL or toolkeeper.databaseUrl) is right."
         )
+
+
+def _schema_versions(sync_conn: Connection) -> list[str]:
+    """The revisions the store records in Alembic's version table; none for a new store."""
+    if not inspect(sync_conn).has_table(VERSION_TABLE):
+        return []
+    return list(sync_conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars())
 
 
 def _use_explicit_sqlite_transactions(engine: AsyncEngine) -> None:

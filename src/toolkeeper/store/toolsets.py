@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Table, delete, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -22,8 +21,15 @@ def now() -> datetime:
 
 def conflict_insert(conn: AsyncConnection, table: Table) -> Any:
     """An INSERT that can say ON CONFLICT (SQLite and PostgreSQL both can, with their own syntax)."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table)
+    # Imported here, where the connection's engine has loaded its dialect already: a SQLite
+    # store never loads the PostgreSQL dialect.
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
+        return postgresql_insert(table)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table)
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -107,16 +113,18 @@ async def insert_toolset(conn: AsyncConnection, toolset: Toolset) -> None:
     created = toolset.created_at or now()
     try:
         result = await conn.execute(
-            insert(toolsets).values(
+            insert(toolsets)
+            .values(
                 name=toolset.name,
                 description=toolset.description,
                 created_at=created,
                 updated_at=toolset.updated_at or created,
             )
+            .returning(toolsets.c.id)
         )
     except IntegrityError:  # another writer created it between our check and our insert
         raise ToolsetError(_exists(toolset.name)) from None
-    toolset_id = result.inserted_primary_key[0]
+    toolset_id = result.scalar_one()
     await _write_tools(conn, toolset_id, toolset.tools)
     for entry in toolset.notes:
         for note in entry.notes:
