@@ -44,7 +44,6 @@ SOURCE_STYLE = {
     "pinned": "bold cyan",
     "declared": "green",
     "declared-untrusted": "yellow",
-    "method": "green",
     "inferred": "magenta",
     "default": "dim",
 }

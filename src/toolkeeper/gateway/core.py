@@ -186,7 +186,6 @@ class Gateway:
     def _rebuild(self) -> None:
         self.catalog = build_catalog(
             (ServerTools(u.name, u.config.prefix, u.available, u.tools) for u in self.pool),
-            version=self.catalog.version + 1,
         )
         self.offerings = build_offerings(
             ServerOfferings(
