@@ -37,7 +37,7 @@ from toolkeeper.downstreams.base import (
     State,
     Unavailable,
 )
-from toolkeeper.downstreams.raw import LinkClosed, RawLane, binds_headers
+from toolkeeper.downstreams.raw import HttpLink, LinkClosed, RawLane, binds_headers
 from toolkeeper.downstreams.transports import open_transport
 from toolkeeper.protocol import INVALID_PARAMS, LOG_LEVEL_META, RESOLUTION_EXTENSION, forwardable_meta
 from toolkeeper.sdk_private import send_unvalidated
@@ -196,6 +196,8 @@ class McpConnection:
                         holding_slot = False
                         handshake.deadline = math.inf
                         self._link = link
+                        if isinstance(link, HttpLink):
+                            link.on_notification = self._on_raw_notification
                         try:
                             await self._serve_ready(client, lists)
                         finally:
@@ -327,6 +329,18 @@ class McpConnection:
             self._mark_dirty(*kinds, announced=True)
         elif isinstance(message, types.ResourceUpdatedNotification):
             await self._listener.resource_updated(self, message.params.uri)
+
+    async def _on_raw_notification(self, message: dict[str, Any]) -> None:
+        """A notification that came with a raw-lane answer: a log message reaches the gateway as
+        through the SDK; others (lists, resources) arrive on the change subscription."""
+        if message.get("method") != "notifications/message":
+            return
+        try:
+            params = types.LoggingMessageNotificationParams.model_validate(message.get("params"))
+        except ValidationError:
+            logger.warning("server %r sent a malformed log message: %.200r", self.name, message)
+            return
+        await self._on_log(params)
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         await self._listener.downstream_log(self, params)

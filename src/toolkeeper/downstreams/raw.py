@@ -8,6 +8,7 @@ session's first enveloped request), so the server sees one consistent client.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from itertools import count
 from typing import Any, Protocol
 
@@ -79,12 +80,18 @@ class StampLearner:
         await self.aclose()
 
 
+# What a raw lane does with a server's notification that arrives with an answer (a log message
+# on the call's event stream): the connection hands it to the gateway, as the SDK would.
+OnNotification = Callable[[dict[str, Any]], Awaitable[None]]
+
+
 class HttpLink:
     """Requests to a modern streamable-HTTP server, each its own POST."""
 
     def __init__(self, url: str, client: httpx2.AsyncClient) -> None:
         self.url = url
         self.client = client
+        self.on_notification: OnNotification | None = None
         self.stamp: dict[str, Any] = {}
         self._ids = count(1)
 
@@ -104,7 +111,7 @@ class HttpLink:
                 "POST", self.url, content=body, headers=headers, timeout=timeout
             ) as response:
                 if response.headers.get("content-type", "").startswith("text/event-stream"):
-                    return await _answer_in_events(response, request_id)
+                    return await self._answer_in_events(response, request_id)
                 data = await response.aread()
         except httpx2.TimeoutException:
             raise TimeoutError from None
@@ -120,19 +127,23 @@ class HttpLink:
             return {"jsonrpc": "2.0", "id": request_id, "error": {"code": INTERNAL_ERROR, "message": message}}
         return answer
 
-
-async def _answer_in_events(response: httpx2.Response, request_id: str) -> dict[str, Any]:
-    """The response to `request_id` in an event stream (notifications before it are skipped:
-    a plain call asked for no progress or logs)."""
-    data: list[str] = []
-    async for line in response.aiter_lines():
-        if line.startswith("data:"):
-            data.append(line[5:].lstrip())
-            continue
-        if line or not data:
-            continue
-        message = jsonwire.loads("\n".join(data).encode())
-        data = []
-        if isinstance(message, dict) and message.get("id") == request_id and "method" not in message:
-            return message
-    raise LinkClosed("the event stream ended without an answer")
+    async def _answer_in_events(self, response: httpx2.Response, request_id: str) -> dict[str, Any]:
+        """The response to `request_id` in the call's event stream; the server's notifications
+        before it (log messages) are handed on."""
+        data: list[str] = []
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                data.append(line[5:].lstrip())
+                continue
+            if line or not data:
+                continue
+            message = jsonwire.loads("\n".join(data).encode())
+            data = []
+            if not isinstance(message, dict):
+                continue
+            if "method" in message:
+                if "id" not in message and self.on_notification is not None:
+                    await self.on_notification(message)
+            elif message.get("id") == request_id:
+                return message
+        raise LinkClosed("the event stream ended without an answer")

@@ -6,6 +6,7 @@ downstream child is stopped and reaped by its transport before the process exits
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import sys
@@ -38,12 +39,21 @@ async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
+async def _collect_garbage_once_up(gateway: Gateway) -> None:
+    """Everything start-up made lives as long as the gateway: freeze it, so that collections on
+    the call path walk only what calls allocate, and turn the collector on again."""
+    await gateway.started.wait()
+    gc.freeze()
+    gc.enable()
+
+
 async def serve_stdio(config: Config, store: Store) -> None:
     gateway = Gateway(config, store)
     server = build_server(gateway)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_cancel_on_signal, tg.cancel_scope)
         await tg.start(gateway.run)
+        tg.start_soon(_collect_garbage_once_up, gateway)
         async with stdio_streams(FastLane(gateway, server.server_info_stamp)) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
         logger.info("client disconnected; stopping downstream servers")
@@ -140,6 +150,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
     )
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
+        tg.start_soon(_collect_garbage_once_up, gateway)
         tg.start_soon(_stop_on_signal, web)
         tg.start_soon(_announce_when_listening, web, gateway, host, port)
         await web.serve()
