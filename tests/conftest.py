@@ -65,6 +65,8 @@ def gateway_params(config: Path, *extra: str, env: dict[str, str] | None = None)
         args=["-m", "toolkeeper", "serve", "--config", str(config), *extra],
         env={
             "TOOLKEEPER_LOG_LEVEL": "DEBUG",
+            # The gateway runs this checkout's code, whichever copy of the package is installed.
+            "PYTHONPATH": str(ROOT / "src"),
             **{k: os.environ[k] for k in STORE_ENV if k in os.environ},
             **(env or {}),
         },

@@ -80,7 +80,7 @@ async def test_round_trip_and_revision(store_url: str) -> None:
         assert equipped is not None and equipped.name == "dev-kit"
         assert [n.name for n in equipped.notes_for(catalog().by_namespaced["ctl.echo"])] == ["one", "two"]
         # Deleting removes its tools and notes too; the copy keeps its own.
-        await svc.delete("dev-kit")
+        await svc.delete("dev-kit", confirm=True)
         assert await svc.equipped() is None
         async with store.read() as conn:
             assert (await conn.execute(select(func.count()).select_from(tool_notes))).scalar_one() == 2
@@ -305,7 +305,7 @@ async def test_pins_upsert_clear_and_go_with_their_toolset(store_url: str) -> No
         assert cleared["cleared"] == ["readOnlyHint"]
         assert dict((await hints.overrides()).pins("ctl.echo").fields) == {"title": "Echo"}
 
-        await svc.delete("kit")  # its toolset pins go with it; global pins stay
+        await svc.delete("kit", confirm=True)  # its toolset pins go with it; global pins stay
         after = await hints.overrides()
         assert not after.pins("ctl.echo", "kit") and after.pins("ctl.echo").fields == {"title": "Echo"}
     finally:

@@ -31,10 +31,10 @@ from toolkeeper.cli.common import (
     run_service,
     with_gateway,
 )
+from toolkeeper.errors import ErrorKind
 from toolkeeper.log import setup_logging
 from toolkeeper.services.inspect import HINTS, server_rows, tool_rows
 from toolkeeper.services.toolsets import ToolsetService, read_json_file
-from toolkeeper.toolsets.model import ToolsetError
 
 try:  # libuv's event loop: a quarter less of the gateway's time per call (bench/README.md)
     import uvloop  # noqa: F401
@@ -268,12 +268,11 @@ def toolsets_delete(
 ) -> None:
     """Delete a toolset and its notes."""
     loaded = load(config, demo)
-    if not yes:
-        if not sys.stdin.isatty():
-            err.print(f"Refusing to delete {name} without confirmation: add --yes.")
-            raise typer.Exit(1)
-        typer.confirm(f"Delete toolset {name} and its notes?", abort=True)
-    out.print(run_service(loaded, lambda s: s.delete(name))["message"])
+    # The service refuses an unconfirmed deletion; a person at a terminal is asked instead.
+    confirmed = yes or (
+        sys.stdin.isatty() and typer.confirm(f"Delete toolset {name} and its notes?", abort=True)
+    )
+    out.print(run_service(loaded, lambda s: s.delete(name, confirm=confirmed))["message"])
 
 
 @toolsets_app.command("export")
@@ -349,18 +348,10 @@ def notes_list(
     as_json: bool = JsonOption,
 ) -> None:
     """The notes of a toolset, tool by tool."""
-
-    async def use(service: ToolsetService) -> dict[str, Any]:
-        equipped = await service.equipped()
-        target = toolset or (equipped.name if equipped else None)
-        if not target:
-            raise ToolsetError("No toolset is equipped: name one with --toolset.")
-        return await service.show(target)
-
-    info = run_service(load(config, demo), use)
+    info = run_service(load(config, demo), lambda s: s.notes(toolset))
     if as_json:
-        return print_json({"toolset": info["name"], "toolNotes": info["toolNotes"]})
-    table = Table("tool", "note", "text", title=info["name"])
+        return print_json(info)
+    table = Table("tool", "note", "text", title=info["toolset"])
     for entry in info["toolNotes"]:
         ref = entry["toolRef"].get("namespacedName") or entry["toolRef"].get("refId")
         for note in entry["notes"]:
@@ -398,6 +389,8 @@ def import_hypertool(
     print_warnings(result)
     for skipped in result["skipped"]:
         err.print(f"[yellow]skipped[/yellow] {skipped['name']}: {skipped['reason']}", highlight=False)
+    if any(skipped["kind"] == ErrorKind.CONFLICT for skipped in result["skipped"]):
+        err.print("Add --overwrite to replace the toolsets that exist.")
     out.print(
         f"Imported {len(result['imported'])} toolset(s): {', '.join(result['imported']) or 'none'}."
         + (f" Equipped {result['equipped']}." if result["equipped"] else "")
@@ -407,8 +400,6 @@ def import_hypertool(
 # The hints, lint, rules and resolve commands live in their own modules; importing registers them.
 from toolkeeper.cli import hints as _hints  # noqa: E402, F401
 from toolkeeper.cli import rules as _rules  # noqa: E402, F401
-
-# The hint and lint commands live in their own module; importing it registers them.
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import typer
@@ -16,12 +16,10 @@ from rich.console import Console
 from toolkeeper.annotations.effective import Annotator, policies_from
 from toolkeeper.config import Config, ConfigError, load_config
 from toolkeeper.config.loader import demo_config_path
-from toolkeeper.errors import ServiceError
+from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.log import setup_logging
-from toolkeeper.services.hints import HintService
-from toolkeeper.services.rules import RuleService
-from toolkeeper.services.toolsets import ToolsetService
+from toolkeeper.services import Services, build_services
 from toolkeeper.store import Store, StoreError
 
 app = typer.Typer(
@@ -89,6 +87,36 @@ def with_gateway(config: Config, wait: float, use: Callable[[Gateway], Any]) -> 
     return anyio.run(main)
 
 
+# What a refusal of each kind exits with: 1 for what the person asked (fix the request), 2 for
+# what is around it (servers not connected, the store), as for configuration problems.
+EXIT_CODES: dict[ErrorKind, int] = {
+    ErrorKind.NOT_FOUND: 1,
+    ErrorKind.INVALID: 1,
+    ErrorKind.CONFLICT: 1,
+    ErrorKind.UNAVAILABLE: 2,
+    ErrorKind.STORE: 2,
+}
+
+# The next steps a service names, as this command spells them.
+NEXT_STEPS: dict[NextStep, str] = {
+    NextStep.CONFIRM: "Add --yes to go ahead.",
+    NextStep.OVERWRITE: "Add --overwrite to replace it.",
+    NextStep.EQUIP_TOOLSET: "Equip one with `toolkeeper toolsets equip NAME`, or name one with --toolset.",
+    NextStep.BUILD_TOOLSET: "Build one with `toolkeeper toolsets build NAME TOOL…`.",
+    NextStep.LIST_TOOLS: "`toolkeeper tools` lists the tools the servers offer.",
+}
+
+
+def refuse(error: ServiceError) -> NoReturn:
+    """Print a refused request's message (and this command's spelling of its next step) and exit
+    with the code for its kind."""
+    text = str(error)
+    if error.next_step is not None:
+        text += " " + NEXT_STEPS[error.next_step]
+    err.print(f"error: {text}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_CODES[error.kind])
+
+
 def mark(value: Any) -> str:
     return {True: "[green]✓[/green]", False: "[red]✗[/red]"}.get(value, "[dim]·[/dim]")
 
@@ -102,39 +130,33 @@ def run_service(
     kind: str = "toolsets",
 ) -> Any:
     """Run one operation of a service (`toolsets`, `hints` or `rules`) with the store open; `live`
-    connects the servers first. A refusal prints its message and exits 1."""
+    connects the servers first. A refusal prints its message and exits with its kind's code."""
 
-    def offline(store: Store) -> Any:
-        if kind == "hints":
-            annotator = Annotator(policies_from(config))
-            return HintService(store, lambda: None, lambda: annotator)
-        if kind == "rules":
-            return RuleService(store, lambda: None)
-        return ToolsetService(store, lambda: None)
+    def pick(services: Services) -> Any:
+        return {"hints": services.hints, "rules": services.rules}.get(kind, services.toolsets)
 
-    async def attempt(service: Any) -> tuple[Any, Exception | None]:
+    async def attempt(service: Any) -> tuple[Any, ServiceError | None]:
         # Caught here, not outside: an exception leaving the running gateway arrives in a group.
         try:
             return await use(service), None
-        except (ServiceError, StoreError) as exc:
+        except ServiceError as exc:  # a StoreError too
             return None, exc
 
-    async def main() -> tuple[Any, Exception | None]:
+    async def main() -> tuple[Any, ServiceError | None]:
         async with await open_store(config) as store:
             if not live:
-                return await attempt(offline(store))
+                annotator = Annotator(policies_from(config))
+                return await attempt(pick(build_services(store, annotator=lambda: annotator)))
             async with running_gateway(config, wait, store) as gateway:
-                return await attempt(
-                    {"hints": gateway.hints, "rules": gateway.rules}.get(kind, gateway.service)
-                )
+                assert gateway.services is not None  # a gateway with a store has its services
+                return await attempt(pick(gateway.services))
 
     try:
         result, error = anyio.run(main)
-    except StoreError as exc:
+    except StoreError as exc:  # closing the store failed
         result, error = None, exc
     if error is not None:
-        err.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        refuse(error)
     return result
 
 

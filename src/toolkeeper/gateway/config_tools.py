@@ -1,9 +1,11 @@
 """The configuration tools: the MCP face of the toolset service (seeds 000 and 001).
 
-Each tool parses its arguments against its input schema, calls one service function, and
-returns the result as JSON text plus `structuredContent`. A refused request (unknown toolset,
-bad reference) is a tool error (`isError`) whose text says what to do next, so the model can
-correct itself. The rules themselves live in `services/toolsets.py`.
+Each tool checks its arguments against its input schema, calls one service function, and
+returns the result as JSON text plus `structuredContent`. A refusal of any kind (unknown
+toolset, bad reference, a name taken, servers not connected, the store) is a tool error
+(`isError`) whose text is the service's message plus, where the service names a next step,
+the configuration tool that takes it; so the model can correct itself. The rules live in the
+services: where an argument's rule is the service's, the service's message is the one given.
 """
 
 from __future__ import annotations
@@ -13,21 +15,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
+# jsonschema ships no type information (and the types-jsonschema stubs are not a dependency).
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from toolkeeper.annotations.hints import HINTS, PARAM_DESCRIPTION_MAX, TITLE_MAX
-from toolkeeper.errors import ServiceError
+from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 from toolkeeper.toolsets.model import (
     NAME_PATTERN,
     NOTE_NAME_MAX,
     NOTE_TEXT_MAX,
     TOOLSET_NAME_LENGTH,
-    ToolsetError,
-    check_toolset_name,
 )
 
 if TYPE_CHECKING:
     from toolkeeper.gateway.core import Gateway
+    from toolkeeper.services import Services
 
 ENTER = "enter-configuration-mode"
 EXIT = "exit-configuration-mode"
@@ -54,9 +56,11 @@ class ConfigTool:
     required: tuple[str, ...]
     hints: dict[str, Any]
     run: Handler
+    # Arguments the service checks itself (a toolset name): the schema describes them to the
+    # client, but a value it rejects goes to the service, whose message is the one given.
+    checked_by_service: frozenset[str] = frozenset()
     input_schema: dict[str, Any] = field(init=False)
-    # Arguments whose rule has the seed's own wording: that wording replaces the schema's.
-    checkers: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+    _validator: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         schema: dict[str, Any] = {
@@ -80,20 +84,21 @@ class ConfigTool:
 
     async def call(self, gateway: Gateway, arguments: dict[str, Any] | None) -> dict[str, Any]:
         arguments = arguments or {}
-        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))  # type: ignore[attr-defined]
+        errors = sorted(
+            (
+                e
+                for e in self._validator.iter_errors(arguments)
+                if not (e.path and e.path[0] in self.checked_by_service)
+            ),
+            key=lambda e: list(e.path),
+        )
         if errors:
-            for argument, check in self.checkers.items():
-                if any(list(e.path)[:1] == [argument] for e in errors):
-                    try:
-                        check(arguments.get(argument))
-                    except ServiceError as exc:
-                        return error_result(str(exc))
             lines = [f"{'/'.join(str(p) for p in e.path) or '(arguments)'}: {e.message}" for e in errors[:5]]
             return error_result(f"Invalid arguments for {self.name}:\n" + "\n".join(lines))
         try:
             result = await self.run(gateway, arguments)
         except ServiceError as exc:
-            return error_result(str(exc))
+            return refusal(exc)
         return {
             "content": [{"type": "text", "text": json.dumps(result, indent=2, ensure_ascii=False)}],
             "structuredContent": result,
@@ -103,6 +108,34 @@ class ConfigTool:
 def error_result(text: str) -> dict[str, Any]:
     """A tool error result: the text tells the model (or person) what went wrong and what to do."""
     return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+# The next steps a service names, as the configuration tools take them.
+NEXT_STEPS: dict[NextStep, str] = {
+    NextStep.CONFIRM: "Set confirm: true to go ahead.",
+    NextStep.OVERWRITE: "Set overwrite: true to replace it.",
+    NextStep.EQUIP_TOOLSET: "Use equip-toolset to load a toolset first.",
+    NextStep.BUILD_TOOLSET: "Use build-toolset to create one.",
+    NextStep.LIST_TOOLS: "Use list-available-tools to see available tools.",
+}
+
+
+def refusal(error: ServiceError) -> dict[str, Any]:
+    """A refused service request as a tool result. Every kind is an `isError` result: the model
+    reads the text and corrects itself; the protocol-level error is for malformed requests."""
+    text = str(error)
+    if error.next_step is not None:
+        text += " " + NEXT_STEPS[error.next_step]
+    return error_result(text)
+
+
+def _services(gateway: Gateway) -> Services:
+    if gateway.services is None:
+        raise ServiceError(
+            "Toolsets, hints and rules need the store, and this gateway runs without one.",
+            ErrorKind.UNAVAILABLE,
+        )
+    return gateway.services
 
 
 # -- argument schemas ---------------------------------------------------------------------
@@ -154,15 +187,16 @@ NOTES = {
 }
 
 
-NAME_CHECK = {"name": check_toolset_name}
+# The toolset name's rule is the service's (check_toolset_name); the schema only describes it.
+NAME_CHECKED = frozenset({"name"})
 
 
 # -- handlers -----------------------------------------------------------------------------
 
 
 async def _list_available(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    result = await gateway.service.available_tools()
-    hints = await gateway.hints.briefs()
+    result = await _services(gateway).toolsets.available_tools()
+    hints = await _services(gateway).hints.briefs()
     for server in result["toolsByServer"]:
         for tool in server["tools"]:
             tool["hints"] = hints.get(tool["namespacedName"])
@@ -170,61 +204,57 @@ async def _list_available(gateway: Gateway, args: dict[str, Any]) -> dict[str, A
 
 
 async def _build(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return await gateway.service.build(
+    return await _services(gateway).toolsets.build(
         args["name"], args["tools"], args.get("description", ""), bool(args.get("autoEquip", False))
     )
 
 
 async def _list_saved(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return await gateway.service.saved()
+    return await _services(gateway).toolsets.saved()
 
 
 async def _equip(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return await gateway.service.equip(args["name"])
+    return await _services(gateway).toolsets.equip(args["name"])
 
 
 async def _unequip(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return await gateway.service.unequip()
+    return await _services(gateway).toolsets.unequip()
 
 
 async def _delete(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    if args.get("confirm") is not True:
-        raise ToolsetError(
-            f'Deletion requires confirmation. Set confirm: true to delete toolset "{args["name"]}".'
-        )
-    return await gateway.service.delete(args["name"])
+    return await _services(gateway).toolsets.delete(args["name"], confirm=args.get("confirm") is True)
 
 
 async def _active(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return {**await gateway.service.active(), "mode": gateway.mode_name}
+    return {**await _services(gateway).toolsets.active(), "mode": gateway.mode_name}
 
 
 async def _add_notes(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return await gateway.service.add_notes(args["toolRef"], args["notes"])
+    return await _services(gateway).toolsets.add_notes(args["toolRef"], args["notes"])
 
 
 async def _remove_notes(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return await gateway.service.remove_notes(args["toolRef"], args["names"])
+    return await _services(gateway).toolsets.remove_notes(args["toolRef"], args["names"])
 
 
 async def _export(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return await gateway.service.export(args["name"])
+    return await _services(gateway).toolsets.export(args["name"])
 
 
 async def _import(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return await gateway.service.import_toolset(
+    return await _services(gateway).toolsets.import_toolset(
         args["toolset"], args.get("name"), bool(args.get("overwrite"))
     )
 
 
 async def _set_hints(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return await gateway.hints.set(
+    return await _services(gateway).hints.set(
         args["toolRef"], args.get("hints"), args.get("parameters"), args.get("toolset"), args.get("accept")
     )
 
 
 async def _set_rules(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
-    return await gateway.rules.replace(args["toolRef"], args["rules"])
+    return await _services(gateway).rules.replace(args["toolRef"], args["rules"])
 
 
 async def _enter(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
@@ -281,7 +311,7 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         ("name", "tools"),
         _hints(read_only=False, idempotent=False),
         _build,
-        checkers=NAME_CHECK,
+        checked_by_service=NAME_CHECKED,
     ),
     ConfigTool(
         "list-saved-toolsets",
@@ -302,7 +332,7 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         ("name",),
         _hints(read_only=False),
         _equip,
-        checkers=NAME_CHECK,
+        checked_by_service=NAME_CHECKED,
     ),
     ConfigTool(
         "unequip-toolset",
@@ -326,7 +356,7 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         ("name",),
         _hints(read_only=False, destructive=True),
         _delete,
-        checkers=NAME_CHECK,
+        checked_by_service=NAME_CHECKED,
     ),
     ConfigTool(
         "get-active-toolset",
@@ -376,7 +406,7 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         ("name",),
         _hints(read_only=True),
         _export,
-        checkers=NAME_CHECK,
+        checked_by_service=NAME_CHECKED,
     ),
     ConfigTool(
         "import-toolset",
@@ -398,7 +428,7 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         ("toolset",),
         _hints(read_only=False, destructive=True, idempotent=False),
         _import,
-        checkers=NAME_CHECK,
+        checked_by_service=NAME_CHECKED,
     ),
     ConfigTool(
         "set-tool-hints",
@@ -458,6 +488,7 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         ("toolRef",),
         _hints(read_only=False, destructive=True),
         _set_hints,
+        checked_by_service=frozenset({"toolset"}),
     ),
     ConfigTool(
         "set-argument-rules",

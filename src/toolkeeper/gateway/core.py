@@ -38,9 +38,8 @@ from toolkeeper.gateway.notify import ClientNotifier
 from toolkeeper.gateway.pipeline import Pipeline, standard_pipeline
 from toolkeeper.gateway.relay import Relay
 from toolkeeper.protocol import RESOLUTION_EXTENSION
-from toolkeeper.services.hints import HintService
-from toolkeeper.services.rules import RuleService
-from toolkeeper.services.toolsets import Change, ToolsetService
+from toolkeeper.services import build_services
+from toolkeeper.services.toolsets import Change
 from toolkeeper.store import Store, StoreError
 from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
 
@@ -84,16 +83,21 @@ class Gateway:
         self.menu_enabled = config.settings.config_tools_menu and store is not None
         self.toolset: Toolset | None = None
         self.mode = Mode.NORMAL
-        self.service = ToolsetService(store, self._live_catalog, self._toolsets_changed) if store else None
         self.annotator = Annotator(policies_from(config))
-        self.hints = (
-            HintService(store, self._live_catalog, self._current_annotator, self._toolsets_changed)
+        self.services = (
+            build_services(
+                store,
+                annotator=self._current_annotator,
+                catalog=self._live_catalog,
+                resolver=self.resolve,
+                on_change=self._toolsets_changed,
+            )
             if store
             else None
         )
-        self.rules = (
-            RuleService(store, self._live_catalog, self.resolve, self._toolsets_changed) if store else None
-        )
+        self.service = self.services.toolsets if self.services else None
+        self.hints = self.services.hints if self.services else None
+        self.rules = self.services.rules if self.services else None
         self._store_revision = -1
         self.started = anyio.Event()
         self._rebuild()

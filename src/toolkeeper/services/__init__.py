@@ -1,1 +1,50 @@
-"""The service layer: every operation a person can do, once, for the MCP, CLI and web faces."""
+"""The service layer: every operation a person can do, once, for the MCP, CLI and web faces.
+
+`build_services` is the one place the services are wired together: the gateway builds them
+over its live catalog, the CLI over the store alone (no catalog: offline) or takes the running
+gateway's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from toolkeeper.annotations.effective import Annotator
+from toolkeeper.catalog import Catalog
+from toolkeeper.services.hints import HintService
+from toolkeeper.services.rules import Resolver, RuleService
+from toolkeeper.services.toolsets import Change, ToolsetService
+from toolkeeper.store import Store
+
+
+@dataclass(frozen=True)
+class Services:
+    toolsets: ToolsetService
+    hints: HintService
+    rules: RuleService
+
+
+def _offline() -> Catalog | None:
+    return None
+
+
+def build_services(
+    store: Store,
+    *,
+    annotator: Callable[[], Annotator],
+    catalog: Callable[[], Catalog | None] = _offline,
+    resolver: Resolver | None = None,
+    on_change: Callable[[Change], Awaitable[None]] | None = None,
+) -> Services:
+    """The three services over one store. Without `catalog` they work offline: operations that
+    need the servers say so; without `resolver` rules cannot be tested; `on_change` hears of
+    every write (the gateway rebuilds its listing)."""
+    return Services(
+        toolsets=ToolsetService(store, catalog, on_change),
+        hints=HintService(store, catalog, annotator, on_change),
+        rules=RuleService(store, catalog, resolver, on_change),
+    )
+
+
+__all__ = ["Services", "build_services"]

@@ -1,5 +1,5 @@
-"""Every hint operation, once: explain, pin, accept a suggestion, clear. The configuration tool
-`set-tool-hints`, `list-available-tools` and `toolkeeper hints` are thin faces over these.
+"""Every hint operation, once: explain, pin, accept a suggestion, clear. The configuration tools
+and `toolkeeper hints` are thin faces over these.
 
 Pins are global unless a toolset is named; a toolset's pin wins while that toolset is equipped.
 Every request is checked in full before anything is written, and written in one transaction.
@@ -23,8 +23,8 @@ from toolkeeper.annotations.hints import (
     unknown_field_message,
 )
 from toolkeeper.catalog import Catalog, CatalogTool
-from toolkeeper.errors import ServiceError
-from toolkeeper.services.toolsets import NOT_STARTED, Change
+from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.services.toolsets import NOT_STARTED, Change, require_toolset_id
 from toolkeeper.store import Store
 from toolkeeper.store import overrides as pins_rows
 from toolkeeper.store import toolsets as toolset_rows
@@ -64,13 +64,13 @@ class HintService:
             if toolset is None:
                 toolset = await toolset_rows.get_equipped(conn)
             else:
-                await toolset_rows.require_id(conn, check_toolset_name(toolset))
+                await require_toolset_id(conn, check_toolset_name(toolset))
         return replace(self._annotator(), overrides=overrides), toolset
 
     def _live(self) -> Catalog:
         catalog = self._catalog()
         if catalog is None:
-            raise HintError(NOT_STARTED)
+            raise HintError(NOT_STARTED, ErrorKind.UNAVAILABLE)
         return catalog
 
     def _tool(self, ref: Any) -> CatalogTool:
@@ -118,7 +118,7 @@ class HintService:
             )
         async with self.store.write() as conn:
             if toolset is not None:
-                await toolset_rows.require_id(conn, scope)
+                await require_toolset_id(conn, scope)
             cleared = await pins_rows.remove(
                 conn, tool.namespaced_name, scope, [k for k, v in changes.items() if v is None]
             )
@@ -252,6 +252,7 @@ def _accepted(
     for key in wanted:
         if key in changes:
             raise HintError(f"{key} is both set and accepted; give it once.")
+        suggestion: bool | str | None  # a hint's suggestion is true/false, a text's is text
         if key.startswith(PARAM):
             param = effective.parameters.get(key[len(PARAM) :])
             suggestion = param.suggestion if param else None

@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from toolkeeper.annotations.hints import HINTS
-from toolkeeper.gateway.core import Gateway
+from toolkeeper.catalog import Catalog
+from toolkeeper.config import Config
+from toolkeeper.downstreams.connection import McpConnection
+
+__all__ = ["HINTS", "Inspectable", "server_rows", "tool_rows"]
 
 
-def server_rows(gateway: Gateway) -> list[dict[str, Any]]:
+class Inspectable(Protocol):
+    """What these rows read of a running gateway; the services do not depend on the gateway."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def pool(self) -> Iterable[McpConnection]: ...
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+
+def server_rows(gateway: Inspectable) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     now = time.monotonic()
     for downstream in gateway.pool:
@@ -41,7 +59,7 @@ def server_rows(gateway: Gateway) -> list[dict[str, Any]]:
     return rows
 
 
-def tool_rows(gateway: Gateway, include_unavailable: bool = True) -> list[dict[str, Any]]:
+def tool_rows(gateway: Inspectable, include_unavailable: bool = True) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for tool in gateway.catalog.tools:
         if not tool.available and not include_unavailable:

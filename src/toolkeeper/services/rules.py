@@ -3,13 +3,14 @@ tool `set-argument-rules` and `toolkeeper rules` are thin faces over these."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from toolkeeper.annotations.hints import input_properties
 from toolkeeper.annotations.resolve import Resolution, ResolveError
 from toolkeeper.annotations.rules import Rule, RuleError, parse_rule
 from toolkeeper.catalog import Catalog, CatalogTool
+from toolkeeper.errors import ErrorKind
 from toolkeeper.services.toolsets import NOT_STARTED, Change
 from toolkeeper.store import Store
 from toolkeeper.store import rules as rule_rows
@@ -38,7 +39,7 @@ class RuleService:
     def _live_tool(self, ref: Any) -> CatalogTool:
         catalog = self._catalog()
         if catalog is None:
-            raise RuleError(NOT_STARTED)
+            raise RuleError(NOT_STARTED, ErrorKind.UNAVAILABLE)
         return resolve(ToolRef.parse(ref), catalog)
 
     def _name(self, ref: Any) -> str:
@@ -82,10 +83,8 @@ class RuleService:
         async with self.store.write() as conn:
             ids = await rule_rows.ids(conn, name)
             if not 1 <= number <= len(ids):
-                have = f"rules 1-{len(ids)}" if ids else "no rules"
-                raise RuleError(
-                    f"{name} has {have}; there is no rule {number}. See `toolkeeper rules list {name}`."
-                )
+                have = f"rules 1-{len(ids)}, as they are listed" if ids else "no rules"
+                raise RuleError(f"{name} has {have}; there is no rule {number}.", ErrorKind.NOT_FOUND)
             await rule_rows.remove(conn, ids[number - 1])
         await self._changed()
         return await self.list(name)
@@ -94,19 +93,20 @@ class RuleService:
         """Resolve hints for these arguments as a client's `tools/resolve` would, and say which source."""
         tool = self._live_tool(ref)
         if self._resolver is None:
-            raise RuleError(NOT_STARTED)
+            raise RuleError(NOT_STARTED, ErrorKind.UNAVAILABLE)
         try:
             resolution = await self._resolver(tool, arguments)
         except ResolveError as exc:
             raise RuleError(f"{exc} (error {exc.code})") from None
         return {"tool": tool.namespaced_name, "arguments": arguments, **resolution.as_json()}
 
-    async def _written(self, name: str, warnings: list[str]) -> dict[str, Any]:
+    # Sequence, not list: inside this class `list` is the method above.
+    async def _written(self, name: str, warnings: Sequence[str]) -> dict[str, Any]:
         """After a write: tell the gateway, and show the tool's rules as they are now."""
         await self._changed()
         result = await self.list(name)
         if warnings:
-            result["warnings"] = warnings
+            result["warnings"] = list(warnings)
         return result
 
     async def _changed(self) -> None:

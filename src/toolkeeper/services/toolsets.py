@@ -2,7 +2,8 @@
 over these functions: they parse, call, and format; the rules live here.
 
 Each operation validates everything before it writes, writes in one transaction, and returns
-a JSON-ready dict. Bad input raises `ToolsetError` with a message that says what to do next.
+a JSON-ready dict. A refusal raises `ToolsetError` with its kind (not found, invalid, conflict,
+unavailable) and a message that names the thing and what to do next, in no face's words.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from toolkeeper.catalog import Catalog, CatalogTool
+from toolkeeper.errors import ErrorKind, NextStep
 from toolkeeper.store import Store, overrides
 from toolkeeper.store import toolsets as rows
 from toolkeeper.toolsets.model import (
@@ -36,6 +40,7 @@ from toolkeeper.toolsets.model import (
 
 EXPORT_FORMAT = "toolkeeper.toolset/1"
 NOT_STARTED = "Tool discovery not available: the gateway's servers have not connected yet. Try again shortly."
+EXISTS = 'Toolset "{name}" already exists. Use a different name or delete the existing toolset first.'
 
 
 class Change(StrEnum):
@@ -64,7 +69,7 @@ class ToolsetService:
     def live_catalog(self) -> Catalog:
         catalog = self._catalog()
         if catalog is None:
-            raise ToolsetError(NOT_STARTED)
+            raise ToolsetError(NOT_STARTED, ErrorKind.UNAVAILABLE)
         return catalog
 
     async def available_tools(self) -> dict[str, Any]:
@@ -96,10 +101,16 @@ class ToolsetService:
         return {"toolsets": [self.describe(t, equipped, catalog) for t in toolsets], "equipped": equipped}
 
     async def show(self, name: str) -> dict[str, Any]:
+        check_toolset_name(name)
         async with self.store.read() as conn:
-            toolset = await rows.load_required(conn, name)
+            toolset = await load_toolset(conn, name)
             equipped = await rows.get_equipped(conn)
         return self.describe(toolset, equipped, self._catalog())
+
+    async def notes(self, toolset: str | None = None) -> dict[str, Any]:
+        """The notes of a toolset, tool by tool: the equipped one unless one is named."""
+        target = await self._target_toolset(toolset)
+        return {"toolset": target.name, "toolNotes": [_notes_json(entry) for entry in target.notes]}
 
     async def equipped(self) -> Toolset | None:
         async with self.store.read() as conn:
@@ -116,7 +127,9 @@ class ToolsetService:
                 "equipped": False,
                 "toolset": None,
                 "message": "No toolset is equipped. "
-                + (f"Saved toolsets: {', '.join(known)}." if known else "Use build-toolset to create one."),
+                + (
+                    f"Saved toolsets: {', '.join(known)}." if known else "None is saved yet: build one first."
+                ),
             }
         info = self.describe(toolset, toolset.name, self._catalog())
         by_status: dict[str, list[str]] = {}
@@ -186,10 +199,10 @@ class ToolsetService:
             raise ToolsetError("Invalid tool references:\n" + "\n".join(problems))
         toolset = Toolset(name=name, description=description, tools=tuple(refs))
         async with self.store.write() as conn:
-            await rows.insert_toolset(conn, toolset)
+            await _insert_new(conn, toolset, ToolsetError(EXISTS.format(name=name), ErrorKind.CONFLICT))
             if auto_equip:
                 await rows.set_equipped(conn, name)
-            saved = await rows.load_required(conn, name)
+            saved = await load_toolset(conn, name)
         await self._changed(Change.EQUIPPED if auto_equip else Change.CONTENT)
         result: dict[str, Any] = {
             "success": True,
@@ -202,8 +215,9 @@ class ToolsetService:
         return result
 
     async def equip(self, name: str) -> dict[str, Any]:
+        check_toolset_name(name)
         async with self.store.write() as conn:
-            toolset = await rows.load_required(conn, name)
+            toolset = await load_toolset(conn, name)
             await rows.set_equipped(conn, name)
         await self._changed(Change.EQUIPPED)
         info = self.describe(toolset, name, self._catalog())
@@ -230,9 +244,18 @@ class ToolsetService:
             "message": f'Toolset "{previous}" unequipped.' if previous else "No toolset was equipped.",
         }
 
-    async def delete(self, name: str) -> dict[str, Any]:
+    async def delete(self, name: str, confirm: bool = False) -> dict[str, Any]:
+        """Delete a toolset with its notes and pins; only when the request confirms it."""
+        check_toolset_name(name)
         async with self.store.write() as conn:
-            await rows.require_id(conn, name)
+            await require_toolset_id(conn, name)
+            if confirm is not True:
+                raise ToolsetError(
+                    f'Deleting toolset "{name}" removes it and its notes for good: confirm the deletion '
+                    "to go ahead.",
+                    ErrorKind.INVALID,
+                    NextStep.CONFIRM,
+                )
             was_equipped = await rows.get_equipped(conn) == name
             if was_equipped:
                 await rows.set_equipped(conn, None)
@@ -260,7 +283,7 @@ class ToolsetService:
         added: list[Note] = []
         warnings: list[str] = []
         async with self.store.write() as conn:
-            toolset_id = await rows.require_id(conn, target.name)
+            toolset_id = await require_toolset_id(conn, target.name)
             for note in checked:
                 if await rows.add_note(conn, toolset_id, tool_ref, note):
                     added.append(note)
@@ -295,10 +318,11 @@ class ToolsetService:
             have = ", ".join(sorted(existing)) or "none"
             raise ToolsetError(
                 f"{tool_ref} has no note named {', '.join(repr(n) for n in unknown)} in toolset "
-                f'"{target.name}" (its notes: {have}). Nothing was removed.'
+                f'"{target.name}" (its notes: {have}). Nothing was removed.',
+                ErrorKind.NOT_FOUND,
             )
         async with self.store.write() as conn:
-            toolset_id = await rows.require_id(conn, target.name)
+            toolset_id = await require_toolset_id(conn, target.name)
             removed = [n for n in names if await rows.remove_note(conn, toolset_id, tool_ref, n)]
             await rows.touch(conn, toolset_id)
         await self._changed(Change.CONTENT)
@@ -306,9 +330,10 @@ class ToolsetService:
 
     async def repin(self, name: str) -> dict[str, Any]:
         """Accept the live schema of every changed tool: store its current refId."""
+        check_toolset_name(name)
         catalog = self.live_catalog()
         async with self.store.write() as conn:
-            toolset = await rows.load_required(conn, name)
+            toolset = await load_toolset(conn, name)
             refs, repinned, unavailable = [], [], []
             for ref in toolset.tools:
                 tool, status = status_of(ref, catalog)
@@ -335,8 +360,9 @@ class ToolsetService:
     # -- export and import -----------------------------------------------------------------
 
     async def export(self, name: str) -> dict[str, Any]:
+        check_toolset_name(name)
         async with self.store.read() as conn:
-            toolset = await rows.load_required(conn, name)
+            toolset = await load_toolset(conn, name)
         return {
             "format": EXPORT_FORMAT,
             "name": toolset.name,
@@ -350,7 +376,12 @@ class ToolsetService:
     async def import_toolset(
         self, document: Any, name: str | None = None, overwrite: bool = False
     ) -> dict[str, Any]:
-        """Import an exported toolset (a hypertool ToolsetConfig has the same shape)."""
+        """Import an exported toolset (a hypertool ToolsetConfig has the same shape).
+
+        An existing toolset of the same name is replaced only when `overwrite` asks for it.
+        """
+        if name is not None:  # an empty name must not fall back to the document's
+            check_toolset_name(name)
         toolset = parse_toolset_document(document, name)
         catalog = self._catalog()
         if catalog is not None:  # fill in the identity the document left out, where the tool is live
@@ -361,7 +392,13 @@ class ToolsetService:
                 # The equipped state is kept by name, so an equipped toolset stays equipped.
                 await rows.delete_toolset(conn, toolset.name)
                 replaced = True
-            await rows.insert_toolset(conn, toolset)
+            taken = ToolsetError(
+                f'Toolset "{toolset.name}" already exists. Import it under another name, or with '
+                "overwrite to replace it.",
+                ErrorKind.CONFLICT,
+                NextStep.OVERWRITE,
+            )
+            await _insert_new(conn, toolset, taken)
             is_equipped = await rows.get_equipped(conn) == toolset.name
         await self._changed(Change.CONTENT)
         return {
@@ -388,13 +425,15 @@ class ToolsetService:
                 "~/.toolprint/hypertool-mcp/config.json."
             )
         imported: list[Toolset] = []
+        # Each skipped toolset says why and what kind of refusal it was, so a face can add its
+        # own next step (the CLI's --overwrite) to the conflicts.
         skipped: list[dict[str, str]] = []
         warnings: list[str] = []
         for key, raw in stored.items():
             try:
                 toolset, dropped = _from_hypertool(key, raw)
             except ToolsetError as exc:
-                skipped.append({"name": str(key), "reason": str(exc)})
+                skipped.append({"name": str(key), "reason": str(exc), "kind": exc.kind})
                 continue
             warnings += [f"{toolset.name}: {d}" for d in dropped]
             imported.append(toolset)
@@ -409,12 +448,16 @@ class ToolsetService:
                         skipped.append(
                             {
                                 "name": toolset.name,
-                                "reason": "a toolset of that name exists (use --overwrite)",
+                                "reason": "a toolset of that name exists; import with overwrite to "
+                                "replace it",
+                                "kind": ErrorKind.CONFLICT,
                             }
                         )
                         continue
                     await rows.delete_toolset(conn, toolset.name)
-                await rows.insert_toolset(conn, toolset)
+                await _insert_new(
+                    conn, toolset, ToolsetError(EXISTS.format(name=toolset.name), ErrorKind.CONFLICT)
+                )
                 written.append(toolset.name)
             if last in written and await rows.get_equipped(conn) is None:
                 await rows.set_equipped(conn, last)
@@ -426,26 +469,33 @@ class ToolsetService:
     # -- helpers ---------------------------------------------------------------------------
 
     async def _target_toolset(self, name: str | None) -> Toolset:
+        """The toolset a note operation changes: the one named, else the equipped one."""
+        if name is not None:
+            check_toolset_name(name)
         async with self.store.read() as conn:
             if name is None:
                 name = await rows.get_equipped(conn)
                 if name is None:
                     known = await rows.names(conn)
-                    hint = (
-                        f"Available toolsets: {', '.join(known)}"
-                        if known
-                        else "No saved toolsets found. Use build-toolset to create one."
-                    )
+                    if known:
+                        raise ToolsetError(
+                            "No toolset is currently equipped: equip one, or name the toolset to change. "
+                            f"Available toolsets: {', '.join(known)}.",
+                            ErrorKind.NOT_FOUND,
+                            NextStep.EQUIP_TOOLSET,
+                        )
                     raise ToolsetError(
-                        f"No toolset is currently equipped. Use equip-toolset to load a toolset first. {hint}"
+                        "No toolset is currently equipped, and none is saved yet: build one first.",
+                        ErrorKind.NOT_FOUND,
+                        NextStep.BUILD_TOOLSET,
                     )
-            toolset = await rows.load_required(conn, name)
+            toolset = await load_toolset(conn, name)
         return toolset
 
     def _member(self, ref: ToolRef, toolset: Toolset) -> tuple[ToolRef, str | None]:
         """The toolset's own reference to the tool `ref` names, and its server.
 
-        A live tool is resolved as in build-toolset; a tool whose server is away can still be
+        A live tool is resolved as when a toolset is built; a tool whose server is away can still be
         named by the identity the toolset stored, so its notes stay manageable.
         """
         catalog = self._catalog()
@@ -456,7 +506,8 @@ class ToolsetService:
         if tool is not None:
             if not toolset.contains(tool):
                 raise ToolsetError(
-                    f'Tool "{tool.namespaced_name}" is not in the current toolset "{toolset.name}".'
+                    f'Tool "{tool.namespaced_name}" is not in the current toolset "{toolset.name}".',
+                    ErrorKind.NOT_FOUND,
                 )
             return ToolRef(tool.namespaced_name, tool.ref_id), tool.server
         for stored in toolset.tools:
@@ -465,12 +516,51 @@ class ToolsetService:
             ):
                 return stored, stored.namespaced_name.split(".", 1)[0] if stored.namespaced_name else None
         if catalog is None:  # offline (the CLI): only the toolset's stored identities can match
-            raise ToolsetError(f'Tool "{ref}" is not in the toolset "{toolset.name}".')
-        raise ToolsetError(f"Tool not found: {ref}. Use list-available-tools to see available tools.")
+            raise ToolsetError(f'Tool "{ref}" is not in the toolset "{toolset.name}".', ErrorKind.NOT_FOUND)
+        raise ToolsetError(
+            f'Tool not found: {ref}. Neither a connected server nor the toolset "{toolset.name}" has it.',
+            ErrorKind.NOT_FOUND,
+            NextStep.LIST_TOOLS,
+        )
 
     async def _changed(self, change: Change) -> None:
         if self._on_change is not None:
             await self._on_change(change)
+
+
+# -- the store's lookups, with the kind of refusal they are -------------------------------------
+# The store's own row functions raise kind-less errors; these are the ones the services use.
+
+
+async def _unknown_toolset(conn: AsyncConnection, name: str) -> ToolsetError:
+    known = await rows.names(conn)
+    return ToolsetError(
+        f'Toolset "{name}" not found. Available toolsets: {", ".join(known) if known else "none"}.',
+        ErrorKind.NOT_FOUND,
+    )
+
+
+async def load_toolset(conn: AsyncConnection, name: str) -> Toolset:
+    toolset = await rows.load(conn, name)
+    if toolset is None:
+        raise await _unknown_toolset(conn, name)
+    return toolset
+
+
+async def require_toolset_id(conn: AsyncConnection, name: str) -> int:
+    if name not in await rows.names(conn):
+        raise await _unknown_toolset(conn, name)
+    return await rows.require_id(conn, name)
+
+
+async def _insert_new(conn: AsyncConnection, toolset: Toolset, taken: ToolsetError) -> None:
+    """Insert a toolset whose name must be free; `taken` is the refusal when it is not."""
+    if toolset.name in await rows.names(conn):
+        raise taken
+    try:
+        await rows.insert_toolset(conn, toolset)
+    except ToolsetError:  # another writer took the name between the check and the insert
+        raise taken from None
 
 
 def _tool_entry(tool: CatalogTool) -> dict[str, Any]:
@@ -517,7 +607,7 @@ def read_json_file(path: Path) -> Any:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ToolsetError(f"{path}: no such file.") from None
+        raise ToolsetError(f"{path}: no such file.", ErrorKind.NOT_FOUND) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ToolsetError(f"{path}: cannot read it ({exc}).") from None
     try:
@@ -555,11 +645,11 @@ def parse_toolset_document(document: Any, name: str | None = None) -> Toolset:
     fmt = document.get("format")
     if fmt is not None and fmt != EXPORT_FORMAT:
         raise ToolsetError(f"format {fmt!r} is not one this version reads ({EXPORT_FORMAT}).")
-    name = name or document.get("name")
+    given = name or document.get("name")
     try:
-        check_toolset_name(name)
+        name = check_toolset_name(given)
     except ToolsetError as exc:
-        raise ToolsetError(f"name {name!r}: {exc}") from None
+        raise ToolsetError(f"name {given!r}: {exc}") from None
     tools = document.get("tools")
     if not isinstance(tools, list) or not tools:
         raise ToolsetError("Toolset must include at least one tool")

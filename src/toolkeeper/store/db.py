@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from toolkeeper.config.model import GatewaySettings
+from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.store.migrations import SCHEMA_HEAD, VERSION_TABLE
 from toolkeeper.store.tables import store_revision
 
@@ -31,8 +32,10 @@ SQLITE_BUSY_SECONDS = 10.0
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-class StoreError(Exception):
+class StoreError(ServiceError):
     """A store problem a person can fix; the message names the store and what to do."""
+
+    kind = ErrorKind.STORE
 
 
 def default_home() -> Path:

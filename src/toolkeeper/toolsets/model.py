@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from toolkeeper.catalog import Catalog, CatalogTool
-from toolkeeper.errors import ServiceError
+from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 
 NAME_PATTERN = "^[a-z0-9-]+$"
 _NAME = re.compile(NAME_PATTERN)
@@ -33,7 +33,7 @@ NOTES_HEADING = "### Additional Tool Notes"
 
 
 class ToolsetError(ServiceError):
-    """A toolset or note request that cannot be done."""
+    """A toolset or note request that cannot be done (bad input unless a kind is given)."""
 
 
 def check_toolset_name(name: Any) -> str:
@@ -171,7 +171,12 @@ def resolve(ref: ToolRef, catalog: Catalog) -> CatalogTool:
         )
     tool = by_name or by_ref
     if tool is None:
-        raise ToolsetError(f"Tool not found: {ref}. Use list-available-tools to see available tools.")
+        raise ToolsetError(
+            f"Tool not found: {ref}. No connected server offers it; give a tool by its namespacedName "
+            "(server.tool), exposed name or refId.",
+            ErrorKind.NOT_FOUND,
+            NextStep.LIST_TOOLS,
+        )
     return tool
 
 
