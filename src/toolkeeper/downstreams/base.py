@@ -8,7 +8,6 @@ fits in without touching them. docs/architecture.md shows where this sits in the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,9 +18,14 @@ if TYPE_CHECKING:
 
     from toolkeeper.config.model import ServerConfig
 
-ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
 # What a downstream server may ask of the client side during a call.
 ServerInput = types.CreateMessageRequest | types.ElicitRequest | types.ListRootsRequest
+
+
+class ProgressCallback(Protocol):
+    """Told of a call's progress as the downstream reports it."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
 
 
 class State(StrEnum):

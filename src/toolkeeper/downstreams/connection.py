@@ -44,6 +44,8 @@ from toolkeeper.sdk_private import send_unvalidated
 
 logger = logging.getLogger(__name__)
 
+# A result taken as the server sent it. The SDK validates a result with a TypeAdapter as readily
+# as with a model, but types `send_request` for models only.
 RAW = TypeAdapter(dict[str, Any])
 CONNECTION_CLOSED = -32000
 # A downstream resolution is a preflight: it must never hold up a decision for long.
@@ -300,7 +302,7 @@ class McpConnection:
     async def _list_page(self, client: Client, request_type: type[Any], cursor: str | None) -> dict[str, Any]:
         request = request_type(params=types.PaginatedRequestParams(cursor=cursor))
         try:
-            return await client.session.send_request(
+            return await client.session.send_request(  # type: ignore[type-var]  # RAW: see its comment
                 request, RAW, request_read_timeout_seconds=self.config.timeout
             )
         except ValidationError as exc:
@@ -390,18 +392,21 @@ class McpConnection:
         while True:
             self._resubscribe = anyio.Event()
             version = self._subscriptions_version
-            wanted = {
-                "tools_list_changed": _announces(client, "tools"),
-                "prompts_list_changed": _announces(client, "prompts"),
-                "resources_list_changed": _announces(client, "resources"),
-                "resource_subscriptions": sorted(self._subscriptions),
-            }
-            if not any(wanted.values()):
+            tools, prompts, resources = (
+                _announces(client, kind) for kind in ("tools", "prompts", "resources")
+            )
+            uris = sorted(self._subscriptions)
+            if not (tools or prompts or resources or uris):
                 self._listening_for(version)
                 await self._resubscribe.wait()
                 continue
             try:
-                async with client.listen(**wanted) as subscription:
+                async with client.listen(
+                    tools_list_changed=tools,
+                    prompts_list_changed=prompts,
+                    resources_list_changed=resources,
+                    resource_subscriptions=uris,
+                ) as subscription:
                     self._listening_for(version)
                     # A change between the first listing and this subscription would be lost: look once.
                     self._mark_dirty(*LISTS)
@@ -518,7 +523,7 @@ class McpConnection:
             raise Unavailable(self.describe_unavailable())
         what = f"'{request.params.name}'" if isinstance(request, types.CallToolRequest) else request.method
         try:
-            return await client.session.send_request(
+            return await client.session.send_request(  # type: ignore[type-var]  # RAW: see its comment
                 request, RAW, request_read_timeout_seconds=self.config.timeout, progress_callback=on_progress
             )
         except MCPError as exc:
@@ -585,7 +590,8 @@ class McpConnection:
         """Ask a handshake-era server for log messages at `level` and above."""
         if self.era != "legacy" or "logging" not in self.capabilities or level == self.log_level:
             return
-        await self.request(types.SetLevelRequest(params=types.SetLevelRequestParams(level=level)))
+        params = types.SetLevelRequestParams.model_validate({"level": level})
+        await self.request(types.SetLevelRequest(params=params))
         self.log_level = level
 
     async def resolve_hints(self, name: str, arguments: dict[str, Any], method: str) -> dict[str, Any]:

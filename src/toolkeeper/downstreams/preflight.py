@@ -62,8 +62,8 @@ async def preflight(client: Client, name: str, arguments: dict[str, Any]) -> Pre
         raise PreflightError(
             f"the server lists no tool {name!r} (it has: {', '.join(sorted(tools)) or 'none'})"
         )
-    static = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
-    meta = tool.get("_meta") if isinstance(tool.get("_meta"), dict) else {}
+    static = _object(tool.get("annotations"))
+    meta = _object(tool.get("_meta"))
     marker = meta.get(RESOLUTION_EXTENSION)
     if isinstance(marker, dict) and marker.get("resolvable") is True:
         method = RESOLVE_METHOD
@@ -82,3 +82,7 @@ async def preflight(client: Client, name: str, arguments: dict[str, Any]) -> Pre
         if not static:
             raise PreflightError(f"{reason}, and {name} has no static annotations to fall back on") from None
         return Preflight(name, static, "static", error=reason, static=static)
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -184,7 +184,7 @@ class Relay:
         level = self._log_level_for(ctx, meta)
         if level is not None and downstream.era == "legacy":
             await downstream.set_log_level(_most_verbose(level, *self._session_levels()))
-        extra = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
+        extra: dict[str, Any] = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
 
         async def call_downstream(caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
             # While the call runs, what its server sends (requests, logs) goes to this caller.
@@ -246,7 +246,7 @@ class Relay:
                 key: await self._ask_legacy(ctx, request)
                 for key, request in (result.get("inputRequests") or {}).items()
             }
-            extra = {"inputResponses": answers}
+            extra = {"inputResponses": answers}  # the retry carries only what the server asked
             if "requestState" in result:
                 extra["requestState"] = result["requestState"]
             result = await call_downstream(Caller(ctx), extra)
@@ -431,8 +431,14 @@ def _progress_reporter(ctx: ServerRequestContext[Any], params: dict[str, Any]) -
         return None
 
     async def report(progress: float, total: float | None, message: str | None) -> None:
+        # The SDK routes by the request id as the client sent it (a number or a string); its
+        # annotation names only strings.
         await ctx.session.send_progress_notification(
-            token, progress, total, message, related_request_id=ctx.request_id
+            token,
+            progress,
+            total,
+            message,
+            related_request_id=ctx.request_id,  # type: ignore[arg-type]
         )
 
     return report

@@ -7,7 +7,7 @@ import warnings
 from typing import Any
 
 import mcp_types as types
-from mcp.server.caching import CacheHint
+from mcp.server.caching import CacheableMethod, CacheHint
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
@@ -70,7 +70,12 @@ def _client_resolves(ctx: ServerRequestContext[Any]) -> bool:
     return client_resolves(ctx.session.client_capabilities)
 
 
-UNCACHED = ("tools/list", "resources/list", "resources/templates/list", "prompts/list")
+UNCACHED: tuple[CacheableMethod, ...] = (
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "prompts/list",
+)
 
 
 def _plain_call(params: Any) -> bool:
@@ -221,17 +226,17 @@ def build_server(gateway: Gateway) -> GatewayServer:
         raw_route = forward.RAW_ROUTES.get(ctx.method)
         if ready and raw_route is not None and isinstance(ctx.params, dict):
             try:
-                result = await raw_route(gateway, ctx, ctx.params)
+                forwarded = await raw_route(gateway, ctx, ctx.params)
             except ValidationError as exc:
                 problem = exc.errors()[0]
                 where = ".".join(str(part) for part in problem["loc"])
                 raise MCPError(
                     code=INVALID_PARAMS, message=f"invalid params for {ctx.method}: {where}: {problem['msg']}"
                 ) from None
-            if modern and ctx.method == "resources/read" and "ttlMs" not in result:
+            if modern and ctx.method == "resources/read" and "ttlMs" not in forwarded:
                 # A modern client needs cache hints a legacy server never sends: never cache.
-                result.update(ttlMs=0, cacheScope="private")
-            return for_client_era(result, modern, server_info)
+                forwarded.update(ttlMs=0, cacheScope="private")
+            return for_client_era(forwarded, modern, server_info)
         result = await call_next(ctx)
         if ctx.method == "notifications/initialized":
             gateway.notifier.add_legacy_session(ctx.session)

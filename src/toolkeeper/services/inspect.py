@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from toolkeeper.annotations.hints import HINTS
 from toolkeeper.catalog import Catalog
 from toolkeeper.config import Config
-from toolkeeper.downstreams.connection import McpConnection
+from toolkeeper.downstreams.base import Downstream
 
 __all__ = ["HINTS", "Inspectable", "server_rows", "tool_rows"]
 
@@ -21,7 +21,7 @@ class Inspectable(Protocol):
     def config(self) -> Config: ...
 
     @property
-    def pool(self) -> Iterable[McpConnection]: ...
+    def pool(self) -> Iterable[Downstream]: ...
 
     @property
     def catalog(self) -> Catalog: ...
