@@ -337,8 +337,7 @@ async def test_files_resolves_only_when_built_to(tmp_path: Path) -> None:
     from mcp.shared.exceptions import MCPError
 
     from toolkeeper.demo import files
-    from toolkeeper.downstreams.connection import send_unvalidated
-    from toolkeeper.downstreams.preflight import ToolResolution
+    from toolkeeper.downstreams.connection import ToolResolution, send_unvalidated
 
     request = {"name": "manage_files", "arguments": {"path": "a", "action": "read"}}
     resolving = files.build_server(tmp_path, resolves=True)

@@ -26,8 +26,7 @@ from toolkeeper.annotations.resolve import ResolveError, resolve
 from toolkeeper.annotations.rules import RuleError, parse_rule
 from toolkeeper.catalog import ServerTools, build_catalog
 from toolkeeper.demo.files import ACTION_ANNOTATIONS
-from toolkeeper.downstreams.connection import send_unvalidated
-from toolkeeper.downstreams.preflight import ToolResolution
+from toolkeeper.downstreams.connection import ToolResolution, send_unvalidated
 
 pytestmark = pytest.mark.anyio
 EXTENSION = "io.modelcontextprotocol/tool-resolution"

@@ -37,7 +37,8 @@ from toolkeeper.downstreams.base import (
     State,
     Unavailable,
 )
-from toolkeeper.downstreams.raw import HttpLink, LinkClosed, RawLane, binds_headers
+from toolkeeper.downstreams.http import binds_headers
+from toolkeeper.downstreams.raw import LinkClosed, RawLane
 from toolkeeper.downstreams.transports import open_transport
 from toolkeeper.protocol import INVALID_PARAMS, LOG_LEVEL_META, RESOLUTION_EXTENSION, forwardable_meta
 from toolkeeper.sdk_private import send_unvalidated
@@ -198,7 +199,7 @@ class McpConnection:
                         holding_slot = False
                         handshake.deadline = math.inf
                         self._link = link
-                        if isinstance(link, HttpLink):
+                        if link is not None:
                             link.on_notification = self._on_raw_notification
                         try:
                             await self._serve_ready(client, lists)

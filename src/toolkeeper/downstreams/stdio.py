@@ -30,7 +30,7 @@ import anyio
 import orjson
 
 from toolkeeper import jsonwire
-from toolkeeper.downstreams.raw import RAW_ID_PREFIX, LinkClosed, learn_stamp
+from toolkeeper.downstreams.raw import RAW_ID_PREFIX, LinkClosed, OnNotification, learn_stamp
 
 if TYPE_CHECKING:
     from toolkeeper.config.model import Config, ServerConfig
@@ -130,6 +130,7 @@ class StdioLink:
         # The `_meta` stamp the SDK session puts on its requests (modern era): raw requests carry
         # the same, so the server sees one consistent client.
         self.stamp: dict[str, Any] = {}
+        self.on_notification: OnNotification | None = None
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._ids = count(1)
         self._writer: asyncio.StreamWriter | None = None
@@ -229,6 +230,14 @@ class StdioLink:
                             if not answer.done():
                                 answer.set_result(message)
                             continue
+                    elif (
+                        isinstance(message, dict)
+                        and message.get("method") == "notifications/message"
+                        and self.on_notification is not None
+                        and self._pending
+                    ):
+                        await self.on_notification(message)
+                        continue
                     try:
                         parsed = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
                     except ValidationError as exc:

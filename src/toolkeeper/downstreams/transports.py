@@ -18,7 +18,8 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from toolkeeper.config.model import ServerConfig
-from toolkeeper.downstreams.raw import HttpLink, RawLane, StampLearner
+from toolkeeper.downstreams.http import HttpLink, StampLearner
+from toolkeeper.downstreams.raw import RawLane
 from toolkeeper.downstreams.stdio import open_stdio
 
 logger = logging.getLogger(__name__)

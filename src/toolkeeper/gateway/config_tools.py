@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 # jsonschema ships no type information (and the types-jsonschema stubs are not a dependency).
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
@@ -28,13 +28,27 @@ from toolkeeper.toolsets.model import (
 )
 
 if TYPE_CHECKING:
-    from toolkeeper.gateway.core import Gateway
     from toolkeeper.services import Services
 
 ENTER = "enter-configuration-mode"
 EXIT = "exit-configuration-mode"
 
-Handler = Callable[["Gateway", dict[str, Any]], Awaitable[dict[str, Any]]]
+
+class ConfigHost(Protocol):
+    """What the configuration tools use of the running gateway."""
+
+    @property
+    def services(self) -> Services | None: ...
+
+    @property
+    def mode_name(self) -> str: ...
+
+    def enter_configuration_mode(self) -> dict[str, Any]: ...
+
+    def exit_configuration_mode(self) -> dict[str, Any]: ...
+
+
+Handler = Callable[[ConfigHost, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def _hints(*, read_only: bool, destructive: bool = False, idempotent: bool = True) -> dict[str, Any]:
@@ -82,7 +96,7 @@ class ConfigTool:
             "annotations": {"title": self.title, **self.hints},
         }
 
-    async def call(self, gateway: Gateway, arguments: dict[str, Any] | None) -> dict[str, Any]:
+    async def call(self, gateway: ConfigHost, arguments: dict[str, Any] | None) -> dict[str, Any]:
         arguments = arguments or {}
         errors = sorted(
             (
@@ -129,7 +143,7 @@ def refusal(error: ServiceError) -> dict[str, Any]:
     return error_result(text)
 
 
-def _services(gateway: Gateway) -> Services:
+def _services(gateway: ConfigHost) -> Services:
     if gateway.services is None:
         raise ServiceError(
             "Toolsets, hints and rules need the store, and this gateway runs without one.",
@@ -194,7 +208,7 @@ NAME_CHECKED = frozenset({"name"})
 # -- handlers -----------------------------------------------------------------------------
 
 
-async def _list_available(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _list_available(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     result = await _services(gateway).toolsets.available_tools()
     hints = await _services(gateway).hints.briefs()
     for server in result["toolsByServer"]:
@@ -203,65 +217,65 @@ async def _list_available(gateway: Gateway, args: dict[str, Any]) -> dict[str, A
     return result
 
 
-async def _build(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _build(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).toolsets.build(
         args["name"], args["tools"], args.get("description", ""), bool(args.get("autoEquip", False))
     )
 
 
-async def _list_saved(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _list_saved(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).toolsets.saved()
 
 
-async def _equip(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _equip(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).toolsets.equip(args["name"])
 
 
-async def _unequip(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _unequip(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).toolsets.unequip()
 
 
-async def _delete(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _delete(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).toolsets.delete(args["name"], confirm=args.get("confirm") is True)
 
 
-async def _active(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _active(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return {**await _services(gateway).toolsets.active(), "mode": gateway.mode_name}
 
 
-async def _add_notes(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _add_notes(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).toolsets.add_notes(args["toolRef"], args["notes"])
 
 
-async def _remove_notes(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _remove_notes(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).toolsets.remove_notes(args["toolRef"], args["names"])
 
 
-async def _export(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _export(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).toolsets.export(args["name"])
 
 
-async def _import(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _import(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).toolsets.import_toolset(
         args["toolset"], args.get("name"), bool(args.get("overwrite"))
     )
 
 
-async def _set_hints(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _set_hints(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).hints.set(
         args["toolRef"], args.get("hints"), args.get("parameters"), args.get("toolset"), args.get("accept")
     )
 
 
-async def _set_rules(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _set_rules(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).rules.replace(args["toolRef"], args["rules"])
 
 
-async def _enter(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _enter(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return gateway.enter_configuration_mode()
 
 
-async def _exit(gateway: Gateway, args: dict[str, Any]) -> dict[str, Any]:
+async def _exit(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return gateway.exit_configuration_mode()
 
 

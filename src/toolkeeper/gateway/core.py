@@ -35,7 +35,7 @@ from toolkeeper.gateway.config_tools import (
     ConfigTool,
 )
 from toolkeeper.gateway.notify import ClientNotifier
-from toolkeeper.gateway.pipeline import Pipeline, standard_pipeline
+from toolkeeper.gateway.pipeline import Pipeline, Target, standard_pipeline
 from toolkeeper.gateway.relay import Relay
 from toolkeeper.protocol import RESOLUTION_EXTENSION
 from toolkeeper.services import build_services
@@ -53,9 +53,6 @@ STORE_POLL_SECONDS = 1.0
 class Mode(StrEnum):
     NORMAL = "normal"
     CONFIGURATION = "configuration"
-
-
-Target = CatalogTool | ConfigTool
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 from toolkeeper.annotations.resolve import Resolution
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.downstreams.base import CallTimedOut, Unavailable
-from toolkeeper.gateway.config_tools import ConfigTool, error_result
+from toolkeeper.gateway.config_tools import ConfigHost, ConfigTool, error_result
 from toolkeeper.protocol import (
     INVALID_PARAMS,
     MISSING_CAPABILITY,
@@ -36,7 +36,29 @@ from toolkeeper.protocol import (
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
 
-    from toolkeeper.gateway.core import Gateway, Target
+    from toolkeeper.downstreams.base import Downstream
+    from toolkeeper.gateway.relay import Relay
+
+Target = CatalogTool | ConfigTool
+
+
+class PipelineHost(ConfigHost, Protocol):
+    """What the stages use of the running gateway."""
+
+    @property
+    def relay(self) -> Relay: ...
+
+    def lookup(self, exposed_name: str) -> Target | None:
+        """The target of a name in the current view."""
+        ...
+
+    def why_hidden(self, name: str) -> str:
+        """For a name the view does not route: which mode, if any, lists it."""
+        ...
+
+    def downstream_of(self, tool: CatalogTool) -> Downstream: ...
+
+    async def resolve(self, tool: CatalogTool, arguments: Any) -> Resolution: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -113,11 +135,11 @@ class Find(_StageDefaults):
     """The tool the name stands for in the current view, or an error that says which mode, if
     any, lists it."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: PipelineHost) -> None:
         self.gateway = gateway
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
-        target = self.gateway.view.routes.get(call.name)
+        target = self.gateway.lookup(call.name)
         if target is None:
             raise MCPError(code=INVALID_PARAMS, message=self.gateway.why_hidden(call.name))
         call.target = target
@@ -128,7 +150,7 @@ class Resolve(_StageDefaults):
     """The hints that hold for these arguments (downstream resolution, rules, static hints).
     Only in a pipeline whose later stages read them."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: PipelineHost) -> None:
         self.gateway = gateway
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
@@ -147,7 +169,7 @@ class AllowAll(_StageDefaults):
 class Forward(_StageDefaults):
     """Run a configuration tool, or forward the call to the tool's downstream."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: PipelineHost) -> None:
         self.gateway = gateway
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
@@ -155,7 +177,7 @@ class Forward(_StageDefaults):
         if isinstance(target, ConfigTool):
             return await target.call(self.gateway, call.params.get("arguments"))
         assert target is not None, "the find stage runs first"
-        downstream = self.gateway.pool[target.server]
+        downstream = self.gateway.downstream_of(target)
         try:
             if call.ctx is not None:
                 return await self.gateway.relay.call(call.ctx, downstream, target.name, call.params)
@@ -177,7 +199,7 @@ class Forward(_StageDefaults):
 
 
 def standard_pipeline(
-    gateway: Gateway, decide: Stage | None = None, record: Sequence[Stage] = ()
+    gateway: PipelineHost, decide: Stage | None = None, record: Sequence[Stage] = ()
 ) -> Pipeline:
     """find → resolve (if needed) → decide → forward → record."""
     later: list[Stage] = [decide or AllowAll(), Forward(gateway), *record]
@@ -187,14 +209,14 @@ def standard_pipeline(
     return Pipeline([*stages, *later])
 
 
-def fast_lane_fits(call: ToolCall, gateway: Gateway) -> bool:
+def fast_lane_fits(call: ToolCall, gateway: PipelineHost) -> bool:
     """Whether a call without a request context can be forwarded: nothing the downstream might
     send back during the call needs a way to reach the client (a legacy server may ask a
     client that declared sampling, elicitation or roots)."""
-    target = gateway.view.routes.get(call.name)
+    target = gateway.lookup(call.name)
     if not isinstance(target, CatalogTool):
         return target is not None  # configuration tools run in-process
-    downstream = gateway.pool[target.server]
+    downstream = gateway.downstream_of(target)
     if downstream.era == "modern":
         return True
     capabilities = call.capabilities or {}
