@@ -62,7 +62,7 @@ async def stdio_streams(fast_lane: FastLane | None = None) -> AsyncIterator[tupl
     outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
 
     in_flight: dict[Any, asyncio.Task[None]] = {}
-    era: list[str] = []  # decided by the client's first request, as the SDK's server decides it
+    modern: bool | None = None  # the era, decided by the client's first request as the SDK decides it
 
     async def answer_fast(request_id: Any, call: ToolCall) -> None:
         assert fast_lane is not None
@@ -70,17 +70,19 @@ async def stdio_streams(fast_lane: FastLane | None = None) -> AsyncIterator[tupl
             response = await fast_lane.answer(request_id, call)
         finally:
             in_flight.pop(request_id, None)
-        writer.write(jsonwire.dumps(response) + b"\n")
-        await writer.drain()
+        with suppress(ConnectionError):  # a client that left gets no answer
+            writer.write(jsonwire.dumps(response) + b"\n")
+            await writer.drain()
 
     def take_fast(message: Any) -> bool:
         """Whether the fast lane took this message (a call it answers, or the cancellation of
         one); anything else goes to the SDK."""
+        nonlocal modern
         if fast_lane is None or not isinstance(message, dict):
             return False
-        if not era and "id" in message and isinstance(message.get("method"), str):
-            era.append("modern" if opens_modern(message) else "legacy")
-        if era != ["modern"]:
+        if modern is None and "id" in message and isinstance(message.get("method"), str):
+            modern = opens_modern(message)
+        if not modern:
             return False
         method = message.get("method")
         if method == "notifications/cancelled":
