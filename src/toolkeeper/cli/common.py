@@ -7,11 +7,14 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 from toolkeeper.annotations.effective import Annotator, policies_from
 from toolkeeper.config import Config, ConfigError, load_config
@@ -115,6 +118,14 @@ def refuse(error: ServiceError) -> NoReturn:
         text += " " + NEXT_STEPS[error.next_step]
     err.print(f"error: {text}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_CODES[error.kind])
+
+
+def new_table(*columns: str, **options: Any) -> Table:
+    """A Rich table; rich.table is imported only by the commands that print one (`serve` starts
+    faster without it)."""
+    from rich.table import Table
+
+    return Table(*columns, **options)
 
 
 def mark(value: Any) -> str:

@@ -6,10 +6,9 @@ import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from toolkeeper.annotations.hints import FIELDS, HINTS, field_name
 from toolkeeper.annotations.lint import Finding, Severity, lint, summary
@@ -21,6 +20,7 @@ from toolkeeper.cli.common import (
     app,
     err,
     load,
+    new_table,
     out,
     print_json,
     print_warnings,
@@ -31,6 +31,9 @@ from toolkeeper.config import Config
 from toolkeeper.config.model import GatewaySettings, ServerConfig
 from toolkeeper.log import setup_logging
 from toolkeeper.store.overrides import PARAM
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 hints_app = typer.Typer(
     help="Explain, pin and clear tools' behaviour hints, titles and parameter descriptions.",
@@ -107,7 +110,7 @@ def hints_show(
         tools = result["tools"]
     if as_json:
         return print_json(result)
-    table = Table("tool", "field", "value", "source", "why", "suggested", show_lines=False)
+    table = new_table("tool", "field", "value", "source", "why", "suggested", show_lines=False)
     for info in tools:
         _add_tool_rows(table, info, with_name=True)
         table.add_section()
@@ -253,7 +256,7 @@ def _builtin_tools() -> list[dict[str, Any]]:
 
 
 def _print_findings(findings: list[Finding], target: str, tool_count: int) -> None:
-    table = Table("tool", "level", "field", "finding", title=f"lint: {target}")
+    table = new_table("tool", "level", "field", "finding", title=f"lint: {target}")
     previous = None
     for finding in findings:
         if previous is not None and finding.tool != previous:

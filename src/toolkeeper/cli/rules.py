@@ -12,7 +12,6 @@ from typing import Any
 import anyio
 import typer
 from mcp import Client, StdioServerParameters
-from rich.table import Table
 
 from toolkeeper.annotations.rules import EXAMPLE
 from toolkeeper.cli.common import (
@@ -23,6 +22,7 @@ from toolkeeper.cli.common import (
     app,
     err,
     load,
+    new_table,
     out,
     print_json,
     print_warnings,
@@ -52,7 +52,7 @@ def _print_rules(result: dict[str, Any]) -> None:
     if not result["rules"]:
         out.print(f"{result['tool']} has no argument rules: its static hints always apply.", highlight=False)
         return
-    table = Table("#", "rule", title=f"{result['tool']}: first match wins, else the static hints")
+    table = new_table("#", "rule", title=f"{result['tool']}: first match wins, else the static hints")
     for rule in result["rules"]:
         table.add_row(str(rule["number"]), rule["text"])
     out.print(table)

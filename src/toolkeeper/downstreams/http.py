@@ -12,7 +12,6 @@ from mcp.shared.inbound import X_MCP_HEADER_KEY, encode_header_value
 from toolkeeper import jsonwire
 from toolkeeper.downstreams.raw import (
     PROTOCOL_VERSION_META,
-    RAW_ID_PREFIX,
     LinkClosed,
     OnNotification,
     RawLane,
@@ -66,7 +65,7 @@ class HttpLink:
         self._ids = count(1)
 
     async def request(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
-        request_id = f"{RAW_ID_PREFIX}{next(self._ids)}"
+        request_id = -next(self._ids)
         body = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         headers = {
             "content-type": "application/json",
@@ -97,7 +96,7 @@ class HttpLink:
             return {"jsonrpc": "2.0", "id": request_id, "error": {"code": INTERNAL_ERROR, "message": message}}
         return answer
 
-    async def _answer_in_events(self, response: httpx2.Response, request_id: str) -> dict[str, Any]:
+    async def _answer_in_events(self, response: httpx2.Response, request_id: int) -> dict[str, Any]:
         """The response to `request_id` in the call's event stream; the server's notifications
         before it (log messages) are handed on."""
         data: list[str] = []

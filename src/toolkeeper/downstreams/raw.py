@@ -15,7 +15,6 @@ from typing import Any, Protocol
 
 STAMP_PREFIX = "io.modelcontextprotocol/"
 PROTOCOL_VERSION_META = f"{STAMP_PREFIX}protocolVersion"
-RAW_ID_PREFIX = "tk-"
 
 
 # What a raw lane does with a server's notification that arrives with an answer (a log message

@@ -9,7 +9,7 @@ their sum). `StdioLink` then adopts the process:
   handed back as the parsed JSON object, without building or validating the SDK's models. The
   call path takes it; it costs a fraction of the SDK's round trip.
 
-Raw requests use string ids of their own ("tk-1", …), which the SDK never uses, so the reader
+Raw requests use ids of their own (negative numbers, which the SDK never uses), so the reader
 tells their answers apart from the SDK's by a dict lookup.
 """
 
@@ -30,7 +30,7 @@ import anyio
 import orjson
 
 from toolkeeper import jsonwire
-from toolkeeper.downstreams.raw import RAW_ID_PREFIX, LinkClosed, OnNotification, learn_stamp
+from toolkeeper.downstreams.raw import LinkClosed, OnNotification, learn_stamp
 
 if TYPE_CHECKING:
     from toolkeeper.config.model import Config, ServerConfig
@@ -131,9 +131,9 @@ class StdioLink:
         # the same, so the server sees one consistent client.
         self.stamp: dict[str, Any] = {}
         self.on_notification: OnNotification | None = None
-        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = count(1)
-        self._writer: asyncio.StreamWriter | None = None
+        self._writer: jsonwire.LineWriter | None = None
         self._closed = False
 
     async def request(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -144,7 +144,7 @@ class StdioLink:
         anything is written."""
         if self._closed or self._writer is None:
             raise LinkClosed
-        request_id = f"{RAW_ID_PREFIX}{next(self._ids)}"
+        request_id = -next(self._ids)
         line = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[dict[str, Any]] = loop.create_future()
@@ -167,7 +167,7 @@ class StdioLink:
             expiry.cancel()
             self._pending.pop(request_id, None)
 
-    def _notify_cancelled(self, request_id: str, reason: str) -> None:
+    def _notify_cancelled(self, request_id: int, reason: str) -> None:
         if self._closed or self._writer is None:
             return
         with suppress(Exception):
@@ -200,7 +200,7 @@ class StdioLink:
         write_transport, write_protocol = await loop.connect_write_pipe(
             asyncio.streams.FlowControlMixin, process.stdin
         )
-        writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
+        writer = jsonwire.LineWriter(asyncio.StreamWriter(write_transport, write_protocol, None, loop))
         self._writer = writer
         to_session, from_child = anyio.create_memory_object_stream[Any](0)
         to_child, from_session = anyio.create_memory_object_stream[Any](0)
@@ -276,7 +276,7 @@ class StdioLink:
             if not answer.done():
                 answer.set_exception(LinkClosed())
 
-    async def _stop(self, writer: asyncio.StreamWriter, read_transport: asyncio.BaseTransport) -> None:
+    async def _stop(self, writer: jsonwire.LineWriter, read_transport: asyncio.BaseTransport) -> None:
         """Close stdin, give the child a moment to exit, then stop its whole session."""
         process = self.process
         with suppress(Exception):

@@ -15,9 +15,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-# jsonschema ships no type information (and the types-jsonschema stubs are not a dependency).
-from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
-
 from toolkeeper.annotations.hints import HINTS, PARAM_DESCRIPTION_MAX, TITLE_MAX
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 from toolkeeper.toolsets.model import (
@@ -61,6 +58,9 @@ def _hints(*, read_only: bool, destructive: bool = False, idempotent: bool = Tru
     return hints
 
 
+_VALIDATORS: dict[str, Any] = {}
+
+
 @dataclass(frozen=True)
 class ConfigTool:
     name: str
@@ -74,7 +74,6 @@ class ConfigTool:
     # client, but a value it rejects goes to the service, whose message is the one given.
     checked_by_service: frozenset[str] = frozenset()
     input_schema: dict[str, Any] = field(init=False)
-    _validator: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         schema: dict[str, Any] = {
@@ -85,7 +84,17 @@ class ConfigTool:
         if self.required:
             schema["required"] = list(self.required)
         object.__setattr__(self, "input_schema", schema)
-        object.__setattr__(self, "_validator", Draft202012Validator(schema))
+
+    def _validator(self) -> Any:
+        """Built on the tool's first call: jsonschema is not needed to start the gateway, and
+        importing it costs a twentieth of start-up."""
+        validator = _VALIDATORS.get(self.name)
+        if validator is None:
+            # jsonschema ships no type information (the types-jsonschema stubs are not a dependency).
+            from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+
+            validator = _VALIDATORS[self.name] = Draft202012Validator(self.input_schema)
+        return validator
 
     def listed(self) -> dict[str, Any]:
         return {
@@ -101,7 +110,7 @@ class ConfigTool:
         errors = sorted(
             (
                 e
-                for e in self._validator.iter_errors(arguments)
+                for e in self._validator().iter_errors(arguments)
                 if not (e.path and e.path[0] in self.checked_by_service)
             ),
             key=lambda e: list(e.path),

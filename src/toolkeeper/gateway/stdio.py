@@ -53,7 +53,7 @@ async def stdio_streams(fast_lane: FastLane | None = None) -> AsyncIterator[tupl
         async with stdio_server() as streams:
             yield streams
         return
-    writer = asyncio.StreamWriter(out_transport, out_protocol, reader, loop)
+    writer = jsonwire.LineWriter(asyncio.StreamWriter(out_transport, out_protocol, reader, loop))
     saved_stdout = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
