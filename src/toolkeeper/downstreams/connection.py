@@ -38,7 +38,7 @@ from toolkeeper.downstreams.base import (
     Unavailable,
 )
 from toolkeeper.downstreams.http import binds_headers
-from toolkeeper.downstreams.raw import LinkClosed, RawLane
+from toolkeeper.downstreams.raw import LaneDeclined, LinkClosed, RawLane
 from toolkeeper.downstreams.transports import open_transport
 from toolkeeper.protocol import INVALID_PARAMS, LOG_LEVEL_META, RESOLUTION_EXTENSION, forwardable_meta
 from toolkeeper.sdk_private import send_unvalidated
@@ -468,9 +468,7 @@ class McpConnection:
             link is not None
             and on_progress is None
             and self.state is State.READY
-            and (
-                self.config.transport == "stdio" or (self.era == "modern" and name not in self._header_bound)
-            )
+            and (self.config.transport == "stdio" or self._raw_over_http(name))
         ):
             if self.era == "modern":
                 forwarded_meta.update(link.stamp)
@@ -478,8 +476,12 @@ class McpConnection:
                 params["_meta"] = forwarded_meta
             if arguments is None:
                 del params["arguments"]
-            return await self._raw_request(link, "tools/call", params, f"'{name}'")
-        if forwarded_meta:
+            try:
+                return await self._raw_request(link, "tools/call", params, f"'{name}'")
+            except LaneDeclined as exc:
+                logger.debug("server %r: %s on the raw lane; the call goes the SDK's way", self.name, exc)
+                params.setdefault("arguments", arguments)
+        elif forwarded_meta:
             params["_meta"] = forwarded_meta
         request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params))
         return await self.request(request, on_progress=on_progress)

@@ -1,23 +1,43 @@
-"""The raw lane of a 2026-07-28 server over streamable HTTP: each call its own POST."""
+"""The raw lane of a 2026-07-28 server over streamable HTTP: each call its own POST, on
+keep-alive connections of its own.
+
+A 2026-07-28 request stands alone (no session), so a call needs nothing the SDK's transport
+holds. The lane speaks plain HTTP/1.1 through httptools' parser: the SDK's HTTP client took two
+thirds of the gateway's time per call over HTTP. Anything unusual in an answer (a status other
+than 200, a redirect, a body that is no JSON-RPC answer) declines the raw lane for that call,
+and the call is sent again the SDK's way, whose handling is the reference. Connections through
+a proxy (an `*_proxy` environment variable) and headers that are not plain text leave every
+call to the SDK.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import ssl
 from itertools import count
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx2
+import httptools
 import orjson
 from mcp.shared.inbound import X_MCP_HEADER_KEY, encode_header_value
 
 from toolkeeper import jsonwire
 from toolkeeper.downstreams.raw import (
     PROTOCOL_VERSION_META,
+    LaneDeclined,
     LinkClosed,
     OnNotification,
     RawLane,
     learn_stamp,
 )
 from toolkeeper.protocol import INTERNAL_ERROR
+
+MAX_IDLE_CONNECTIONS = 16
+# How long a stream whose answer was taken may take to end before its connection is dropped.
+STREAM_END_SECONDS = 5.0
+_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
 
 
 def binds_headers(tool: dict[str, Any]) -> bool:
@@ -57,57 +77,143 @@ class StampLearner:
 class HttpLink:
     """Requests to a modern streamable-HTTP server, each its own POST."""
 
-    def __init__(self, url: str, client: httpx2.AsyncClient) -> None:
-        self.url = url
-        self.client = client
-        self.on_notification: OnNotification | None = None
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        parts = urlsplit(url)
+        self.secure = parts.scheme == "https"
+        self.host = parts.hostname or "localhost"
+        self.port = parts.port or (443 if self.secure else 80)
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        authority = parts.netloc.rpartition("@")[2]
+        fixed = {"host": authority, **{k.lower(): v for k, v in headers.items()}}
+        fixed.update({"content-type": "application/json", "accept": "application/json, text/event-stream"})
+        self._head = f"POST {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
         self.stamp: dict[str, Any] = {}
+        self.on_notification: OnNotification | None = None
         self._ids = count(1)
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._finishing: set[asyncio.Task[None]] = set()
+
+    @staticmethod
+    def fits(url: str, headers: dict[str, str]) -> bool:
+        """Whether calls to this server may take the raw lane at all."""
+        if any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES):
+            return False
+        if urlsplit(url).scheme not in ("http", "https"):
+            return False
+        return all(_plain_header(k) and _plain_header(v) for k, v in headers.items())
 
     async def request(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
         request_id = -next(self._ids)
         body = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        headers = {
-            "content-type": "application/json",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": str(self.stamp.get(PROTOCOL_VERSION_META, "")),
-            "mcp-method": method,
-        }
+        head = self._head + f"mcp-protocol-version: {self.stamp.get(PROTOCOL_VERSION_META, '')}\r\n"
+        head += f"mcp-method: {method}\r\n"
         if isinstance(name := params.get("name"), str):
-            headers["mcp-name"] = encode_header_value(name)
+            head += f"mcp-name: {encode_header_value(name)}\r\n"
+        data = (head + f"content-length: {len(body)}\r\n\r\n").encode("latin-1") + body
         try:
-            async with self.client.stream(
-                "POST", self.url, content=body, headers=headers, timeout=timeout
-            ) as response:
-                if response.headers.get("content-type", "").startswith("text/event-stream"):
-                    return await self._answer_in_events(response, request_id)
-                data = await response.aread()
-        except httpx2.TimeoutException:
-            raise TimeoutError from None
-        except httpx2.TransportError as exc:
+            async with asyncio.timeout(timeout):
+                return await self._exchange(data, request_id)
+        except OSError as exc:
             raise LinkClosed(str(exc)) from exc
+
+    async def close(self) -> None:
+        for task in list(self._finishing):
+            task.cancel()
+        while self._idle:
+            _, writer = self._idle.pop()
+            writer.close()
+
+    async def _exchange(self, data: bytes, request_id: int) -> dict[str, Any]:
+        reused = bool(self._idle)
+        reader, writer = self._idle.pop() if reused else await self._connect()
+        response = _Response()
+        parser = response.parser = httptools.HttpResponseParser(response)
         try:
-            answer = jsonwire.loads(data)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
-            # One bad answer is this request's failure, not the connection's.
-            message = f"the server answered HTTP {response.status_code} without a JSON-RPC response"
+            writer.write(data)
+            while not response.complete:
+                chunk = await reader.read(65536)
+                if not chunk:
+                    if reused and not response.started:
+                        # A keep-alive connection the server had closed: once more on a new one.
+                        writer.close()
+                        return await self._exchange_fresh(data, request_id)
+                    raise LinkClosed("the server closed the connection during the request")
+                parser.feed_data(chunk)
+                if response.streams_events and not response.complete:
+                    # The answer may come before the server ends the stream: take it, and let
+                    # the connection finish the stream apart, to be used again after.
+                    answer = await self._answer_in_events(response, request_id)
+                    if answer is not None:
+                        task = asyncio.get_running_loop().create_task(
+                            self._finish(reader, writer, parser, response)
+                        )
+                        self._finishing.add(task)
+                        task.add_done_callback(self._finishing.discard)
+                        return answer
+        except BaseException:
+            writer.close()
+            raise
+        self._release(reader, writer, response)
+        status = parser.get_status_code()
+        if 300 <= status < 500:
+            # Redirected or refused before the server ran anything: the SDK's way knows best.
+            raise LaneDeclined(f"HTTP {status}")
+        answer = (
+            await self._answer_in_events(response, request_id)
+            if response.streams_events
+            else _json_answer(response.body(), request_id)
+        )
+        if answer is None:
+            message = f"the server answered HTTP {status} without a JSON-RPC response to the call"
             return {"jsonrpc": "2.0", "id": request_id, "error": {"code": INTERNAL_ERROR, "message": message}}
         return answer
 
-    async def _answer_in_events(self, response: httpx2.Response, request_id: int) -> dict[str, Any]:
-        """The response to `request_id` in the call's event stream; the server's notifications
-        before it (log messages) are handed on."""
-        data: list[str] = []
-        async for line in response.aiter_lines():
-            if line.startswith("data:"):
-                data.append(line[5:].lstrip())
-                continue
-            if line or not data:
-                continue
-            message = jsonwire.loads("\n".join(data).encode())
-            data = []
+    async def _finish(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        parser: httptools.HttpResponseParser,
+        response: _Response,
+    ) -> None:
+        """Read a stream whose answer was taken to its end (what is left is not the caller's:
+        the gateway asked for no progress or logs), then keep the connection for the next call."""
+        try:
+            async with asyncio.timeout(STREAM_END_SECONDS):
+                while not response.complete:
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        break
+                    parser.feed_data(chunk)
+        except (TimeoutError, OSError, httptools.HttpParserError):
+            pass
+        if response.complete:
+            self._release(reader, writer, response)
+        else:
+            writer.close()
+
+    def _release(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, response: _Response
+    ) -> None:
+        if response.keep_alive and len(self._idle) < MAX_IDLE_CONNECTIONS:
+            self._idle.append((reader, writer))
+        else:
+            writer.close()
+
+    async def _exchange_fresh(self, data: bytes, request_id: int) -> dict[str, Any]:
+        self._idle.clear()
+        return await self._exchange(data, request_id)
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        context = ssl.create_default_context() if self.secure else None
+        return await asyncio.open_connection(self.host, self.port, ssl=context, limit=2**20)
+
+    async def _answer_in_events(self, response: _Response, request_id: int) -> dict[str, Any] | None:
+        """The response to `request_id` among the events received so far; the server's
+        notifications before it (log messages) are handed on, each once."""
+        for data in response.take_events():
+            message = jsonwire.loads(data)
             if not isinstance(message, dict):
                 continue
             if "method" in message:
@@ -115,4 +221,65 @@ class HttpLink:
                     await self.on_notification(message)
             elif message.get("id") == request_id:
                 return message
-        raise LinkClosed("the event stream ended without an answer")
+        return None
+
+
+def _json_answer(body: bytes, request_id: int) -> dict[str, Any] | None:
+    try:
+        answer = jsonwire.loads(body)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) and answer.get("id") == request_id else None
+
+
+class _Response:
+    """What httptools' parser found in one response so far."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.complete = False
+        self.streams_events = False
+        self.keep_alive = False
+        self.parser: httptools.HttpResponseParser | None = None
+        self._body = bytearray()
+        self._unread_events = b""
+
+    def on_message_begin(self) -> None:
+        self.started = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"content-type":
+            self.streams_events = value.lower().startswith(b"text/event-stream")
+
+    def on_body(self, body: bytes) -> None:
+        if self.streams_events:
+            self._unread_events += body
+        else:
+            self._body += body
+
+    def on_message_complete(self) -> None:
+        # Only meaningful while the parser is inside the message.
+        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
+        self.complete = True
+
+    def body(self) -> bytes:
+        return bytes(self._body)
+
+    def take_events(self) -> list[bytes]:
+        """The data of each whole event not taken before (an event ends with a blank line)."""
+        text = self._unread_events.replace(b"\r\n", b"\n")
+        end = text.rfind(b"\n\n")
+        if end < 0:
+            self._unread_events = text
+            return []
+        self._unread_events = text[end + 2 :]
+        events = []
+        for event in text[:end].split(b"\n\n"):
+            data = b"\n".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
+            if data:
+                events.append(data)
+        return events
+
+
+def _plain_header(text: str) -> bool:
+    return text.isprintable() and text.isascii() and "\r" not in text and "\n" not in text

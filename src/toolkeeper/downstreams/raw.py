@@ -26,6 +26,10 @@ class LinkClosed(Exception):
     """The server's side of the lane is gone."""
 
 
+class LaneDeclined(Exception):
+    """The answer was not one the raw lane handles; the call goes the SDK's way instead."""
+
+
 class RawLane(Protocol):
     stamp: dict[str, Any]
     # Log messages the server sends during a raw request go here, before the answer is handed

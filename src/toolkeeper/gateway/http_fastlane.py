@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Sequence
-from contextlib import suppress
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -105,18 +104,18 @@ class HttpFastLane:
         if call is None or not _headers_agree(headers, message):
             await self.app(scope, _replay(body, complete, receive), send)
             return
-        answering = asyncio.ensure_future(self.lane.answer(message["id"], call))
-        leaving = asyncio.ensure_future(_disconnected(receive))
+        answering = asyncio.current_task()
+        assert answering is not None
+        leaving = asyncio.get_running_loop().create_task(_cancel_when_gone(receive, answering))
         try:
-            await asyncio.wait((answering, leaving), return_when=asyncio.FIRST_COMPLETED)
+            response = await self.lane.answer(message["id"], call)
+        except asyncio.CancelledError:
+            if not leaving.done() or answering.uncancel():
+                raise
+            return  # the client gave up: so did the call, downstream, and nobody is left to answer
         finally:
             leaving.cancel()
-        if not answering.done():
-            answering.cancel()  # the client gave up: so does the call, downstream
-            with suppress(asyncio.CancelledError):
-                await answering
-            return
-        data = jsonwire.dumps(answering.result())
+        data = jsonwire.dumps(response)
         await send(
             {
                 "type": "http.response.start",
@@ -124,6 +123,7 @@ class HttpFastLane:
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(data)).encode()),
+                    (b"x-accel-buffering", b"no"),
                 ],
             }
         )
@@ -176,6 +176,7 @@ def _replay(body: bytes, complete: bool, receive: Receive) -> Receive:
     return replay
 
 
-async def _disconnected(receive: Receive) -> None:
+async def _cancel_when_gone(receive: Receive, answering: asyncio.Task[Any]) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+    answering.cancel()

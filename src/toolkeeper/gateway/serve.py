@@ -138,16 +138,15 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
         transport_security=security,
         max_request_body_size=max_bytes,
     )
+    # The fast lane sets X-Accel-Buffering on its own answers; everything else passes the SDK.
     fast = HttpFastLane(
-        app,
+        NoProxyBuffering(app),
         FastLane(gateway, server.server_info_stamp),
         MCP_PATH,
         HostGuard(security.allowed_hosts, security.allowed_origins),
         max_bytes,
     )
-    web = _WebServer(
-        uvicorn.Config(NoProxyBuffering(fast), host=host, port=port, log_level="warning", lifespan="on")
-    )
+    web = _WebServer(uvicorn.Config(fast, host=host, port=port, log_level="warning", lifespan="on"))
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
