@@ -220,3 +220,15 @@ async def test_the_stdio_fast_lane_takes_plain_modern_calls_through_the_same_pip
         assert unknown is None or "Unknown tool" in (await lane.answer(7, unknown))["error"]["message"]
         tg.cancel_scope.cancel()
     assert downstreams["notes"].calls == [("read_note", {"id": "n1"})]
+
+
+async def test_a_stage_that_reads_hints_needs_a_resolve_stage_before_it() -> None:
+    gateway, _ = in_process_gateway()
+
+    class NeedsHints(RefuseDeletes):
+        needs_hints: ClassVar[bool] = True
+
+    with pytest.raises(ValueError, match="no resolve stage comes before it"):
+        standard_pipeline(gateway).with_stage(NeedsHints(), before=Forward)
+    gated = standard_pipeline(gateway, decide=NeedsHints()).with_stage(NeedsHints(), before=Forward)
+    assert [type(stage).__name__ for stage in gated.stages][:3] == ["Find", "Resolve", "NeedsHints"]

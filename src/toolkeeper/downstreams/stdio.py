@@ -140,7 +140,7 @@ class StdioLink:
         """Send one request on the raw lane; the whole JSON-RPC response (result or error).
 
         Raises TimeoutError past `timeout` (the request is cancelled downstream), LinkClosed
-        when the child goes away, and ValueError for params that cannot be encoded, before
+        when the child goes away, and TypeError for params that cannot be encoded, before
         anything is written."""
         if self._closed or self._writer is None:
             raise LinkClosed

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+import anyio
 from mcp.shared.exceptions import MCPError
 
 from toolkeeper.annotations.resolve import Resolution
@@ -27,6 +28,7 @@ from toolkeeper.catalog import CatalogTool
 from toolkeeper.downstreams.base import CallTimedOut, Unavailable
 from toolkeeper.gateway.config_tools import ConfigHost, ConfigTool, error_result
 from toolkeeper.protocol import (
+    CAPABILITY_FOR_REQUEST,
     INVALID_PARAMS,
     MISSING_CAPABILITY,
     declares,
@@ -103,6 +105,11 @@ class Pipeline:
         the end). The approval gate and the audit log plug in this way."""
         stages = list(self.stages)
         index = next((i for i, s in enumerate(stages) if before and isinstance(s, before)), len(stages))
+        if stage.needs_hints and not any(isinstance(s, Resolve) for s in stages[:index]):
+            raise ValueError(
+                f"{type(stage).__name__} reads the resolved hints, but no resolve stage comes before it: "
+                "build the pipeline with standard_pipeline(decide=...)"
+            )
         stages.insert(index, stage)
         return Pipeline(stages)
 
@@ -117,9 +124,11 @@ class Pipeline:
                     await stage.run(call)
         except BaseException as exc:
             call.error = exc
-            for stage in self.stages:
-                if stage.after_result:
-                    await stage.run(call)
+            # Shielded: a call its client cancelled is recorded all the same.
+            with anyio.CancelScope(shield=True):
+                for stage in self.stages:
+                    if stage.after_result:
+                        await stage.run(call)
             raise
         if call.result is None:
             raise RuntimeError(f"no stage answered the call of {call.name!r}")
@@ -220,7 +229,4 @@ def fast_lane_fits(call: ToolCall, gateway: PipelineHost) -> bool:
     if downstream.era == "modern":
         return True
     capabilities = call.capabilities or {}
-    return not any(
-        declares(capabilities, method)
-        for method in ("sampling/createMessage", "elicitation/create", "roots/list")
-    )
+    return not any(declares(capabilities, method) for method in CAPABILITY_FOR_REQUEST)
