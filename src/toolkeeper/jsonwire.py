@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+
+logger = logging.getLogger(__name__)
 
 
 def loads(data: bytes) -> Any:
@@ -61,3 +65,49 @@ class LineWriter:
         if self._pending and not self._writer.is_closing():
             self._writer.write(b"".join(self._pending))
         self._pending.clear()
+
+
+async def relay_lines(
+    reader: asyncio.StreamReader,
+    to_session: Any,
+    take: Callable[[Any], Awaitable[bool]],
+    peer: str,
+    *,
+    warn: bool = False,
+) -> None:
+    """Read JSON lines from `peer` until it closes. A message `take` keeps is handled there (a
+    raw lane's answer, a fast-lane call); every other goes on to the SDK session as a validated
+    message, and what cannot be read goes on as the exception, for the session to answer.
+    `warn`: a bad line is worth a warning (a server writing stray output to its stdout), not
+    only a debug line (a client's bad input, which it is told about)."""
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    while True:
+        try:
+            line = await reader.readline()
+        except ValueError as exc:  # a line over the limit
+            await to_session.send(exc)
+            continue
+        except ConnectionError:
+            return
+        if not line:
+            return
+        if not line.strip():
+            continue
+        try:
+            message = loads(line)
+            if await take(message):
+                continue
+            parsed = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
+        except Exception as exc:
+            logger.log(
+                logging.WARNING if warn else logging.DEBUG,
+                "%s sent a message that is not valid JSON-RPC (%s): %.200r",
+                peer,
+                exc,
+                line,
+            )
+            await to_session.send(exc)
+            continue
+        await to_session.send(SessionMessage(parsed))

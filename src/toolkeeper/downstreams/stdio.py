@@ -186,10 +186,6 @@ class StdioLink:
     async def streams(self, lost: anyio.Event) -> AsyncIterator[tuple[Any, Any]]:
         """The SDK client's (read, write) streams over this child, until the block ends; then
         the child is stopped and reaped, whatever state it is in."""
-        import mcp_types as types
-        from mcp.shared.message import SessionMessage
-        from pydantic import ValidationError
-
         loop = asyncio.get_running_loop()
         process = self.process
         assert process.stdin is not None and process.stdout is not None
@@ -205,45 +201,23 @@ class StdioLink:
         to_session, from_child = anyio.create_memory_object_stream[Any](0)
         to_child, from_session = anyio.create_memory_object_stream[Any](0)
 
+        async def take(message: Any) -> bool:
+            """Answers to raw requests, and log messages while one runs, are the raw lane's."""
+            if not isinstance(message, dict):
+                return False
+            if "method" not in message:
+                answer = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+                if answer is not None and not answer.done():
+                    answer.set_result(message)
+                return answer is not None
+            if message["method"] == "notifications/message" and self.on_notification and self._pending:
+                await self.on_notification(message)
+                return True
+            return False
+
         async def read_child() -> None:
             async with to_session:
-                while True:
-                    try:
-                        line = await reader.readline()
-                    except ValueError as exc:  # a line over the limit
-                        await to_session.send(exc)
-                        continue
-                    except ConnectionError:
-                        break
-                    if not line:
-                        break
-                    try:
-                        message = jsonwire.loads(line)
-                    except ValueError as exc:
-                        if line.strip():
-                            logger.warning("server %r wrote a line that is not JSON: %.200r", self.name, line)
-                            await to_session.send(exc)
-                        continue
-                    if isinstance(message, dict) and "method" not in message:
-                        answer = self._pending.get(message.get("id"))  # type: ignore[arg-type]
-                        if answer is not None:
-                            if not answer.done():
-                                answer.set_result(message)
-                            continue
-                    elif (
-                        isinstance(message, dict)
-                        and message.get("method") == "notifications/message"
-                        and self.on_notification is not None
-                        and self._pending
-                    ):
-                        await self.on_notification(message)
-                        continue
-                    try:
-                        parsed = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
-                    except ValidationError as exc:
-                        await to_session.send(exc)
-                        continue
-                    await to_session.send(SessionMessage(parsed))
+                await jsonwire.relay_lines(reader, to_session, take, f"server {self.name!r}", warn=True)
             self._close_lane()
             lost.set()
 

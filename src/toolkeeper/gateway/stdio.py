@@ -18,7 +18,6 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import anyio
-import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
@@ -74,7 +73,7 @@ async def stdio_streams(fast_lane: FastLane | None = None) -> AsyncIterator[tupl
             writer.write(jsonwire.dumps(response) + b"\n")
             await writer.drain()
 
-    def take_fast(message: Any) -> bool:
+    async def take_fast(message: Any) -> bool:
         """Whether the fast lane took this message (a call it answers, or the cancellation of
         one); anything else goes to the SDK."""
         nonlocal modern
@@ -103,25 +102,7 @@ async def stdio_streams(fast_lane: FastLane | None = None) -> AsyncIterator[tupl
 
     async def read_messages() -> None:
         async with incoming_send:
-            while True:
-                try:
-                    line = await reader.readline()
-                except ValueError as exc:  # a line over the limit
-                    await incoming_send.send(exc)
-                    continue
-                if not line:
-                    return
-                if not line.strip():
-                    continue
-                try:
-                    message = jsonwire.loads(line)
-                    if take_fast(message):
-                        continue
-                    parsed = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
-                except Exception as exc:  # the session answers malformed input with an error
-                    await incoming_send.send(exc)
-                    continue
-                await incoming_send.send(SessionMessage(parsed))
+            await jsonwire.relay_lines(reader, incoming_send, take_fast, "the client")
 
     async def write_messages() -> None:
         async with outgoing_receive:
