@@ -92,9 +92,6 @@ class Gateway:
             if store
             else None
         )
-        self.service = self.services.toolsets if self.services else None
-        self.hints = self.services.hints if self.services else None
-        self.rules = self.services.rules if self.services else None
         self._store_revision = -1
         self.started = anyio.Event()
         self._rebuild()
@@ -349,14 +346,14 @@ class Gateway:
         self.notifier.tools_changed()
 
     async def _load_state(self, revision: int | None = None) -> None:
-        assert self.store is not None and self.service is not None and self.hints is not None
+        services, store = self.services, self.store
+        assert services is not None and store is not None, "only a gateway with a store loads state"
         if revision is None:
-            revision = await self.store.revision()
+            revision = await store.revision()
         previous = self.toolset
-        self.toolset = await self.service.equipped()
-        assert self.rules is not None
+        self.toolset = await services.toolsets.equipped()
         self.annotator = replace(
-            self.annotator, overrides=await self.hints.overrides(), rules=await self.rules.load()
+            self.annotator, overrides=await services.hints.overrides(), rules=await services.rules.load()
         )
         self._store_revision = revision
         if (
