@@ -111,3 +111,17 @@ async def relay_lines(
             await to_session.send(exc)
             continue
         await to_session.send(SessionMessage(parsed))
+
+
+async def write_session_messages(
+    from_session: Any, writer: LineWriter, observe: Callable[[Any], None] | None = None
+) -> None:
+    """Write what the SDK session sends, one JSON line a message, until it closes its stream;
+    `observe` sees each message first."""
+    async with from_session:
+        async for session_message in from_session:
+            message = session_message.message
+            if observe is not None:
+                observe(message)
+            writer.write(message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8") + b"\n")
+            await writer.drain()

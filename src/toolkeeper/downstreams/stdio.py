@@ -221,15 +221,12 @@ class StdioLink:
             self._close_lane()
             lost.set()
 
+        def observe(message: Any) -> None:
+            if not self.stamp:
+                self.stamp = learn_stamp(message) or {}
+
         async def write_child() -> None:
-            async with from_session:
-                async for session_message in from_session:
-                    message = session_message.message
-                    if not self.stamp:
-                        self.stamp = learn_stamp(message) or {}
-                    data = message.model_dump_json(by_alias=True, exclude_unset=True)
-                    writer.write(data.encode("utf-8") + b"\n")
-                    await writer.drain()
+            await jsonwire.write_session_messages(from_session, writer, observe)
 
         try:
             async with anyio.create_task_group() as tg:

@@ -105,11 +105,7 @@ async def stdio_streams(fast_lane: FastLane | None = None) -> AsyncIterator[tupl
             await jsonwire.relay_lines(reader, incoming_send, take_fast, "the client")
 
     async def write_messages() -> None:
-        async with outgoing_receive:
-            async for session_message in outgoing_receive:
-                data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                writer.write(data.encode("utf-8") + b"\n")
-                await writer.drain()
+        await jsonwire.write_session_messages(outgoing_receive, writer)
 
     try:
         async with anyio.create_task_group() as tg:
