@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParams
 
 # The experimental extension that grew out of the seed SEP (PROTOCOL.md, "Argument-specific annotations").
@@ -62,13 +63,24 @@ def declares(capabilities: dict[str, Any], method: str) -> bool:
     return capabilities.get(CAPABILITY_FOR_REQUEST[method]) is not None
 
 
-def input_requests_undeclared(result: dict[str, Any], capabilities: dict[str, Any]) -> str | None:
-    """The first request of an `InputRequiredResult` the client did not declare it can answer."""
+def undeclared_message(method: str) -> str:
+    return (
+        f"toolkeeper: the client that made this call does not support {method} "
+        f"(it did not declare the {CAPABILITY_FOR_REQUEST[method]} capability)"
+    )
+
+
+def check_input_requests(result: dict[str, Any], capabilities: dict[str, Any]) -> None:
+    """Refuse an `InputRequiredResult` that asks a modern client for what it did not declare it
+    can answer (−32021, naming the capability)."""
     for request in (result.get("inputRequests") or {}).values():
         method = request.get("method") if isinstance(request, dict) else None
         if method in CAPABILITY_FOR_REQUEST and not declares(capabilities, method):
-            return method
-    return None
+            raise MCPError(
+                code=MISSING_CAPABILITY,
+                message=undeclared_message(method),
+                data={"requiredCapabilities": {CAPABILITY_FOR_REQUEST[method]: {}}},
+            )
 
 
 def for_client_era(result: dict[str, Any], modern: bool, server_info: dict[str, Any]) -> dict[str, Any]:

@@ -30,9 +30,8 @@ from toolkeeper.gateway.config_tools import ConfigHost, ConfigTool, error_result
 from toolkeeper.protocol import (
     CAPABILITY_FOR_REQUEST,
     INVALID_PARAMS,
-    MISSING_CAPABILITY,
+    check_input_requests,
     declares,
-    input_requests_undeclared,
 )
 
 if TYPE_CHECKING:
@@ -197,13 +196,7 @@ class Forward(_StageDefaults):
             return error_result(f"{target.exposed_name}: {exc}")
         if result.get("resultType") == "input_required":
             # Only modern clients take this path, and they answer a modern server themselves.
-            missing = input_requests_undeclared(result, call.capabilities or {})
-            if missing:
-                raise MCPError(
-                    code=MISSING_CAPABILITY,
-                    message=f"toolkeeper: the client that made this call does not support {missing} "
-                    "(it did not declare the capability)",
-                )
+            check_input_requests(result, call.capabilities or {})
         return result
 
 

@@ -41,7 +41,8 @@ from toolkeeper.protocol import (
     INVALID_PARAMS,
     LOG_LEVEL_META,
     METHOD_NOT_FOUND,
-    MISSING_CAPABILITY,
+    check_input_requests,
+    undeclared_message,
 )
 from toolkeeper.sdk_private import connection_of
 
@@ -54,7 +55,6 @@ MAX_INPUT_ROUNDS = 10
 EXCHANGE_TIMEOUT = 600.0
 REQUEST_STATE_PREFIX = "toolkeeper:"
 
-_NEEDS = CAPABILITY_FOR_REQUEST
 _REQUEST_TYPES: dict[str, Any] = {
     "sampling/createMessage": types.CreateMessageRequest,
     "elicitation/create": types.ElicitRequest,
@@ -76,7 +76,7 @@ def _connection(ctx: ServerRequestContext[Any]) -> object:
 
 
 def _declares(capabilities: types.ClientCapabilities | None, method: str) -> bool:
-    return bool(capabilities and getattr(capabilities, _NEEDS[method], None) is not None)
+    return bool(capabilities and getattr(capabilities, CAPABILITY_FOR_REQUEST[method], None) is not None)
 
 
 def _declared(ctx: ServerRequestContext[Any], method: str) -> bool:
@@ -201,7 +201,7 @@ class Relay:
             is_modern(ctx)
             and downstream.era == "legacy"
             and self._task_group is not None
-            and any(_declared(ctx, method) for method in _NEEDS)
+            and any(_declared(ctx, method) for method in CAPABILITY_FOR_REQUEST)
         ):
             # The server may ask this client something during the call: keep the call running
             # apart from this request, so that the question can go back as its result.
@@ -231,14 +231,9 @@ class Relay:
             return result
         if is_modern(ctx):
             # The client answers itself; it must be able to.
-            for request in (result.get("inputRequests") or {}).values():
-                method = request.get("method") if isinstance(request, dict) else None
-                if method in _NEEDS and not _declared(ctx, method):
-                    raise MCPError(
-                        code=MISSING_CAPABILITY,
-                        message=_undeclared(method).message,
-                        data={"requiredCapabilities": {_NEEDS[method]: {}}},
-                    )
+            capabilities = ctx.session.client_capabilities
+            wire = capabilities.model_dump(by_alias=True, exclude_none=True) if capabilities else {}
+            check_input_requests(result, wire)
             return result
         # A modern server asks a legacy client: ask it ourselves, round by round.
         for _ in range(MAX_INPUT_ROUNDS):
@@ -259,7 +254,7 @@ class Relay:
 
     async def _ask_legacy(self, ctx: ServerRequestContext[Any], request: dict[str, Any]) -> dict[str, Any]:
         method = request.get("method")
-        if method not in _NEEDS:
+        if method not in CAPABILITY_FOR_REQUEST:
             raise MCPError(code=METHOD_NOT_FOUND, message=f"the server asked for unknown input {method!r}")
         if not _declared(ctx, method):
             raise MCPError.from_error_data(_undeclared(method))
@@ -450,11 +445,7 @@ def _input_request(method: str, params: Any) -> Any:
 
 
 def _undeclared(method: str) -> types.ErrorData:
-    return types.ErrorData(
-        code=INTERNAL_ERROR,
-        message=f"toolkeeper: the client that made this call does not support {method} "
-        f"(it did not declare the {_NEEDS[method]} capability)",
-    )
+    return types.ErrorData(code=INTERNAL_ERROR, message=undeclared_message(method))
 
 
 async def _log_to(session: Any, params: types.LoggingMessageNotificationParams, related: Any) -> None:
