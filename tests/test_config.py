@@ -545,8 +545,10 @@ def test_schema_key_is_allowed():
         ('{"toolkeeper": []}', "<config>: 'toolkeeper' must be an object of gateway settings."),
         (
             '{"toolkeeper": {"port": 1}}',
-            "<config>: unknown setting 'toolkeeper.port'. Allowed: databaseUrl, featureFlags, home, http, "
-            "inferHints, logLevel, maxConcurrentConnects, sanitizeUntrustedHints.",
+            "<config>: unknown setting 'toolkeeper.port'. Allowed: approvalTimeout, auditArguments, "
+            "auditRetentionDays, autoApproveReadOnly, confirmDestructive, databaseUrl, featureFlags, home, "
+            "http, inferHints, logLevel, maxConcurrentConnects, retryWindow, sanitizeUntrustedHints, "
+            "trustIdempotentRetries.",
         ),
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',

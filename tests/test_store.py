@@ -109,7 +109,8 @@ def test_schema_head_is_the_newest_migration() -> None:
 
 async def test_an_older_store_is_migrated_to_the_head(store_url: str) -> None:
     async with Store(store_url) as store, store.write() as conn:
-        await conn.execute(text("DROP TABLE argument_rules"))
+        for newer in ("argument_rules", "confirm_modes", "approval_rules", "pending_approvals", "audit_log"):
+            await conn.execute(text(f"DROP TABLE {newer}"))
         await conn.execute(text("UPDATE alembic_version SET version_num = '0002'"))
     async with Store(store_url) as store, store.read() as conn:
         assert (await conn.execute(STORED_VERSION)).scalar_one() == SCHEMA_HEAD

@@ -20,10 +20,13 @@ from typing import Any
 import platformdirs
 
 from toolkeeper.config.model import (
+    DEFAULT_APPROVAL_TIMEOUT,
+    DEFAULT_AUDIT_RETENTION_DAYS,
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
     DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_RETRY_WINDOW,
     Config,
     GatewaySettings,
     ServerConfig,
@@ -42,6 +45,8 @@ COMMON_KEYS = {
 SETTINGS_KEYS = {
     "home", "databaseUrl", "http", "logLevel", "maxConcurrentConnects", "featureFlags",
     "inferHints", "sanitizeUntrustedHints",
+    "autoApproveReadOnly", "confirmDestructive", "trustIdempotentRetries", "retryWindow",
+    "approvalTimeout", "auditArguments", "auditRetentionDays",
 }  # fmt: skip
 INFER_HINTS = ("suggest", "apply")
 HTTP_KEYS = {"host", "port", "allowedHosts", "allowedOrigins", "maxRequestBytes"}
@@ -400,7 +405,31 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
         raise ConfigError(
             f"{where}: toolkeeper.inferHints must be 'suggest' or 'apply', got {infer_hints!r}."
         )
+
+    def seconds(key: str, env_name: str, default: float) -> float:
+        source = f"environment variable {env_name}" if env_name in env else f"{where}: toolkeeper.{key}"
+        value = _coerce(env[env_name], float, source) if env_name in env else raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"{source} must be a number of seconds above 0, got {value!r}.")
+        return float(value)
+
+    retention = setting(
+        "auditRetentionDays", "TOOLKEEPER_AUDIT_RETENTION_DAYS", int, DEFAULT_AUDIT_RETENTION_DAYS
+    )
+    if retention < 1:
+        raise ConfigError(f"{where}: toolkeeper.auditRetentionDays must be at least 1, got {retention}.")
     return GatewaySettings(
+        auto_approve_read_only=setting(
+            "autoApproveReadOnly", "TOOLKEEPER_AUTO_APPROVE_READ_ONLY", bool, True
+        ),
+        confirm_destructive=setting("confirmDestructive", "TOOLKEEPER_CONFIRM_DESTRUCTIVE", bool, True),
+        trust_idempotent_retries=setting(
+            "trustIdempotentRetries", "TOOLKEEPER_TRUST_IDEMPOTENT_RETRIES", bool, True
+        ),
+        retry_window=seconds("retryWindow", "TOOLKEEPER_RETRY_WINDOW", DEFAULT_RETRY_WINDOW),
+        approval_timeout=seconds("approvalTimeout", "TOOLKEEPER_APPROVAL_TIMEOUT", DEFAULT_APPROVAL_TIMEOUT),
+        audit_arguments=setting("auditArguments", "TOOLKEEPER_AUDIT_ARGUMENTS", bool, False),
+        audit_retention_days=retention,
         infer_hints=infer_hints,
         sanitize_untrusted_hints=setting(
             "sanitizeUntrustedHints", "TOOLKEEPER_SANITIZE_UNTRUSTED_HINTS", bool, False

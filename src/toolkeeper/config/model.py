@@ -20,6 +20,9 @@ DEFAULT_CALL_TIMEOUT = 60.0
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+DEFAULT_APPROVAL_TIMEOUT = 120.0
+DEFAULT_RETRY_WINDOW = 600.0
+DEFAULT_AUDIT_RETENTION_DAYS = 30
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,19 @@ class GatewaySettings:
     infer_hints: InferHints = "suggest"
     # Emit conservative values instead of an untrusted server's claims of safety.
     sanitize_untrusted_hints: bool = False
+    # The approval policy's preferences. Only reliably read-only calls are approved
+    # automatically, so on is the safe default.
+    auto_approve_read_only: bool = True
+    confirm_destructive: bool = True
+    # An idempotent call whose exact arguments were approved in the same session within
+    # `retry_window` seconds is not asked again.
+    trust_idempotent_retries: bool = True
+    retry_window: float = DEFAULT_RETRY_WINDOW
+    # How long a call waits for a person's answer before it is refused, in seconds.
+    approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
+    # The audit log keeps a digest of every call's arguments; the arguments themselves only if on.
+    audit_arguments: bool = False
+    audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ docs/architecture.md describes the flow.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -27,6 +28,7 @@ from toolkeeper.annotations.resolve import Resolution
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.downstreams.base import CallTimedOut, Unavailable
 from toolkeeper.gateway.config_tools import ConfigHost, ConfigTool, error_result
+from toolkeeper.policy.model import DecisionRecord
 from toolkeeper.protocol import (
     CAPABILITY_FOR_REQUEST,
     INVALID_PARAMS,
@@ -62,6 +64,25 @@ class PipelineHost(ConfigHost, Protocol):
     async def resolve(self, tool: CatalogTool, arguments: Any) -> Resolution: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ClientIdentity:
+    """Who made a call: the client's own name and version, and the connection or session it
+    came on (a stdio connection, an HTTP session id), which scopes "for this session" answers."""
+
+    name: str | None
+    version: str | None
+    session: str
+
+    def label(self) -> str:
+        who = (
+            f"{self.name} {self.version}" if self.name and self.version else self.name or "an unnamed client"
+        )
+        return f"{who} ({self.session})"
+
+
+UNKNOWN_CLIENT = ClientIdentity(None, None, "unknown")
+
+
 @dataclass(slots=True, eq=False)
 class ToolCall:
     """One `tools/call` on its way through the pipeline."""
@@ -74,10 +95,13 @@ class ToolCall:
     ctx: ServerRequestContext[Any, Any] | None = None
     # The client's declared capabilities in wire form, when the fast lane drives the call.
     capabilities: dict[str, Any] | None = None
+    client: ClientIdentity = UNKNOWN_CLIENT
     target: Target | None = None
     resolution: Resolution | None = None
+    decision: DecisionRecord | None = None  # set by the decide stage
     result: dict[str, Any] | None = None
     error: BaseException | None = None
+    started: float = field(default_factory=time.monotonic)
     extra: dict[str, Any] = field(default_factory=dict)  # what stages leave for later stages
 
     @property

@@ -136,15 +136,19 @@ class Store:
             yield conn
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncConnection]:
-        """One transaction: everything inside commits together or not at all."""
+    async def write(self, *, bump_revision: bool = True) -> AsyncIterator[AsyncConnection]:
+        """One transaction: everything inside commits together or not at all.
+
+        Writes that no running gateway needs to reload for (audit records, a pending call's
+        row, which its gateway watches itself) pass `bump_revision=False`."""
         async with self._translate_errors(), self.engine.connect() as conn:
             # SQLite: take the write lock up front, so two writers queue instead of one failing
             # when both try to upgrade a read lock.
             conn = await conn.execution_options(sqlite_begin="BEGIN IMMEDIATE")
             async with conn.begin():
                 yield conn
-                await conn.execute(update(store_revision).values(value=store_revision.c.value + 1))
+                if bump_revision:
+                    await conn.execute(update(store_revision).values(value=store_revision.c.value + 1))
 
     async def revision(self) -> int:
         async with self.read() as conn:

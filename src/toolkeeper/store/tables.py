@@ -82,6 +82,81 @@ argument_rules = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 
+# How a person wants a tool's calls confirmed: `mode` is always, session, never or deny, with an
+# optional text shown when the person is asked. `namespaced_name` is '*' for the default of a
+# whole toolset; `scope` is '' (global) or a toolset's name, like pins.
+confirm_modes = Table(
+    "confirm_modes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("namespaced_name", String(200), nullable=False),
+    Column("scope", String(50), nullable=False),
+    Column("mode", String(20), nullable=False),
+    Column("text", Text, nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("scope", "namespaced_name", name="uq_confirm_modes_tool"),
+)
+
+# Approval rules, first match wins in `id` order. `scope` is '' for a rule that always holds,
+# or 'session:<id>' for one a person gave "for this session". `rule` is the rule's JSON.
+approval_rules = Table(
+    "approval_rules",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("scope", String(200), nullable=False),
+    Column("rule", Text, nullable=False),
+    Column("origin", String(200), nullable=False),  # who made it: "cli", "person via elicitation", …
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+# Calls waiting for a person's answer, and what became of them. The gateway that holds the call
+# writes the row and watches it; the CLI or the dashboard writes the answer. `arguments` is shown
+# to the person while the call waits and cleared once it is decided.
+pending_approvals = Table(
+    "pending_approvals",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("status", String(20), nullable=False, index=True),  # pending, approved, denied, expired, not_run
+    Column("client", Text, nullable=False),  # JSON: name, version, session
+    Column("exposed_name", String(200), nullable=False),
+    Column("namespaced_name", String(200), nullable=False),
+    Column("ref_id", String(64), nullable=False),
+    Column("call_hash", String(64), nullable=False),
+    Column("arguments", Text, nullable=True),
+    Column("question", Text, nullable=False),  # JSON: summary sentence, warnings, reason, text
+    Column("answer", String(20), nullable=True),  # once, session, always
+    Column("reason", Text, nullable=True),
+    Column("decided_by", String(200), nullable=True),
+    Column("decided_at", DateTime(timezone=True), nullable=True),
+)
+
+# One record per tools/call, written in batches off the call path.
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("at", DateTime(timezone=True), nullable=False, index=True),
+    Column("client_name", String(200), nullable=True),
+    Column("client_version", String(100), nullable=True),
+    Column("client_session", String(200), nullable=True),
+    Column("exposed_name", String(200), nullable=False),
+    Column("server", String(100), nullable=True, index=True),
+    Column("tool", String(200), nullable=True, index=True),
+    Column("ref_id", String(64), nullable=True),
+    Column("arguments_sha256", String(64), nullable=False),
+    Column("arguments", Text, nullable=True),
+    Column("hints", Text, nullable=True),  # JSON: {hint: {"value": …, "source": …}}
+    Column("decision", String(10), nullable=False, index=True),  # allow, ask, deny
+    Column("decided_by", String(200), nullable=True),
+    Column("channel", String(50), nullable=True),  # elicitation, cli, dashboard, …
+    Column("wait_ms", Integer, nullable=True),
+    Column("outcome", String(20), nullable=False),  # ok, isError, protocol_error, timeout, not_run
+    Column("detail", Text, nullable=True),
+    Column("latency_ms", Integer, nullable=True),
+)
+
 # Small facts about the gateway that outlive a restart (the equipped toolset).
 gateway_state = Table(
     "gateway_state",
