@@ -1,0 +1,30 @@
+"""What binds an approval to one exact call: canonical arguments and their digest.
+
+The same canonical form feeds the audit log's argument digest, so a record and an approval of
+the same call carry the same arguments hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> bytes:
+    """One spelling per JSON value: sorted keys, no spaces, UTF-8 (so equal arguments hash equal
+    however the client ordered or spaced them)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def arguments_digest(arguments: Any) -> str:
+    """SHA-256 (hex) of the canonical arguments."""
+    return hashlib.sha256(canonical_json(arguments if arguments is not None else {})).hexdigest()
+
+
+def call_hash(server: str, tool: str, arguments: Any, ref_id: str) -> str:
+    """SHA-256 (hex) of server, tool, canonical arguments and the tool's refId: an approval
+    holds for this call of this definition of the tool, nothing else."""
+    return hashlib.sha256(
+        canonical_json([server, tool, json.loads(canonical_json(arguments or {})), ref_id])
+    ).hexdigest()
