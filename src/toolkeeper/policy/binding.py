@@ -25,6 +25,4 @@ def arguments_digest(arguments: Any) -> str:
 def call_hash(server: str, tool: str, arguments: Any, ref_id: str) -> str:
     """SHA-256 (hex) of server, tool, canonical arguments and the tool's refId: an approval
     holds for this call of this definition of the tool, nothing else."""
-    return hashlib.sha256(
-        canonical_json([server, tool, json.loads(canonical_json(arguments or {})), ref_id])
-    ).hexdigest()
+    return hashlib.sha256(canonical_json([server, tool, arguments or {}, ref_id])).hexdigest()
