@@ -29,15 +29,22 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-# Every gateway a test starts keeps its store in that test's temporary folder, and lists every
-# tool (configuration mode off) unless the test turns the menu on: the core tests predate modes.
-STORE_ENV = ("TOOLKEEPER_HOME", "TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "TOOLKEEPER_DATABASE_URL")
+# Every gateway a test starts keeps its store in that test's temporary folder, lists every tool
+# (configuration mode off) unless the test turns the menu on, and runs every call without asking
+# unless the test turns the approval policy on: the core tests predate modes and the gate.
+STORE_ENV = (
+    "TOOLKEEPER_HOME",
+    "TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU",
+    "TOOLKEEPER_DATABASE_URL",
+    "TOOLKEEPER_CONFIRM",
+)
 
 
 @pytest.fixture(autouse=True)
 def _isolated_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLKEEPER_HOME", str(tmp_path / "toolkeeper-home"))
     monkeypatch.setenv("TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "false")
+    monkeypatch.setenv("TOOLKEEPER_CONFIRM", "never")
     monkeypatch.delenv("TOOLKEEPER_DATABASE_URL", raising=False)
     monkeypatch.delenv("HYPERTOOL_ENABLE_CONFIG_TOOLS_MENU", raising=False)
 

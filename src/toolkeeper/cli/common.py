@@ -158,11 +158,12 @@ def run_service(
     wait: float = 15.0,
     kind: str = "toolsets",
 ) -> Any:
-    """Run one operation of a service (`toolsets`, `hints` or `rules`) with the store open; `live`
-    connects the servers first. A refusal prints its message and exits with its kind's code."""
+    """Run one operation of a service (`kind` names a field of `Services`: `toolsets`, `hints`,
+    `rules`, …) with the store open; `live` connects the servers first. A refusal prints its
+    message and exits with its kind's code."""
 
     def pick(services: Services) -> Any:
-        return {"hints": services.hints, "rules": services.rules}.get(kind, services.toolsets)
+        return getattr(services, kind)
 
     async def attempt(service: Any) -> tuple[Any, ServiceError | None]:
         # Caught here, not outside: an exception leaving the running gateway arrives in a group.

@@ -20,6 +20,7 @@ from typing import Any
 import platformdirs
 
 from toolkeeper.config.model import (
+    CONFIRM_MODES,
     DEFAULT_APPROVAL_TIMEOUT,
     DEFAULT_AUDIT_RETENTION_DAYS,
     DEFAULT_CALL_TIMEOUT,
@@ -40,12 +41,12 @@ STDIO_KEYS = {"command", "args", "env", "cwd"}
 REMOTE_KEYS = {"url", "headers"}
 COMMON_KEYS = {
     "type", "transport", "disabled", "prefix", "trust", "timeout", "description",
-    "inferHints", "sanitizeUntrustedHints", "protocol",
+    "inferHints", "sanitizeUntrustedHints", "protocol", "confirm",
 }  # fmt: skip
 SETTINGS_KEYS = {
     "home", "databaseUrl", "http", "logLevel", "maxConcurrentConnects", "featureFlags",
     "inferHints", "sanitizeUntrustedHints",
-    "autoApproveReadOnly", "confirmDestructive", "trustIdempotentRetries", "retryWindow",
+    "confirm", "autoApproveReadOnly", "confirmDestructive", "trustIdempotentRetries", "retryWindow",
     "approvalTimeout", "auditArguments", "auditRetentionDays",
 }  # fmt: skip
 INFER_HINTS = ("suggest", "apply")
@@ -290,6 +291,9 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
     infer_hints = entry.get("inferHints")
     if infer_hints is not None and infer_hints not in INFER_HINTS:
         raise EntryError(f"'inferHints' must be 'suggest' or 'apply', got {infer_hints!r}")
+    confirm = entry.get("confirm")
+    if confirm is not None and confirm not in CONFIRM_MODES:
+        raise EntryError(f"'confirm' must be one of {', '.join(CONFIRM_MODES)}, got {confirm!r}")
     sanitize = entry.get("sanitizeUntrustedHints")
     if sanitize is not None and not isinstance(sanitize, bool):
         raise EntryError(f"'sanitizeUntrustedHints' must be true or false, got {sanitize!r}")
@@ -299,7 +303,12 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
             f"'protocol' must be one of {', '.join(repr(p) for p in protocols())}, got {protocol!r} "
             "('auto' uses the newest era the server speaks)"
         )
-    hint_options = {"infer_hints": infer_hints, "sanitize_untrusted_hints": sanitize, "protocol": protocol}
+    hint_options = {
+        "infer_hints": infer_hints,
+        "sanitize_untrusted_hints": sanitize,
+        "protocol": protocol,
+        "confirm": confirm,
+    }
 
     if transport == "stdio":
         command = _string(entry, "command", env)
@@ -418,7 +427,13 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
     )
     if retention < 1:
         raise ConfigError(f"{where}: toolkeeper.auditRetentionDays must be at least 1, got {retention}.")
+    confirm = setting("confirm", "TOOLKEEPER_CONFIRM", str, None)
+    if confirm is not None and confirm not in CONFIRM_MODES:
+        raise ConfigError(
+            f"{where}: toolkeeper.confirm must be one of {', '.join(CONFIRM_MODES)}, got {confirm!r}."
+        )
     return GatewaySettings(
+        confirm=confirm,
         auto_approve_read_only=setting(
             "autoApproveReadOnly", "TOOLKEEPER_AUTO_APPROVE_READ_ONLY", bool, True
         ),

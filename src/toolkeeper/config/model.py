@@ -15,6 +15,10 @@ Transport = Literal["stdio", "http", "sse"]
 Trust = Literal["trusted", "untrusted"]
 # Inferred hints: shown as suggestions only, or also emitted where the server left a hint absent.
 InferHints = Literal["suggest", "apply"]
+# How calls are confirmed where no per-tool or per-toolset mode is stored: always ask, ask once
+# per session, never ask, or never run. None: the approval policy decides from the hints.
+Confirm = Literal["always", "session", "never", "deny"]
+CONFIRM_MODES: tuple[Confirm, ...] = ("always", "session", "never", "deny")
 
 DEFAULT_CALL_TIMEOUT = 60.0
 DEFAULT_HTTP_HOST = "127.0.0.1"
@@ -45,6 +49,7 @@ class ServerConfig:
     sanitize_untrusted_hints: bool | None = None
     # "auto" (newest era the server speaks), "legacy" (handshake era), or a modern version.
     protocol: str = "auto"
+    confirm: Confirm | None = None
 
     def describe(self) -> str:
         """A one-line, secret-free description for logs and `toolkeeper servers`."""
@@ -74,6 +79,7 @@ class GatewaySettings:
     infer_hints: InferHints = "suggest"
     # Emit conservative values instead of an untrusted server's claims of safety.
     sanitize_untrusted_hints: bool = False
+    confirm: Confirm | None = None  # the gateway-wide default confirm mode (see Confirm)
     # The approval policy's preferences. Only reliably read-only calls are approved
     # automatically, so on is the safe default.
     auto_approve_read_only: bool = True

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from toolkeeper.gateway.clients import client_from_meta
 from toolkeeper.gateway.pipeline import ToolCall, fast_lane_fits
 from toolkeeper.protocol import INTERNAL_ERROR, LOG_LEVEL_META, for_client_era
 
@@ -44,9 +45,10 @@ def opens_modern(message: dict[str, Any]) -> bool:
 
 
 class FastLane:
-    def __init__(self, gateway: Gateway, server_info: dict[str, Any]) -> None:
+    def __init__(self, gateway: Gateway, server_info: dict[str, Any], *, http: bool = False) -> None:
         self.gateway = gateway
         self.server_info = server_info
+        self.http = http  # over HTTP each client is known by its own name, not by the process
 
     def accept(self, message: dict[str, Any]) -> ToolCall | None:
         """The call this message makes, if the fast lane can answer it; else None."""
@@ -73,7 +75,13 @@ class FastLane:
             or LOG_LEVEL_META in meta
         ):
             return None
-        call = ToolCall(params["name"], params, True, capabilities=meta[CLIENT_CAPABILITIES_META])
+        call = ToolCall(
+            params["name"],
+            params,
+            True,
+            capabilities=meta[CLIENT_CAPABILITIES_META],
+            client=client_from_meta(meta, http=self.http),
+        )
         return call if fast_lane_fits(call, self.gateway) else None
 
     async def answer(self, request_id: str | int, call: ToolCall) -> dict[str, Any]:

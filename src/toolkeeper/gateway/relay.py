@@ -260,6 +260,11 @@ class Relay:
             raise MCPError.from_error_data(_undeclared(method))
         return await self._send_to_client(ctx, _input_request(method, request.get("params")))
 
+    async def ask_client(self, ctx: ServerRequestContext[Any], method: str, params: Any) -> dict[str, Any]:
+        """Send the calling client a request of its own during its call (the approval gate's
+        question), and return its answer as it came."""
+        return await self._send_to_client(ctx, _input_request(method, params))
+
     async def _send_to_client(self, ctx: ServerRequestContext[Any], request: ServerInput) -> dict[str, Any]:
         result = await ctx.session.send_request(
             request, _RawResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)

@@ -141,7 +141,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
     # The fast lane sets X-Accel-Buffering on its own answers; everything else passes the SDK.
     fast = HttpFastLane(
         NoProxyBuffering(app),
-        FastLane(gateway, server.server_info_stamp),
+        FastLane(gateway, server.server_info_stamp, http=True),
         MCP_PATH,
         HostGuard(security.allowed_hosts, security.allowed_origins),
         max_bytes,

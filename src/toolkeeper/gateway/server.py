@@ -20,6 +20,7 @@ from toolkeeper import __version__
 from toolkeeper.annotations.resolve import ResolveError
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.gateway import forward
+from toolkeeper.gateway.clients import client_of
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.gateway.pipeline import ToolCall
 from toolkeeper.protocol import (
@@ -117,7 +118,8 @@ def build_server(gateway: Gateway) -> GatewayServer:
 
     async def run_call(ctx: ServerRequestContext[Any], params: dict[str, Any]) -> dict[str, Any]:
         modern = is_modern(ctx)
-        result = await gateway.pipeline.run(ToolCall(params["name"], params, modern, ctx=ctx))
+        call = ToolCall(params["name"], params, modern, ctx=ctx, client=client_of(ctx, params))
+        result = await gateway.pipeline.run(call)
         return for_client_era(result, modern, server_info)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:

@@ -1,0 +1,242 @@
+"""`toolkeeper approvals list|approve|deny|watch|rules|add-rule|revoke`: a person's side of the approval
+gate (thin faces over services/approvals.py and services/policy.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from toolkeeper.cli.common import (
+    ConfigOption,
+    DemoOption,
+    JsonOption,
+    app,
+    err,
+    load,
+    new_table,
+    out,
+    print_json,
+    run_service,
+)
+from toolkeeper.policy.model import Answer
+
+approvals_app = typer.Typer(
+    help="Calls waiting for a person's yes or no, and the approval rules your answers made.",
+    no_args_is_help=True,
+)
+app.add_typer(approvals_app, name="approvals")
+
+BY_CLI = "person via cli"
+
+
+def _when(iso: str | None) -> str:
+    if not iso:
+        return ""
+    moment = datetime.fromisoformat(iso)
+    seconds = int((datetime.now(UTC) - moment).total_seconds())
+    if seconds < 0:
+        return f"in {-seconds} s"
+    return f"{seconds} s ago" if seconds < 120 else f"{seconds // 60} min ago"
+
+
+def _print_calls(calls: list[dict[str, Any]], *, include_decided: bool) -> None:
+    if not calls:
+        out.print("No call is waiting for approval." if not include_decided else "No approvals yet.")
+        return
+    table = new_table("id", "tool", "call", "client", "asked", "status", title="Calls waiting for approval")
+    for call in calls:
+        client = call["client"]
+        who = " ".join(str(part) for part in (client.get("name"), client.get("version")) if part) or "?"
+        warnings = "".join(f"\n[yellow]⚠ {w}[/yellow]" for w in call["warnings"])
+        status = call["status"]
+        if status == "pending":
+            status = f"waits (expires {_when(call['expiresAt'])})"
+        elif call.get("decidedBy"):
+            status += f" by {call['decidedBy']}"
+        table.add_row(
+            call["id"],
+            call["tool"],
+            (call["sentence"] or "") + warnings,
+            who,
+            _when(call["createdAt"]),
+            status,
+        )
+    out.print(table)
+    if any(call["status"] == "pending" for call in calls):
+        out.print(
+            "Answer with [bold]toolkeeper approvals approve ID[/bold] [--session | --always] "
+            "or [bold]toolkeeper approvals deny ID[/bold] [--reason TEXT]."
+        )
+
+
+@approvals_app.command("list")
+def approvals_list(
+    include_decided: bool = typer.Option(
+        False, "--all", help="Also show decided, expired and not-run calls."
+    ),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Calls waiting for an answer (newest first), with their IDs."""
+    calls = run_service(
+        load(config, demo), lambda s: s.pending(include_decided=include_decided), kind="approvals"
+    )
+    print_json(calls) if as_json else _print_calls(calls, include_decided=include_decided)
+
+
+def _answer(session: bool, always: bool) -> Answer:
+    if session and always:
+        err.print("error: choose one of --session and --always.")
+        raise typer.Exit(1)
+    return Answer.ALWAYS if always else Answer.SESSION if session else Answer.ONCE
+
+
+@approvals_app.command("approve")
+def approvals_approve(
+    call_id: str = typer.Argument(..., help="The call's approval ID, as `approvals list` shows it."),
+    session: bool = typer.Option(
+        False, "--session", help="Also allow this tool for the rest of the client's session."
+    ),
+    always: bool = typer.Option(False, "--always", help="Always allow this tool (a rule you can revoke)."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Let a waiting call run."""
+    answer = _answer(session, always)
+    result = run_service(
+        load(config, demo), lambda s: s.approve(call_id, answer, by=BY_CLI), kind="approvals"
+    )
+    if as_json:
+        return print_json(result)
+    reach = {Answer.ONCE: "once", Answer.SESSION: "for this session", Answer.ALWAYS: "always"}[answer]
+    out.print(f"Approved {result['id']} ({result['tool']}) {reach}: the call runs now.", highlight=False)
+
+
+@approvals_app.command("deny")
+def approvals_deny(
+    call_id: str = typer.Argument(..., help="The call's approval ID, as `approvals list` shows it."),
+    reason: str | None = typer.Option(None, "--reason", help="Why, for the record and the client."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Refuse a waiting call: it is not run, and its client is told a person declined."""
+    result = run_service(
+        load(config, demo), lambda s: s.deny(call_id, by=BY_CLI, reason=reason), kind="approvals"
+    )
+    if as_json:
+        return print_json(result)
+    out.print(f"Denied {result['id']} ({result['tool']}): the call was not run.", highlight=False)
+
+
+WATCH_CHOICES = {"o": Answer.ONCE, "s": Answer.SESSION, "a": Answer.ALWAYS}
+
+
+@approvals_app.command("watch")
+def approvals_watch(
+    interval: float = typer.Option(1.0, "--interval", help="Seconds between looks for new calls."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+) -> None:
+    """Show calls as they arrive and answer them here: [o]nce, [s]ession, [a]lways, [d]eny or
+    [k] to skip. Ctrl-C stops watching."""
+    loaded = load(config, demo)
+    seen: set[str] = set()
+    out.print("Watching for calls that need approval (Ctrl-C to stop)…")
+    try:
+        while True:
+            for call in reversed(run_service(loaded, lambda s: s.pending(), kind="approvals")):
+                if call["id"] in seen:
+                    continue
+                seen.add(call["id"])
+                _ask_in_terminal(loaded, call)
+            time.sleep(interval)
+    except (KeyboardInterrupt, EOFError):
+        out.print("\nStopped watching.")
+
+
+def _ask_in_terminal(loaded: Any, call: dict[str, Any]) -> None:
+    client = call["client"]
+    out.print(f"\n[bold]{call['id']}[/bold] {call['tool']} from {client.get('name') or 'a client'}")
+    out.print(f"  {call['sentence']}", highlight=False)
+    for warning in call["warnings"]:
+        out.print(f"  [yellow]⚠ {warning}[/yellow]")
+    out.print(f"  why: {call['reason']}", highlight=False)
+    if call.get("text"):
+        out.print(f"  {call['text']}", highlight=False)
+    out.print(f"  arguments: {json.dumps(call['arguments'], ensure_ascii=False)}", highlight=False)
+    offered = "/".join(f"[{c[0]}]{c[1:]}" for c in call["choices"]) + "/s[k]ip"
+    while True:
+        choice = input(f"  {offered}? ").strip().lower()[:1]
+        if choice == "k":
+            return
+        if choice == "d":
+            run_service(loaded, lambda s: s.deny(call["id"], by=BY_CLI), kind="approvals")
+            out.print("  denied: the call was not run.")
+            return
+        picked = WATCH_CHOICES.get(choice)
+        if picked is not None and picked.value in call["choices"]:
+            run_service(loaded, lambda s, a=picked: s.approve(call["id"], a, by=BY_CLI), kind="approvals")
+            out.print(f"  approved ({picked.value}): the call runs now.")
+            return
+
+
+@approvals_app.command("rules")
+def approvals_rules(
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Approval rules, in the order they are tried: yours, and those your "session" and "always"
+    answers made."""
+    rules = run_service(load(config, demo), lambda s: s.rules(), kind="policy")
+    if as_json:
+        return print_json(rules)
+    if not rules:
+        out.print("No approval rules: every call follows the confirm modes and the hints.")
+        return
+    table = new_table("id", "rule", "scope", "made by", title="Approval rules (strictest match wins)")
+    for rule in rules:
+        table.add_row(str(rule["id"]), rule["text"], rule["scope"] or "always", rule["origin"])
+    out.print(table)
+
+
+@approvals_app.command("revoke")
+def approvals_revoke(
+    rule_id: int = typer.Argument(..., help="The rule's id, as `approvals rules` shows it."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+) -> None:
+    """Remove an approval rule: its calls are asked again."""
+    run_service(load(config, demo), lambda s: s.revoke_rule(rule_id), kind="policy")
+    out.print(f"Revoked approval rule {rule_id}.")
+
+
+@approvals_app.command("add-rule")
+def approvals_add_rule(
+    rule: str = typer.Argument(
+        ...,
+        help='The rule as JSON, e.g. \'{"match": {"server": "time"}, "decision": "allow"}\'.',
+    ),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+) -> None:
+    """Add an approval rule of your own (after the existing ones)."""
+    try:
+        parsed = json.loads(rule)
+    except json.JSONDecodeError as exc:
+        err.print(
+            f"error: the rule is not valid JSON ({exc.msg} at column {exc.colno}): {rule}", markup=False
+        )
+        raise typer.Exit(1) from None
+    rule_id = run_service(
+        load(config, demo), lambda s: s.add_rule(json.dumps(parsed), scope="", origin=BY_CLI), kind="policy"
+    )
+    out.print(f"Added approval rule {rule_id}.")

@@ -1,0 +1,473 @@
+"""The decide stage: the approval policy's verdict for each call, and asking a person when it says ask.
+
+The policy (policy/decide.py) gives allow, ask or deny. For ask, the first way that works:
+1. the calling client asks its user: a handshake-era client gets `elicitation/create` during the
+   call; a 2026-07-28 client gets an `InputRequiredResult` whose `requestState` is sealed to
+   this client and this exact call, and its retry carries the answer;
+2. the pending-approvals queue: the call waits while a person answers with the CLI (or the
+   dashboard), through the store;
+3. otherwise the call is refused.
+A refusal is an `isError` result that says the call was not run and why; it never says how the
+model could get the call approved. No MCP tool of the gateway can answer a question.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import anyio
+from mcp.shared.exceptions import MCPError
+
+from toolkeeper.annotations.effective import EffectiveHints
+from toolkeeper.catalog import CatalogTool
+from toolkeeper.config.model import GatewaySettings
+from toolkeeper.gateway.config_tools import error_result
+from toolkeeper.gateway.pipeline import ClientIdentity, PipelineHost, ToolCall
+from toolkeeper.policy.binding import call_hash
+from toolkeeper.policy.model import Answer, ConfirmMode, Decision, DecisionRecord, Verdict
+from toolkeeper.protocol import declares
+from toolkeeper.services.approvals import HOLDER
+from toolkeeper.store import StoreError
+from toolkeeper.store.approvals import APPROVED, DENIED, EXPIRED, NOT_RUN, PENDING, PendingCall
+
+if TYPE_CHECKING:
+    from toolkeeper.policy.decide import Policy
+    from toolkeeper.services import Services
+
+logger = logging.getLogger(__name__)
+
+# The requestState of a question the gate asked a modern client (the relay's own start "toolkeeper:").
+STATE_PREFIX = "toolkeeper-approval:"
+ANSWER_KEY = "toolkeeper.approval"  # the inputRequests key of the gate's question
+POLL_SECONDS = 0.25  # how often a queued call looks for the person's answer in the store
+
+WARNINGS = {
+    # The texts the approval dialog shows for each hint.
+    "destructiveHint": "This tool may make destructive changes",
+    "readOnlyHint": "This tool only reads data",
+    "openWorldHint": "This tool reaches outside systems",
+}
+CHOICE_TITLES = {
+    Answer.ONCE.value: "Allow once",
+    Answer.SESSION.value: "Allow for this session",
+    Answer.ALWAYS.value: "Always allow",
+    "deny": "Deny",
+}
+
+
+class GateHost(PipelineHost, Protocol):
+    """What the gate uses of the running gateway besides what every stage uses."""
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def services(self) -> Services | None: ...
+
+    @property
+    def settings(self) -> GatewaySettings: ...
+
+    def effective_hints(self, tool: CatalogTool) -> EffectiveHints: ...
+
+    def trusts(self, server: str) -> bool: ...
+
+    @property
+    def toolset_name(self) -> str | None: ...
+
+    async def reload_policy(self) -> None: ...
+
+
+class ApprovalGate:
+    after_result: ClassVar[bool] = False
+    needs_hints: ClassVar[bool] = True
+
+    def __init__(self, gateway: GateHost) -> None:
+        self.gateway = gateway
+        self.seal = TokenSeal()
+        # Per session: call hash → when a person last approved it (for idempotent retries).
+        self.approved: dict[str, dict[str, float]] = {}
+
+    async def run(self, call: ToolCall) -> dict[str, Any] | None:
+        tool = call.target
+        if not isinstance(tool, CatalogTool):
+            verdict = Verdict(Decision.ALLOW, "the gateway's own configuration tool", "configuration tool")
+            call.decision = DecisionRecord(verdict, Decision.ALLOW, verdict.made_by)
+            return None
+        digest = call_hash(tool.server, tool.name, call.arguments, tool.ref_id)
+        state = call.params.get("requestState")
+        if isinstance(state, str) and state.startswith(STATE_PREFIX):
+            return await self._answered_by_client(call, tool, digest, state)
+        verdict = self._verdict(call, tool, digest)
+        if verdict.decision is Decision.ALLOW:
+            call.decision = DecisionRecord(verdict, Decision.ALLOW, verdict.made_by)
+            return None
+        if verdict.decision is Decision.DENY:
+            call.decision = DecisionRecord(
+                verdict, Decision.DENY, verdict.made_by, outcome="denied by policy"
+            )
+            return refusal(tool, f"the approval policy denies it ({verdict.reason})")
+        return await self._ask(call, tool, digest, verdict)
+
+    def _verdict(self, call: ToolCall, tool: CatalogTool, digest: str) -> Verdict:
+        assert call.resolution is not None, "the resolve stage runs before the gate"
+        approved_at = self.approved.get(call.client.session, {}).get(digest)
+        window = self.gateway.settings.retry_window
+        return self.gateway.policy.decide(
+            tool,
+            call.arguments,
+            call.resolution,
+            self.gateway.effective_hints(tool),
+            trusted=self.gateway.trusts(tool.server),
+            toolset=self.gateway.toolset_name,
+            session=call.client.session,
+            retry_approved=approved_at is not None and time.monotonic() - approved_at <= window,
+        )
+
+    # -- asking --------------------------------------------------------------------------------
+
+    async def _ask(
+        self, call: ToolCall, tool: CatalogTool, digest: str, verdict: Verdict
+    ) -> dict[str, Any] | None:
+        question = build_question(tool, call.arguments, verdict, self._choices(tool))
+        capabilities = self._capabilities(call)
+        if declares(capabilities, "elicitation/create"):
+            if call.modern:
+                # The question goes back as the call's result; the client's retry answers it.
+                call.decision = DecisionRecord(verdict, Decision.ASK, verdict.made_by, channel="elicitation")
+                token = self.seal.issue(call.client.session, digest, self.gateway.settings.approval_timeout)
+                return {
+                    "resultType": "input_required",
+                    "inputRequests": {ANSWER_KEY: {"method": "elicitation/create", "params": form(question)}},
+                    "requestState": STATE_PREFIX + token,
+                }
+            if call.ctx is not None:
+                return await self._elicit_during_call(call, tool, digest, verdict, question)
+        if self.gateway.services is not None:
+            return await self._queue(call, tool, digest, verdict, question)
+        call.decision = DecisionRecord(verdict, Decision.DENY, verdict.made_by, outcome="cannot_ask")
+        return refusal(tool, "it needs a person's approval and there is no way to ask one")
+
+    def _capabilities(self, call: ToolCall) -> dict[str, Any]:
+        if call.capabilities is not None:
+            return call.capabilities
+        if call.ctx is not None:
+            declared = call.ctx.session.client_capabilities
+            return declared.model_dump(by_alias=True, exclude_none=True) if declared else {}
+        return {}
+
+    def _choices(self, tool: CatalogTool) -> list[str]:
+        mode, _ = self.gateway.policy.confirm_mode(tool, self.gateway.toolset_name)
+        if mode is ConfirmMode.ALWAYS:
+            return [Answer.ONCE.value, "deny"]  # the person asked to confirm every call
+        return [*(answer.value for answer in Answer), "deny"]
+
+    async def _elicit_during_call(
+        self, call: ToolCall, tool: CatalogTool, digest: str, verdict: Verdict, question: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        assert call.ctx is not None
+        started = time.monotonic()
+        answer: str | None = None
+        timed_out = False
+        with anyio.move_on_after(self.gateway.settings.approval_timeout) as scope:
+            try:
+                reply = await self.gateway.relay.ask_client(call.ctx, "elicitation/create", form(question))
+                answer = chosen(reply, question["choices"])
+            except MCPError as exc:
+                logger.info("%s: the client could not ask its user (%s); refused", tool.exposed_name, exc)
+        timed_out = scope.cancelled_caught
+        waited = int((time.monotonic() - started) * 1000)
+        return await self._conclude(call, tool, digest, verdict, answer, "elicitation", waited, timed_out)
+
+    async def _answered_by_client(
+        self, call: ToolCall, tool: CatalogTool, digest: str, state: str
+    ) -> dict[str, Any] | None:
+        """A modern client's retry: the sealed state must be ours, fresh, unused, for this
+        client and these exact arguments; anything else is refused and recorded."""
+        verdict = self._verdict(call, tool, digest)
+        problem = self.seal.check(state.removeprefix(STATE_PREFIX), call.client.session, digest)
+        if problem is not None:
+            call.decision = DecisionRecord(
+                verdict, Decision.DENY, "toolkeeper", "elicitation", outcome="bad_token"
+            )
+            return refusal(tool, f"its approval answer was not accepted ({problem}); call the tool again")
+        responses = call.params.get("inputResponses")
+        reply = responses.get(ANSWER_KEY) if isinstance(responses, dict) else None
+        question_choices = self._choices(tool)
+        answer = chosen(reply, question_choices)
+        # The retry's envelope was for the gate alone: the downstream sees the plain call.
+        call.params = {k: v for k, v in call.params.items() if k not in ("requestState", "inputResponses")}
+        return await self._conclude(call, tool, digest, verdict, answer, "elicitation", None, False)
+
+    async def _queue(
+        self, call: ToolCall, tool: CatalogTool, digest: str, verdict: Verdict, question: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        services = self.gateway.services
+        assert services is not None
+        timeout = self.gateway.settings.approval_timeout
+        created = datetime.now(UTC)
+        pending = PendingCall(
+            id=secrets.token_hex(4),
+            created_at=created,
+            expires_at=created + timedelta(seconds=timeout),
+            status=PENDING,
+            client={**client_json(call.client), "holder": HOLDER},
+            exposed_name=tool.exposed_name,
+            namespaced_name=tool.namespaced_name,
+            ref_id=tool.ref_id,
+            call_hash=digest,
+            arguments=call.arguments,
+            question=question,
+            answer=None,
+            reason=None,
+            decided_by=None,
+            decided_at=None,
+        )
+        try:
+            await services.approvals.open(pending)
+        except StoreError as exc:
+            logger.error("cannot queue %s for approval: %s", tool.exposed_name, exc)
+            call.decision = DecisionRecord(verdict, Decision.DENY, verdict.made_by, outcome="cannot_ask")
+            return refusal(tool, "it needs a person's approval and the approval queue cannot be written")
+        logger.warning(
+            "%s waits up to %.0f s for approval %s: toolkeeper approvals approve %s (or deny %s)",
+            tool.exposed_name,
+            timeout,
+            pending.id,
+            pending.id,
+            pending.id,
+        )
+        started = time.monotonic()
+        settled: PendingCall | None = None
+        try:
+            with anyio.move_on_after(timeout):
+                while True:
+                    await anyio.sleep(POLL_SECONDS)
+                    try:
+                        settled = await services.approvals.state(pending.id)
+                    except StoreError as exc:
+                        logger.warning("cannot read approval %s: %s", pending.id, exc)
+                        continue
+                    if settled is None or settled.status != PENDING:
+                        break
+        finally:
+            if settled is None or settled.status == PENDING:
+                # Timed out or cancelled: settle the row unless the person answered meanwhile.
+                with anyio.CancelScope(shield=True):
+                    status = EXPIRED if time.monotonic() - started >= timeout else NOT_RUN
+                    try:
+                        if not await services.approvals.give_up(pending.id, status, "no answer in time"):
+                            settled = await services.approvals.state(pending.id)
+                    except StoreError as exc:
+                        logger.warning("cannot settle approval %s: %s", pending.id, exc)
+        waited = int((time.monotonic() - started) * 1000)
+        channel = (
+            settled.decided_by.partition(" via ")[2] if settled and settled.decided_by else ""
+        ) or "cli"
+        if settled is not None and settled.status == APPROVED:
+            answer = settled.answer or Answer.ONCE.value
+            return await self._conclude(
+                call, tool, digest, verdict, answer, channel or "cli", waited, False, settled
+            )
+        if settled is not None and settled.status == DENIED:
+            return await self._conclude(
+                call, tool, digest, verdict, "deny", channel or "cli", waited, False, settled
+            )
+        return await self._conclude(call, tool, digest, verdict, None, "queue", waited, True)
+
+    async def _conclude(
+        self,
+        call: ToolCall,
+        tool: CatalogTool,
+        digest: str,
+        verdict: Verdict,
+        answer: str | None,
+        channel: str,
+        waited: int | None,
+        timed_out: bool,
+        settled: PendingCall | None = None,
+    ) -> dict[str, Any] | None:
+        who = settled.decided_by if settled and settled.decided_by else f"person via {channel}"
+        if answer is None or answer == "deny":
+            if timed_out:
+                outcome, why = "timeout", "nobody answered the approval request in time"
+            elif answer == "deny":
+                outcome, why = "declined", "a person declined it"
+                if settled is not None and settled.reason:
+                    why += f": {settled.reason}"
+            else:
+                outcome, why = "declined", "a person declined it (the approval request was dismissed)"
+            decided_by = who if answer == "deny" else "toolkeeper"
+            call.decision = DecisionRecord(
+                verdict, Decision.DENY, decided_by, channel, waited, outcome=outcome
+            )
+            return refusal(tool, why)
+        chosen_answer = Answer(answer)
+        call.decision = DecisionRecord(verdict, Decision.ALLOW, who, channel, waited, chosen_answer)
+        self.approved.setdefault(call.client.session, {})[digest] = time.monotonic()
+        mode, _ = self.gateway.policy.confirm_mode(tool, self.gateway.toolset_name)
+        scope = None
+        if chosen_answer is Answer.ALWAYS:
+            scope = ""
+        elif chosen_answer is Answer.SESSION or mode is ConfirmMode.SESSION:
+            scope = f"session:{call.client.session}"
+        if scope is not None:
+            await self._remember(tool, scope, who)
+        return None
+
+    async def _remember(self, tool: CatalogTool, scope: str, who: str) -> None:
+        """A yes for the session or for always becomes an approval rule the person can list and
+        revoke. It names the tool's refId, so a changed definition is asked again."""
+        services = self.gateway.services
+        if services is None:
+            return
+        rule = {
+            "match": {"server": tool.server, "tool": tool.name, "refId": tool.ref_id},
+            "decision": "allow",
+        }
+        try:
+            await services.policy.add_rule(json.dumps(rule), scope=scope, origin=who)
+            await self.gateway.reload_policy()
+        except Exception as exc:  # the call itself was approved; only the memory of it failed
+            logger.error("could not save the approval rule for %s: %s", tool.exposed_name, exc)
+
+
+def refusal(tool: CatalogTool, why: str) -> dict[str, Any]:
+    return error_result(f"{tool.exposed_name} was not run: {why}.")
+
+
+def chosen(reply: Any, choices: list[str]) -> str | None:
+    """The person's answer in an elicitation result; anything malformed or unexpected is a no."""
+    if not isinstance(reply, Mapping) or reply.get("action") != "accept":
+        return None
+    content = reply.get("content")
+    answer = content.get("answer") if isinstance(content, Mapping) else None
+    return answer if isinstance(answer, str) and answer in choices else None
+
+
+def client_json(client: ClientIdentity) -> dict[str, Any]:
+    return {"name": client.name, "version": client.version, "session": client.session}
+
+
+def build_question(
+    tool: CatalogTool, arguments: Mapping[str, Any], verdict: Verdict, choices: list[str]
+) -> dict[str, Any]:
+    title = tool.declared.get("title") or (tool.declared.get("annotations") or {}).get("title") or tool.name
+    warnings = [text for hint, text in WARNINGS.items() if verdict.hints.get(hint)]
+    return {
+        "title": title,
+        "server": tool.server,
+        "tool": tool.exposed_name,
+        "sentence": sentence(tool, arguments),
+        "arguments": json.dumps(arguments, ensure_ascii=False, sort_keys=True),
+        "warnings": warnings,
+        "reason": verdict.reason,
+        "text": verdict.text,
+        "choices": choices,
+    }
+
+
+def sentence(tool: CatalogTool, arguments: Mapping[str, Any]) -> str:
+    """The arguments as words: `Call manage_files on files with action "delete" and path "a.txt".`"""
+    parts = [f"{name} {_short(value)}" for name, value in arguments.items()]
+    head = f"Call {tool.name} on {tool.server}"
+    if not parts:
+        return head + " with no arguments."
+    joined = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"{head} with {joined}."
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def form(question: Mapping[str, Any]) -> dict[str, Any]:
+    """The `elicitation/create` params of a question: a message and one required choice."""
+    lines = [
+        f"toolkeeper: may this call run? {question['title']} (server {question['server']})",
+        question["sentence"],
+        *(f"⚠ {warning}" for warning in question["warnings"]),
+        f"Why you are asked: {question['reason']}",
+    ]
+    if question.get("text"):
+        lines.append(str(question["text"]))
+    lines.append(f"Arguments: {question['arguments']}")
+    choices = question["choices"]
+    return {
+        "mode": "form",
+        "message": "\n".join(lines),
+        "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "answer": {
+                    "type": "string",
+                    "title": "Your answer",
+                    "enum": choices,
+                    "enumNames": [CHOICE_TITLES[c] for c in choices],
+                }
+            },
+            "required": ["answer"],
+        },
+    }
+
+
+class TokenSeal:
+    """Sealed `requestState` for the gate's questions: bound to one client session and one call
+    hash, valid until it expires, usable once. The key lives only in this process, so a
+    restarted gateway refuses the old tokens (the client calls again and is asked again)."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+        self._used: dict[str, float] = {}  # nonce → expiry, until it expires
+
+    def issue(self, session: str, digest: str, lifetime: float) -> str:
+        body = json.dumps(
+            {"s": session, "h": digest, "e": time.time() + lifetime, "n": secrets.token_hex(8)},
+            separators=(",", ":"),
+        ).encode()
+        return _b64(body) + "." + _b64(self._mac(body))
+
+    def check(self, token: str, session: str, digest: str) -> str | None:
+        """None if the token is good (and now spent), else what is wrong with it."""
+        encoded, _, mac = token.partition(".")
+        try:
+            body = _unb64(encoded)
+            good = hmac.compare_digest(_unb64(mac), self._mac(body))
+            claims = json.loads(body) if good else None
+        except (ValueError, json.JSONDecodeError):
+            return "the request state is malformed"
+        if not isinstance(claims, dict):
+            return "the request state was not issued by this gateway"
+        now = time.time()
+        self._used = {n: e for n, e in self._used.items() if e > now}
+        if claims.get("s") != session:
+            return "the request state belongs to another client"
+        if claims.get("h") != digest:
+            return "the request state was issued for other arguments"
+        if not isinstance(claims.get("e"), int | float) or claims["e"] <= now:
+            return "the approval request expired"
+        nonce = str(claims.get("n"))
+        if nonce in self._used:
+            return "the approval answer was already used"
+        self._used[nonce] = float(claims["e"])
+        return None
+
+    def _mac(self, body: bytes) -> bytes:
+        return hmac.new(self._key, body, hashlib.sha256).digest()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

@@ -1,0 +1,157 @@
+"""Calls waiting for a person: list them, approve or deny one. The CLI, the dashboard and the
+gateway's approval gate all go through here.
+
+Answering writes only the pending call's row; the gateway holding the call watches that row
+and runs or refuses the call. A "session" or "always" yes becomes an approval rule, written by
+the gate, which knows the session the call came from.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.policy.model import Answer
+from toolkeeper.store import Store
+from toolkeeper.store import approvals as rows
+from toolkeeper.store.approvals import PENDING, PendingCall
+
+# Who holds a pending call: this host and process. A row held by a process that is gone was
+# never answered in time, and is recorded as not run.
+HOLDER = {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def describe(call: PendingCall) -> dict[str, Any]:
+    """A pending call as the faces show it (camelCase, times in ISO 8601)."""
+    client = call.client
+    return {
+        "id": call.id,
+        "status": call.status,
+        "tool": call.exposed_name,
+        "namespacedName": call.namespaced_name,
+        "client": {k: client.get(k) for k in ("name", "version", "session")},
+        "createdAt": call.created_at.isoformat(),
+        "expiresAt": call.expires_at.isoformat(),
+        "arguments": call.arguments,
+        "sentence": call.question.get("sentence"),
+        "warnings": call.question.get("warnings", []),
+        "reason": call.question.get("reason"),
+        "text": call.question.get("text"),
+        "choices": call.question.get("choices", [a.value for a in Answer]),
+        "answer": call.answer,
+        "decidedBy": call.decided_by,
+        "decidedAt": call.decided_at.isoformat() if call.decided_at else None,
+        "denyReason": call.reason,
+    }
+
+
+class ApprovalService:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- the person's side -------------------------------------------------------------------
+
+    async def pending(self, *, include_decided: bool = False, limit: int = 100) -> list[dict[str, Any]]:
+        async with self.store.read() as conn:
+            return [
+                describe(c) for c in await rows.listed(conn, include_decided=include_decided, limit=limit)
+            ]
+
+    async def approve(self, call_id: str, answer: Answer = Answer.ONCE, *, by: str) -> dict[str, Any]:
+        """Let a waiting call run; `answer` says how far the yes reaches."""
+        async with self.store.write(bump_revision=False) as conn:
+            call = await self._waiting(conn, call_id)
+            allowed = call.question.get("choices", [a.value for a in Answer])
+            if answer.value not in allowed:
+                raise ServiceError(
+                    f"Call {call_id} ({call.exposed_name}) can only be approved {' or '.join(allowed)}: "
+                    "its confirm mode asks for every call.",
+                    ErrorKind.INVALID,
+                )
+            await rows.settle(conn, call_id, rows.APPROVED, answer=answer.value, decided_by=by)
+        return describe(replace(call, status=rows.APPROVED, answer=answer.value, decided_by=by))
+
+    async def deny(self, call_id: str, *, by: str, reason: str | None = None) -> dict[str, Any]:
+        async with self.store.write(bump_revision=False) as conn:
+            call = await self._waiting(conn, call_id)
+            await rows.settle(conn, call_id, rows.DENIED, reason=reason, decided_by=by)
+        return describe(replace(call, status=rows.DENIED, reason=reason, decided_by=by))
+
+    async def _waiting(self, conn: Any, call_id: str) -> PendingCall:
+        call = await rows.get(conn, call_id)
+        if call is None:
+            raise ServiceError(
+                f"No call has the approval ID '{call_id}'. The pending calls are listed with their IDs.",
+                ErrorKind.NOT_FOUND,
+            )
+        if call.status != PENDING:
+            outcome = call.status.replace("_", " ") + (f" by {call.decided_by}" if call.decided_by else "")
+            raise ServiceError(
+                f"Call {call_id} ({call.exposed_name}) is already decided: {outcome}.",
+                ErrorKind.CONFLICT,
+            )
+        if call.expires_at <= datetime.now(UTC):
+            raise ServiceError(
+                f"Call {call_id} ({call.exposed_name}) waited too long and was not run; "
+                "its client has been told. Ask the client to call the tool again.",
+                ErrorKind.CONFLICT,
+            )
+        return call
+
+    # -- the gate's side ---------------------------------------------------------------------
+
+    async def open(self, call: PendingCall) -> None:
+        async with self.store.write(bump_revision=False) as conn:
+            await rows.add(conn, call)
+
+    async def state(self, call_id: str) -> PendingCall | None:
+        async with self.store.read() as conn:
+            return await rows.get(conn, call_id)
+
+    async def give_up(self, call_id: str, status: str, reason: str) -> bool:
+        """The call will not run (timeout, cancelled): settle its row if nobody answered yet."""
+        async with self.store.write(bump_revision=False) as conn:
+            return await rows.settle(
+                conn, call_id, status, reason=reason, decided_by="toolkeeper", unless_expired=False
+            )
+
+    async def settle_orphans(self) -> int:
+        """Pending calls of this host whose gateway process is gone, and expired ones of any
+        host: recorded as not run, so nothing waits for an answer that can no longer matter."""
+        settled = 0
+        now = datetime.now(UTC)
+        async with self.store.write(bump_revision=False) as conn:
+            for call in await rows.orphaned(conn):
+                holder = call.client.get("holder") or {}
+                gone = holder.get("host") == HOLDER["host"] and not _alive(holder.get("pid"))
+                if gone or call.expires_at <= now:
+                    reason = (
+                        "its gateway stopped before an answer came" if gone else "nobody answered in time"
+                    )
+                    settled += await rows.settle(
+                        conn,
+                        call.id,
+                        rows.NOT_RUN,
+                        reason=reason,
+                        decided_by="toolkeeper",
+                        unless_expired=False,
+                    )
+        return settled
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,139 @@
+"""Calls waiting for a person's answer. Callers own the transaction.
+
+A row is written by the gateway that holds the call and answered by whoever the person uses
+(the CLI, the dashboard). The answer is a conditional update of a row that is still pending and
+not expired, so two people answering at once, or an answer racing the timeout, cannot both win.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from toolkeeper.store.tables import pending_approvals
+from toolkeeper.store.toolsets import now
+
+PENDING = "pending"
+APPROVED = "approved"
+DENIED = "denied"
+EXPIRED = "expired"  # nobody answered in time
+NOT_RUN = "not_run"  # the call went away first: its client cancelled, or its gateway stopped
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    id: str
+    created_at: datetime
+    expires_at: datetime
+    status: str
+    client: dict[str, Any]  # name, version, session, and the holding gateway
+    exposed_name: str
+    namespaced_name: str
+    ref_id: str
+    call_hash: str
+    arguments: Any  # None once decided
+    question: dict[str, Any]  # sentence, warnings, reason, text, choices
+    answer: str | None
+    reason: str | None
+    decided_by: str | None
+    decided_at: datetime | None
+
+
+def _row(row: Any) -> PendingCall:
+    return PendingCall(
+        id=row.id,
+        created_at=_aware(row.created_at),
+        expires_at=_aware(row.expires_at),
+        status=row.status,
+        client=json.loads(row.client),
+        exposed_name=row.exposed_name,
+        namespaced_name=row.namespaced_name,
+        ref_id=row.ref_id,
+        call_hash=row.call_hash,
+        arguments=json.loads(row.arguments) if row.arguments is not None else None,
+        question=json.loads(row.question),
+        answer=row.answer,
+        reason=row.reason,
+        decided_by=row.decided_by,
+        decided_at=_aware(row.decided_at) if row.decided_at else None,
+    )
+
+
+def _aware(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every time the store writes is UTC.
+    from datetime import UTC
+
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+async def add(conn: AsyncConnection, call: PendingCall) -> None:
+    await conn.execute(
+        insert(pending_approvals).values(
+            id=call.id,
+            created_at=call.created_at,
+            expires_at=call.expires_at,
+            status=PENDING,
+            client=json.dumps(call.client, ensure_ascii=False),
+            exposed_name=call.exposed_name,
+            namespaced_name=call.namespaced_name,
+            ref_id=call.ref_id,
+            call_hash=call.call_hash,
+            arguments=json.dumps(call.arguments, ensure_ascii=False),
+            question=json.dumps(call.question, ensure_ascii=False),
+        )
+    )
+
+
+async def get(conn: AsyncConnection, call_id: str) -> PendingCall | None:
+    row = (await conn.execute(select(pending_approvals).where(pending_approvals.c.id == call_id))).first()
+    return _row(row) if row is not None else None
+
+
+async def listed(
+    conn: AsyncConnection, *, include_decided: bool = False, limit: int = 100
+) -> list[PendingCall]:
+    query = select(pending_approvals).order_by(pending_approvals.c.created_at.desc()).limit(limit)
+    if not include_decided:
+        query = query.where(pending_approvals.c.status == PENDING, pending_approvals.c.expires_at > now())
+    return [_row(row) for row in (await conn.execute(query)).all()]
+
+
+async def settle(
+    conn: AsyncConnection,
+    call_id: str,
+    status: str,
+    *,
+    answer: str | None = None,
+    reason: str | None = None,
+    decided_by: str | None = None,
+    unless_expired: bool = True,
+) -> bool:
+    """Decide a pending call; False when it was no longer pending (or had expired). The
+    arguments are cleared: they were kept only to show the person."""
+    condition = [pending_approvals.c.id == call_id, pending_approvals.c.status == PENDING]
+    if unless_expired:
+        condition.append(pending_approvals.c.expires_at > now())
+    result = await conn.execute(
+        update(pending_approvals)
+        .where(*condition)
+        .values(
+            status=status,
+            answer=answer,
+            reason=reason,
+            decided_by=decided_by,
+            decided_at=now(),
+            arguments=None,
+        )
+    )
+    return bool(result.rowcount)
+
+
+async def orphaned(conn: AsyncConnection) -> list[PendingCall]:
+    """Pending rows, expired or not: the caller decides which of them nobody holds any more."""
+    query = select(pending_approvals).where(pending_approvals.c.status == PENDING)
+    return [_row(row) for row in (await conn.execute(query)).all()]
