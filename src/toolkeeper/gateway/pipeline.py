@@ -217,6 +217,8 @@ class Forward(_StageDefaults):
                 target.name, call.params.get("arguments"), meta=call.params.get("_meta")
             )
         except (Unavailable, CallTimedOut) as exc:
+            if isinstance(exc, CallTimedOut):
+                call.extra["timed_out"] = True  # the audit log tells a timeout from a tool's error
             return error_result(f"{target.exposed_name}: {exc}")
         if result.get("resultType") == "input_required":
             # Only modern clients take this path, and they answer a modern server themselves.

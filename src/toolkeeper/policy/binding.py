@@ -13,8 +13,10 @@ from typing import Any
 
 def canonical_json(value: Any) -> bytes:
     """One spelling per JSON value: sorted keys, no spaces, UTF-8 (so equal arguments hash equal
-    however the client ordered or spaced them)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    however the client ordered or spaced them). A lone surrogate, which JSON can carry but UTF-8
+    cannot, keeps its code point (surrogatepass) instead of failing the call."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")
 
 
 def arguments_digest(arguments: Any) -> str:

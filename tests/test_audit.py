@@ -1,0 +1,337 @@
+"""The audit log: real clients through a real gateway, `toolkeeper audit` as a person runs it, and
+the writer against a real store that refuses and then takes records (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from conftest import MODES, controllable, eventually, gateway_params, write_config
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from sqlalchemy import func, select
+from test_store import store_url  # noqa: F401 - the fixture: SQLite and PostgreSQL
+
+from toolkeeper.annotations.resolve import Resolution
+from toolkeeper.catalog import build_catalog
+from toolkeeper.catalog.catalog import ServerTools
+from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.gateway.audit import AuditLog, AuditWriter
+from toolkeeper.gateway.config_tools import BY_NAME
+from toolkeeper.gateway.pipeline import ClientIdentity, ToolCall
+from toolkeeper.policy.binding import arguments_digest
+from toolkeeper.policy.model import Decision, DecisionRecord, Verdict
+from toolkeeper.services.audit import AuditService, parse_since
+from toolkeeper.store import Store
+from toolkeeper.store import db as store_db
+from toolkeeper.store.tables import audit_log, store_revision
+
+pytestmark = pytest.mark.anyio
+
+CLIENT = types.Implementation(name="audit-test", version="1.2")
+SECRET = {"text": "a secret the log must not keep"}
+
+
+def audit_cli(config: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkeeper", "audit", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "120"},
+    )
+    if ok:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def records_of(config: Path, *args: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in audit_cli(config, "--json", *args).stdout.splitlines()]
+
+
+async def call_a_few_tools(config: Path, mode: str) -> None:
+    """A downstream tool, a configuration tool, a tool error, a timeout and an unknown tool."""
+    async with Client(gateway_params(config), mode=mode, client_info=CLIENT) as client:
+        assert not (await client.call_tool("ctl__echo", SECRET)).is_error
+        assert not (await client.call_tool("get-active-toolset", {})).is_error
+        assert (await client.call_tool("ctl__fail", {})).is_error
+        assert (await client.call_tool("ctl__sleep", {"seconds": 30})).is_error  # the server's timeout
+        with pytest.raises(MCPError, match="Unknown tool 'ctl__nothing'"):
+            await client.call_tool("ctl__nothing", {})
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_every_call_through_a_real_gateway_is_recorded(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"ctl": controllable(timeout=0.5)})
+    await call_a_few_tools(config, mode)
+    # The gateway has exited: its last records were written on the way out.
+    listed = audit_cli(config, "--json").stdout
+    records = [json.loads(line) for line in listed.splitlines()]
+    assert [r["exposedName"] for r in records] == [
+        "ctl__nothing",
+        "ctl__sleep",
+        "ctl__fail",
+        "get-active-toolset",
+        "ctl__echo",
+    ]  # newest first
+    by_name = {r["exposedName"]: r for r in records}
+    for record in records:
+        assert record["client"]["name"] == "audit-test" and record["client"]["version"] == "1.2"
+        assert record["client"]["session"]
+        assert record["decision"] == "allow" and record["decidedBy"]
+        assert record["arguments"] is None  # auditArguments is off by default
+        assert record["latencyMs"] >= 0
+    assert SECRET["text"] not in listed
+    echo = by_name["ctl__echo"]
+    assert echo["server"] == "ctl" and echo["tool"] == "echo" and len(echo["refId"]) == 64
+    assert echo["argumentsSha256"] == arguments_digest(SECRET) and echo["outcome"] == "ok"
+    config_tool = by_name["get-active-toolset"]
+    assert config_tool["server"] is None and config_tool["tool"] == "get-active-toolset"
+    assert config_tool["outcome"] == "ok"
+    assert by_name["ctl__fail"]["outcome"] == "isError"
+    assert by_name["ctl__sleep"]["outcome"] == "timeout" and "ctl__sleep" in by_name["ctl__sleep"]["detail"]
+    unknown = by_name["ctl__nothing"]  # the find stage refused it: recorded all the same
+    assert unknown["outcome"] == "protocol_error" and "Unknown tool 'ctl__nothing'" in unknown["detail"]
+    assert unknown["server"] is None and unknown["tool"] is None
+    assert unknown["argumentsSha256"] == arguments_digest({})
+    if mode != MODES[0]:
+        return  # the command's filters and table once are enough (the service tests cover the rest)
+
+    filtered = records_of(config, "--tool", "ctl.echo", "--decision", "allow", "--since", "1h")
+    assert [r["exposedName"] for r in filtered] == ["ctl__echo"]
+    bad_since = audit_cli(config, "--since", "yesterday", ok=False)
+    assert bad_since.returncode == 1 and "'yesterday'" in bad_since.stderr and "15m" in bad_since.stderr
+    assert "Traceback" not in bad_since.stderr
+    table = audit_cli(config, "--limit", "4").stdout
+    for expected in ("decided by", "audit-test", "get-active-toolset", "isError", "timeout", " ms"):
+        assert expected in table, table
+    assert "ctl__echo" not in table and SECRET["text"] not in table  # the fifth newest, and no arguments
+
+
+async def test_audit_arguments_keeps_the_arguments(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()}, auditArguments=True)
+    async with Client(gateway_params(config), mode="legacy", client_info=CLIENT) as client:
+        await client.call_tool("ctl__echo", SECRET)
+    (record,) = records_of(config)
+    assert record["arguments"] == SECRET and record["argumentsSha256"] == arguments_digest(SECRET)
+
+
+async def test_a_read_only_store_does_not_stop_calls(tmp_path: Path) -> None:
+    path = tmp_path / "kept.db"
+    async with Store(f"sqlite:///{path}"):
+        pass  # created and migrated; the gateway gets it read-only
+    config = write_config(
+        tmp_path, {"ctl": controllable()}, databaseUrl=f"sqlite:///file:{path}?mode=ro&uri=true"
+    )
+    async with Client(gateway_params(config), mode="legacy", client_info=CLIENT) as client:
+        for text in ("one", "two", "three"):
+            result = await client.call_tool("ctl__echo", {"text": text})
+            assert result.content[0].text == text  # type: ignore[union-attr]
+    async with Store(f"sqlite:///{path}") as store, store.read() as conn:
+        assert (await conn.execute(select(func.count()).select_from(audit_log))).scalar_one() == 0
+
+
+# -- the writer and the service against a real store ----------------------------------------
+
+
+def a_record(name: str = "ctl__echo", *, at: datetime | None = None, **columns: Any) -> dict[str, Any]:
+    tools = [{"name": "echo", "inputSchema": {"type": "object"}}]
+    tool = build_catalog([ServerTools("ctl", "ctl", True, tools)]).tools[0]
+    call = ToolCall(
+        name, {"name": name, "arguments": {"text": "hi"}}, False, client=ClientIdentity("t", "1", "s")
+    )
+    call.target = tool if name == "ctl__echo" else BY_NAME.get(name)
+    call.result = {"content": []}
+    record = AuditLog(AuditWriter(Store("sqlite://"), 30), keep_arguments=False).record(call)
+    if at is not None:
+        record["at"] = at.timestamp()
+    return {**record, **columns}
+
+
+async def rows(store: Store) -> list[Any]:
+    async with store.read() as conn:
+        return list((await conn.execute(select(audit_log).order_by(audit_log.c.at))).all())
+
+
+async def revision(store: Store) -> int:
+    async with store.read() as conn:
+        return int((await conn.execute(select(store_revision.c.value))).scalar_one())
+
+
+async def test_records_wait_while_the_store_refuses_and_are_written_when_it_takes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(store_db, "SQLITE_BUSY_SECONDS", 0.2)
+    path = tmp_path / "audit.db"
+    store = await Store(f"sqlite:///{path}").open()
+    writer = AuditWriter(store, 30, batch_size=3, max_waiting=5)
+    caplog.set_level(logging.WARNING, logger="toolkeeper.gateway.audit")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
+    try:
+        for i in range(4):
+            writer.add(a_record(detail=f"call {i}"))
+        assert await writer.flush() is False and writer.waiting == 4
+        assert await writer.flush() is False
+        errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1 and "locked by another process" in errors[0].getMessage()  # once per outage
+        for i in range(4, 7):
+            writer.add(a_record(detail=f"call {i}"))
+        assert writer.waiting == 5 and writer.dropped == 2  # the oldest went, counted
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    before = await revision(store)
+    assert await writer.flush() is True and writer.waiting == 0
+    assert [row.detail for row in await rows(store)] == [f"call {i}" for i in range(2, 7)]
+    assert await revision(store) == before  # audit writes make no gateway reload its state
+    assert "2 records were dropped" in caplog.records[-1].getMessage()
+    await store.close()
+
+
+async def test_the_writer_writes_what_is_left_when_the_gateway_stops(tmp_path: Path) -> None:
+    async with Store(f"sqlite:///{tmp_path / 'audit.db'}") as store:
+        writer = AuditWriter(store, 30, flush_seconds=3600)
+        writer.add(a_record(at=datetime.now(UTC) - timedelta(days=31)))
+        assert await writer.flush()
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+
+            async def old_record_gone() -> bool:
+                return not await rows(store)
+
+            await eventually(old_record_gone)  # the retention period is applied at start
+            writer.add(a_record(detail="last"))
+            tg.cancel_scope.cancel()
+        # Not flushed yet when the gateway stopped: written on the way out.
+        assert [row.detail for row in await rows(store)] == ["last"]
+
+
+async def test_records_round_trip_and_filter_on_either_database(store_url: str) -> None:  # noqa: F811
+    async with Store(store_url) as store:
+        writer = AuditWriter(store, 30)
+        now = datetime.now(UTC)
+        writer.add(a_record(at=now - timedelta(days=40), detail="too old"))
+        writer.add(a_record(at=now - timedelta(hours=3), decision="deny", outcome="not_run"))
+        writer.add(a_record("get-active-toolset", at=now - timedelta(minutes=5)))
+        # A lone surrogate is valid JSON, not UTF-8: the record is kept with it escaped.
+        writer.add(a_record("ctl__\ud800", at=now - timedelta(minutes=1), outcome="protocol_error"))
+        assert await writer.flush() is True
+        service = AuditService(store)
+
+        newest = await service.query()
+        assert [r["exposedName"] for r in newest] == [
+            "ctl__\\ud800",
+            "get-active-toolset",
+            "ctl__echo",
+            "ctl__echo",
+        ]
+        assert newest[1]["server"] is None and newest[1]["tool"] == "get-active-toolset"
+        assert newest[2]["client"] == {"name": "t", "version": "1", "session": "s"}
+        assert datetime.fromisoformat(newest[0]["at"]).tzinfo is not None
+        assert [r["exposedName"] for r in await service.query(since="2h")] == [
+            "ctl__\\ud800",
+            "get-active-toolset",
+        ]
+        assert [r["decision"] for r in await service.query(tool="ctl.echo")] == ["deny", "allow"]
+        assert [r["outcome"] for r in await service.query(tool="echo", decision="DENY")] == ["not_run"]
+        assert len(await service.query(server="ctl", limit=1)) == 1
+        since = (now - timedelta(hours=4)).isoformat()
+        assert len(await service.query(server="ctl", since=since)) == 1
+
+        assert await writer.apply_retention() == 1
+        assert "too old" not in [r["detail"] for r in await service.query()]
+
+
+async def test_a_record_the_database_rejects_does_not_hold_up_the_others(
+    store_url: str,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with Store(store_url) as store:
+        writer = AuditWriter(store, 30)
+        writer.add(a_record(id="1" * 32, detail="twice"))
+        writer.add(a_record(id="1" * 32, detail="twice"))  # the same id: the database refuses it
+        writer.add(a_record("x" * 300, detail="long name"))  # longer than its column
+        assert await writer.flush() is True and writer.waiting == 0
+        kept = await AuditService(store).query()
+        assert sorted(r["detail"] for r in kept) == ["long name", "twice"]
+        assert max(len(r["exposedName"]) for r in kept) == audit_log.c.exposed_name.type.length
+        assert "rejected and dropped" in caplog.text
+
+
+async def test_bad_filters_name_the_value_and_the_accepted_forms() -> None:
+    service = AuditService(Store("sqlite://"))  # refused before the store is touched
+    for filters, words in (
+        ({"since": "last tuesday"}, ("'last tuesday'", "15m", "ISO")),
+        ({"decision": "ask"}, ("'ask'", "allow or deny")),
+        ({"limit": 0}, ("limit", "from 1")),
+    ):
+        with pytest.raises(ServiceError) as refused:
+            await service.query(**filters)
+        assert refused.value.kind is ErrorKind.INVALID and all(w in str(refused.value) for w in words)
+    now = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    assert parse_since("15m", now) == now - timedelta(minutes=15)
+    assert parse_since("7d", now) == now - timedelta(days=7)
+    assert parse_since("2026-11-23T10:00:00+01:00") == datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+
+
+# -- what a record says about how a call ended --------------------------------------------------
+
+
+def finished(**fields: Any) -> dict[str, Any]:
+    call = ToolCall("ctl__echo", {"name": "ctl__echo", "arguments": {"text": "hi"}}, True)
+    call.target = build_catalog(
+        [ServerTools("ctl", "ctl", True, [{"name": "echo", "inputSchema": {"type": "object"}}])]
+    ).tools[0]
+    for name, value in fields.items():
+        setattr(call, name, value)
+    return AuditLog(AuditWriter(Store("sqlite://"), 30), keep_arguments=True).record(call)
+
+
+async def test_a_record_says_what_was_decided_and_how_the_call_ended() -> None:
+    verdict = Verdict(
+        Decision.ASK,
+        "echo writes",
+        "confirm mode always",
+        hints=MappingProxyType({"readOnlyHint": False}),
+        sources=MappingProxyType({"readOnlyHint": "pin"}),
+    )
+    denied = finished(
+        decision=DecisionRecord(verdict, Decision.DENY, "person via cli", channel="cli", wait_ms=1500),
+        result={"content": [], "isError": True},
+    )
+    assert (denied["decision"], denied["decided_by"], denied["channel"], denied["wait_ms"]) == (
+        "deny",
+        "person via cli",
+        "cli",
+        1500,
+    )
+    assert (denied["outcome"], denied["detail"]) == ("not_run", "echo writes")
+    assert denied["hints"] == {"readOnlyHint": {"value": False, "source": "pin"}}
+    unanswered = finished(
+        decision=DecisionRecord(verdict, Decision.DENY, "confirm mode always", outcome="timeout"),
+        result={"content": [], "isError": True},
+    )
+    assert (unanswered["outcome"], unanswered["detail"]) == ("not_run", "timeout")
+
+    resolved = finished(
+        resolution=Resolution(MappingProxyType({"readOnlyHint": True}), "rule", "rule 1"), result={}
+    )
+    assert resolved["hints"] == {"readOnlyHint": {"value": True, "source": "rule"}}
+    allowed = finished(result={"content": []})
+    assert (allowed["decision"], allowed["decided_by"], allowed["outcome"]) == ("allow", "no policy", "ok")
+    assert allowed["arguments"] == '{"text":"hi"}' and allowed["hints"] is None
+    assert finished(error=anyio.get_cancelled_exc_class()())["outcome"] == "cancelled"
+    failed = finished(error=RuntimeError("boom"))
+    assert (failed["outcome"], failed["detail"]) == ("error", "RuntimeError: boom")
