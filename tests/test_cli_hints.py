@@ -125,7 +125,7 @@ def test_lint_finds_the_demo_notes_servers_real_gaps_and_exits_1() -> None:
 def test_lint_passes_the_gateways_own_tools(tmp_path: Path) -> None:
     builtin = json.loads(tk("lint", "--builtin", "--json").stdout)
     assert builtin["summary"]["error"] == 0 and builtin["summary"]["warning"] == 0
-    assert builtin["tools"] == 15
+    assert builtin["tools"] == 17
     # The same tools as a client sees them: a real gateway in configuration mode, over stdio.
     config = write_config(tmp_path, {})
     env_home = str(tmp_path / "home")
@@ -151,7 +151,7 @@ def test_lint_passes_the_gateways_own_tools(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     served = json.loads(done.stdout)
-    assert served["tools"] == 14 and served["summary"]["error"] == 0 and served["summary"]["warning"] == 0
+    assert served["tools"] == 16 and served["summary"]["error"] == 0 and served["summary"]["warning"] == 0
 
 
 def test_lint_a_command_and_bad_targets(tmp_path: Path) -> None:

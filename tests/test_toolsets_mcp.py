@@ -38,6 +38,8 @@ CONFIG_TOOLS = [
     "import-toolset",
     "set-tool-hints",
     "set-argument-rules",
+    "set-tool-confirm",
+    "explain-tool-policy",
     "exit-configuration-mode",
 ]
 

@@ -40,6 +40,10 @@ class Resolution:
     hints: Mapping[str, bool]  # all four
     source: str  # "downstream", "rule" or "static"
     detail: str  # which rule, why a source was overruled, …
+    # The hints the source itself gave; the others are the static hints (after a rule) or the
+    # spec defaults (a server that left them out). The approval policy tells them apart.
+    given: frozenset[str] = frozenset()
+    rule_number: int | None = None  # the argument rule that matched, counting from 1
 
     def as_json(self) -> dict[str, Any]:
         return {"annotations": dict(self.hints), "source": self.source, "detail": self.detail}
@@ -132,17 +136,24 @@ async def resolve(
             return Resolution(static, "static", f"the server's own resolution failed: {exc}")
         # A server may leave fields out: they take the spec default (the SEP's rule).
         candidate = completed(answer, SPEC_DEFAULTS)
-        return _bounded(tool, static, candidate, "downstream", "resolved by the server itself")
+        given = frozenset(h for h in HINTS if isinstance(answer.get(h), bool))
+        return _bounded(tool, static, candidate, "downstream", "resolved by the server itself", given)
     for index, rule in enumerate(rules, 1):
         if rule.matches(arguments):
-            return _bounded(
-                tool, static, completed(rule.hints, static), "rule", f"rule {index}: {rule.describe()}"
-            )
+            detail = f"rule {index}: {rule.describe()}"
+            candidate = completed(rule.hints, static)
+            return _bounded(tool, static, candidate, "rule", detail, frozenset(rule.hints), index)
     return Resolution(static, "static", "no rule matched: the tool's static hints")
 
 
 def _bounded(
-    tool: CatalogTool, static: dict[str, bool], candidate: dict[str, bool], source: str, detail: str
+    tool: CatalogTool,
+    static: dict[str, bool],
+    candidate: dict[str, bool],
+    source: str,
+    detail: str,
+    given: frozenset[str],
+    rule_number: int | None = None,
 ) -> Resolution:
     problems = bound_violations(static, candidate)
     if problems:
@@ -154,4 +165,4 @@ def _bounded(
             "; ".join(problems),
         )
         return Resolution(static, "static", f"{detail}, overruled: {'; '.join(problems)}")
-    return Resolution(candidate, source, detail)
+    return Resolution(candidate, source, detail, given, rule_number)

@@ -8,6 +8,9 @@ A rule is a condition over the arguments and the hints that hold when it matches
 The condition names one place, a top-level `argument` or a JSON `pointer` ("/options/mode"),
 and one test: `equals` (any JSON value), `in` (a list), `matches` (a regular expression, for
 text) or `present` (true or false). A tool's rules are ordered; the first that matches wins.
+
+The condition (`Condition`, `parse_condition`) is shared: approval rules (policy/rules.py) take
+the same `when`.
 """
 
 from __future__ import annotations
@@ -32,15 +35,21 @@ EXAMPLE = '{"when": {"argument": "action", "equals": "read"}, "hints": {"readOnl
 
 
 @dataclass(frozen=True)
-class Rule:
+class Condition:
+    """One test on one place in the arguments: the `when` of a rule."""
+
     place: str  # a top-level argument name, or a JSON pointer starting with "/"
     operator: str
     operand: Any
-    hints: Mapping[str, bool]
 
     @property
     def is_pointer(self) -> bool:
         return self.place.startswith("/")
+
+    @property
+    def top_argument(self) -> str:
+        """The top-level argument the place is in."""
+        return self.place[1:].split("/", 1)[0] if self.is_pointer else self.place
 
     def matches(self, arguments: Mapping[str, Any]) -> bool:
         value = _lookup(arguments, self.place) if self.is_pointer else arguments.get(self.place, _MISSING)
@@ -56,7 +65,7 @@ class Rule:
 
     def as_json(self) -> dict[str, Any]:
         key = "pointer" if self.is_pointer else "argument"
-        return {"when": {key: self.place, self.operator: self.operand}, "hints": dict(self.hints)}
+        return {key: self.place, self.operator: self.operand}
 
     def describe(self) -> str:
         where = self.place if self.is_pointer else f"'{self.place}'"
@@ -66,8 +75,23 @@ class Rule:
             "matches": f"matches /{self.operand}/",
             "present": "is present" if self.operand else "is absent",
         }[self.operator]
+        return f"{where} {test}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    when: Condition
+    hints: Mapping[str, bool]
+
+    def matches(self, arguments: Mapping[str, Any]) -> bool:
+        return self.when.matches(arguments)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"when": self.when.as_json(), "hints": dict(self.hints)}
+
+    def describe(self) -> str:
         hints = ", ".join(f"{k}={str(v).lower()}" for k, v in self.hints.items())
-        return f"when {where} {test}: {hints}"
+        return f"when {self.when.describe()}: {hints}"
 
 
 def _json(value: Any) -> str:
@@ -103,7 +127,21 @@ def parse_rule(raw: Any) -> Rule:
     """A rule from its JSON form, checked part by part."""
     if not isinstance(raw, Mapping) or set(raw) - {"when", "hints"} or not {"when", "hints"} <= set(raw):
         raise RuleError(f"A rule is an object with 'when' and 'hints', e.g. {EXAMPLE}.")
-    when, hints = raw["when"], raw["hints"]
+    when, hints = parse_condition(raw["when"]), raw["hints"]
+    if not isinstance(hints, Mapping) or not hints:
+        raise RuleError(
+            f"'hints' must name at least one hint, e.g. {{\"readOnlyHint\": true}}; got {hints!r}."
+        )
+    for name, value in hints.items():
+        if name not in HINTS:
+            raise RuleError(f"Unknown hint {name!r} in a rule; use {', '.join(HINTS)}.")
+        if not isinstance(value, bool):
+            raise RuleError(f"{name} must be true or false in a rule, got {value!r}.")
+    return Rule(when, dict(hints))
+
+
+def parse_condition(when: Any) -> Condition:
+    """A `when` from its JSON form, checked part by part (RuleError names the part)."""
     if not isinstance(when, Mapping):
         raise RuleError(
             f'\'when\' must be an object, e.g. {{"argument": "action", "equals": "read"}}; got {when!r}.'
@@ -135,13 +173,4 @@ def parse_rule(raw: Any) -> Rule:
             re.compile(operand)
         except re.error as exc:
             raise RuleError(f"'matches': {operand!r} is not a valid regular expression ({exc}).") from None
-    if not isinstance(hints, Mapping) or not hints:
-        raise RuleError(
-            f"'hints' must name at least one hint, e.g. {{\"readOnlyHint\": true}}; got {hints!r}."
-        )
-    for name, value in hints.items():
-        if name not in HINTS:
-            raise RuleError(f"Unknown hint {name!r} in a rule; use {', '.join(HINTS)}.")
-        if not isinstance(value, bool):
-            raise RuleError(f"{name} must be true or false in a rule, got {value!r}.")
-    return Rule(place, operator, operand, dict(hints))
+    return Condition(place, operator, operand)

@@ -176,7 +176,8 @@ def run_service(
         async with await open_store(config) as store:
             if not live:
                 annotator = Annotator(policies_from(config))
-                return await attempt(pick(build_services(store, annotator=lambda: annotator)))
+                services = build_services(store, annotator=lambda: annotator, config=config)
+                return await attempt(pick(services))
             async with running_gateway(config, wait, store) as gateway:
                 assert gateway.services is not None  # a gateway with a store has its services
                 return await attempt(pick(gateway.services))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from toolkeeper.annotations.hints import HINTS, PARAM_DESCRIPTION_MAX, TITLE_MAX
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
+from toolkeeper.policy.model import CONFIRM_TEXT_MAX
 from toolkeeper.toolsets.model import (
     NAME_PATTERN,
     NOTE_NAME_MAX,
@@ -278,6 +279,17 @@ async def _set_hints(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any
 
 async def _set_rules(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).rules.replace(args["toolRef"], args["rules"])
+
+
+async def _set_confirm(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
+    # A model is not a person: the service lets it only make confirmation stricter.
+    return await _services(gateway).policy.set_confirm_mode(
+        args["tool"], args["mode"], args.get("text"), args.get("toolset"), by_person=False
+    )
+
+
+async def _explain_policy(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
+    return await _services(gateway).policy.explain(args["tool"], args.get("arguments"))
 
 
 async def _enter(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
@@ -551,6 +563,62 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         _set_rules,
     ),
     ConfigTool(
+        "set-tool-confirm",
+        "Set Tool Confirmation",
+        "Have a person confirm a tool's calls: 'always' (every call), 'session' (the first call in each "
+        "client session; a yes holds for the rest of it) or 'deny' (never run it), with an optional text "
+        "shown to the person when asked. Global unless a toolset is given; tool '*' with a toolset sets "
+        "that toolset's default. A mode can only be made stricter here. Example: {tool: "
+        "'files.manage_files', mode: 'always', text: 'Check the path first'}",
+        {
+            "tool": {
+                "type": "string",
+                "description": "The tool's namespacedName ('server.tool') or exposed name; '*' with a "
+                "toolset for that toolset's default",
+                "minLength": 1,
+            },
+            "mode": {
+                "type": "string",
+                "enum": ["always", "session", "deny"],
+                "description": "always: confirm every call; session: confirm once per client session; "
+                "deny: never run the tool",
+            },
+            "text": {
+                "type": "string",
+                "description": "What the person reads when a call is asked about (e.g. what to check)",
+                "minLength": 1,
+                "maxLength": CONFIRM_TEXT_MAX,
+            },
+            "toolset": {
+                **TOOLSET_NAME,
+                "description": "Only while this toolset is equipped (default: global)",
+            },
+        },
+        ("tool", "mode"),
+        _hints(read_only=False, destructive=True),
+        _set_confirm,
+        checked_by_service=frozenset({"mode", "toolset"}),
+    ),
+    ConfigTool(
+        "explain-tool-policy",
+        "Explain Tool Policy",
+        "Say what the approval policy decides for a call of a tool with these arguments (allow, ask or "
+        "deny), what made the decision and why, the confirm mode in force, and each behaviour hint it used "
+        "with its source. Nothing is called. Example: {tool: 'files.manage_files', arguments: {path: "
+        "'a.txt', action: 'delete'}}",
+        {
+            "tool": {
+                "type": "string",
+                "description": "The tool's namespacedName ('server.tool') or exposed name",
+                "minLength": 1,
+            },
+            "arguments": {"type": "object", "description": "The call's arguments (default: none)"},
+        },
+        ("tool",),
+        _hints(read_only=True),
+        _explain_policy,
+    ),
+    ConfigTool(
         EXIT,
         "Exit Configuration Mode",
         "Leave configuration mode and return to normal mode: the equipped toolset's tools are listed again "
@@ -568,7 +636,8 @@ ENTER_TOOL = ConfigTool(
     "Switch to configuration mode to manage toolsets and tool annotations. The tool list then shows only "
     "the configuration tools (list-available-tools, build-toolset, list-saved-toolsets, equip-toolset, "
     "unequip-toolset, delete-toolset, get-active-toolset, add-tool-annotation, remove-tool-annotation, "
-    "export-toolset, import-toolset, set-tool-hints, set-argument-rules, exit-configuration-mode) and hides "
+    "export-toolset, import-toolset, set-tool-hints, set-argument-rules, set-tool-confirm, "
+    "explain-tool-policy, exit-configuration-mode) and hides "
     "the working tools until you exit or equip a toolset. Does nothing if already in configuration mode.",
     {},
     (),

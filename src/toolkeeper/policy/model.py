@@ -28,6 +28,10 @@ class ConfirmMode(StrEnum):
     DENY = "deny"  # never run
 
 
+# The longest text a person's confirm mode may carry (shown when a call is asked about).
+CONFIRM_TEXT_MAX = 1000
+
+
 class Answer(StrEnum):
     """How far a person's yes reaches."""
 

@@ -124,10 +124,7 @@ def _listing(name: str, rules: tuple[Rule, ...]) -> dict[str, Any]:
 
 
 def _unknown_argument(tool: CatalogTool, rule: Rule) -> list[str]:
-    if rule.is_pointer:
-        top = rule.place[1:].split("/", 1)[0]
-    else:
-        top = rule.place
+    top = rule.when.top_argument
     known = input_properties(tool.declared)
     if known and top not in known:
         have = ", ".join(known)

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from toolkeeper.catalog import Catalog, CatalogTool
 from toolkeeper.errors import ErrorKind, NextStep
 from toolkeeper.store import Store, overrides
+from toolkeeper.store import policy as policy_rows
 from toolkeeper.store import toolsets as rows
 from toolkeeper.toolsets.model import (
     DESCRIPTION_MAX,
@@ -47,6 +48,7 @@ class Change(StrEnum):
     EQUIPPED = "equipped"  # a toolset was equipped (the gateway returns to normal mode)
     UNEQUIPPED = "unequipped"
     CONTENT = "content"  # toolsets or notes changed; the listing may change
+    POLICY = "policy"  # confirm modes or approval rules changed; the listing does not
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -245,7 +247,7 @@ class ToolsetService:
         }
 
     async def delete(self, name: str, confirm: bool = False) -> dict[str, Any]:
-        """Delete a toolset with its notes and pins; only when the request confirms it."""
+        """Delete a toolset with its notes, pins and confirm modes; only when the request confirms it."""
         check_toolset_name(name)
         async with self.store.write() as conn:
             await require_toolset_id(conn, name)
@@ -261,6 +263,7 @@ class ToolsetService:
                 await rows.set_equipped(conn, None)
             await rows.delete_toolset(conn, name)
             pins = await overrides.remove_scope(conn, name)
+            await policy_rows.remove_modes_of(conn, name)
         await self._changed(Change.UNEQUIPPED if was_equipped else Change.CONTENT)
         message = f'Toolset "{name}" has been deleted.'
         if was_equipped:

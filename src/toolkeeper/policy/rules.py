@@ -1,0 +1,174 @@
+"""Approval rules: a person's standing answer for calls that match.
+
+    {"match": {"server": "files", "tool": "manage_files"},
+     "hints": {"destructiveHint": true},
+     "when": {"argument": "action", "equals": "delete"},
+     "decision": "deny"}
+
+`match` names the server and the tool (the downstream's own name) by glob (`*`, `?`, `[…]`; a
+name also matches itself literally), and may pin one definition of the tool by its `refId`;
+`hints` are values the call's hints must have; `when` is the argument rules' condition
+(annotations/rules.py: `argument` or `pointer`, and `equals`, `in`, `matches` or `present`).
+Each is optional; a rule without them matches every call. `decision` is allow, ask or deny.
+
+Which rule wins when several match is the policy's business (policy/decide.py): the strictest.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from toolkeeper.annotations.hints import HINTS
+from toolkeeper.annotations.rules import Condition, RuleError, parse_condition
+from toolkeeper.errors import ServiceError
+from toolkeeper.policy.model import Decision
+
+EXAMPLE = (
+    '{"match": {"server": "files", "tool": "manage_files"}, '
+    '"when": {"argument": "action", "equals": "read"}, "decision": "allow"}'
+)
+PARTS = ("match", "hints", "when", "decision")
+MATCH_KEYS = ("server", "tool", "refId")
+
+
+class ApprovalRuleError(ServiceError):
+    """An approval rule that cannot be stored: the message names the part and shows an example."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"approval rule: {problem}. Example: {EXAMPLE}")
+
+
+def _matches_name(pattern: str | None, name: str) -> bool:
+    # Case-sensitive on every platform; a literal name matches itself even if it holds `[`.
+    return pattern is None or pattern == name or fnmatch.fnmatchcase(name, pattern)
+
+
+@dataclass(frozen=True)
+class ApprovalRule:
+    decision: Decision
+    server: str | None = None  # glob over the server's name; None: any server
+    tool: str | None = None  # glob over the downstream tool's own name; None: any tool
+    ref_id: str | None = None  # one definition of the tool: a changed definition no longer matches
+    hints: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
+    when: Condition | None = None
+
+    def covers(self, server: str, tool: str, ref_id: str | None = None) -> bool:
+        """Whether `match` takes in this tool (`ref_id` None: whichever definition)."""
+        return (
+            _matches_name(self.server, server)
+            and _matches_name(self.tool, tool)
+            and (self.ref_id is None or ref_id is None or self.ref_id == ref_id)
+        )
+
+    def matches(
+        self, server: str, tool: str, ref_id: str, hints: Mapping[str, bool], arguments: Mapping[str, Any]
+    ) -> bool:
+        """Whether a call matches. `hints` are the values the policy relies on (see decide.py)."""
+        return (
+            self.covers(server, tool, ref_id)
+            and all(hints.get(name) == value for name, value in self.hints.items())
+            and (self.when is None or self.when.matches(arguments))
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        match = {
+            key: value
+            for key, value in zip(MATCH_KEYS, (self.server, self.tool, self.ref_id), strict=True)
+            if value is not None
+        }
+        if match:
+            out["match"] = match
+        if self.hints:
+            out["hints"] = dict(self.hints)
+        if self.when is not None:
+            out["when"] = self.when.as_json()
+        out["decision"] = self.decision.value
+        return out
+
+    def describe(self) -> str:
+        """One line: "deny files.manage_files when destructiveHint=true and 'action' = "delete"."""
+        if self.server is None and self.tool is None:
+            target = "any tool" if self.ref_id is None else f"the tool with refId {self.ref_id[:12]}"
+        else:
+            target = f"{self.server or '*'}.{self.tool or '*'}"
+            if self.ref_id is not None:
+                target += f" (refId {self.ref_id[:12]})"
+        conditions = [f"{name}={str(value).lower()}" for name, value in self.hints.items()]
+        if self.when is not None:
+            conditions.append(self.when.describe())
+        text = f"{self.decision.value} {target}"
+        return f"{text} when {' and '.join(conditions)}" if conditions else text
+
+
+def parse_approval_rule(raw: Any) -> ApprovalRule:
+    """An approval rule from its JSON form, checked part by part."""
+    if not isinstance(raw, Mapping):
+        raise ApprovalRuleError(
+            f"a rule is an object with 'decision' and optional 'match', 'hints', 'when'; got {raw!r}"
+        )
+    unknown = sorted(str(key) for key in raw if key not in PARTS)
+    if unknown:
+        raise ApprovalRuleError(
+            f"unknown part {', '.join(repr(u) for u in unknown)}; "
+            "a rule has 'match', 'hints', 'when' and 'decision'"
+        )
+    if "decision" not in raw:
+        raise ApprovalRuleError("'decision' is required: allow, ask or deny")
+    decision = raw["decision"]
+    if decision not in tuple(Decision):
+        raise ApprovalRuleError(f"'decision' must be allow, ask or deny, got {decision!r}")
+    server, tool, ref_id = _parse_match(raw.get("match"))
+    return ApprovalRule(
+        Decision(decision),
+        server,
+        tool,
+        ref_id,
+        MappingProxyType(_parse_hints(raw["hints"])) if "hints" in raw else MappingProxyType({}),
+        _parse_when(raw["when"]) if "when" in raw else None,
+    )
+
+
+def _parse_match(match: Any) -> tuple[str | None, str | None, str | None]:
+    if match is None:
+        return None, None, None
+    if not isinstance(match, Mapping):
+        raise ApprovalRuleError(f"'match' must be an object with 'server' and/or 'tool' globs, got {match!r}")
+    unknown = sorted(str(key) for key in match if key not in MATCH_KEYS)
+    if unknown:
+        raise ApprovalRuleError(
+            f"'match' takes 'server', 'tool' and 'refId'; "
+            f"{', '.join(repr(u) for u in unknown)} is not one of them"
+        )
+    for key, value in match.items():
+        if not isinstance(value, str) or not value:
+            what = "the tool's refId" if key == "refId" else "a glob such as 'files' or 'git*'"
+            raise ApprovalRuleError(f"'match.{key}' must be a non-empty text ({what}), got {value!r}")
+    return match.get("server"), match.get("tool"), match.get("refId")
+
+
+def _parse_hints(hints: Any) -> dict[str, bool]:
+    if not isinstance(hints, Mapping) or not hints:
+        raise ApprovalRuleError(
+            f"'hints' must name at least one hint, e.g. {{\"destructiveHint\": true}}; got {hints!r}"
+        )
+    for name, value in hints.items():
+        if name not in HINTS:
+            raise ApprovalRuleError(f"'hints.{name}' is not a hint; use {', '.join(HINTS)}")
+        if not isinstance(value, bool):
+            raise ApprovalRuleError(f"'hints.{name}' must be true or false, got {value!r}")
+    return dict(hints)
+
+
+def _parse_when(when: Any) -> Condition:
+    try:
+        return parse_condition(when)
+    except RuleError as exc:  # the argument rules' own message, placed inside `when`
+        message = str(exc).rstrip(".")
+        if not message.startswith("'when'"):
+            message = f"in 'when', {message[0].lower()}{message[1:]}"
+        raise ApprovalRuleError(message) from None

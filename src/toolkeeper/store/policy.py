@@ -1,0 +1,132 @@
+"""Confirm modes and approval rules in the store. Callers own the transaction."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from toolkeeper.policy.decide import ConfirmSetting
+from toolkeeper.policy.model import ConfirmMode
+from toolkeeper.policy.rules import ApprovalRule, ApprovalRuleError, parse_approval_rule
+from toolkeeper.store.tables import approval_rules, confirm_modes
+from toolkeeper.store.toolsets import _aware, conflict_insert, now
+
+logger = logging.getLogger(__name__)
+
+
+# -- confirm modes ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredMode:
+    scope: str  # '' or a toolset's name
+    namespaced_name: str  # or '*': the toolset's default
+    setting: ConfirmSetting
+    updated_at: datetime | None
+
+
+async def load_modes(conn: AsyncConnection) -> list[StoredMode]:
+    rows = (await conn.execute(select(confirm_modes).order_by(confirm_modes.c.id))).all()
+    out = []
+    for row in rows:
+        try:
+            mode = ConfirmMode(row.mode)
+        except ValueError:
+            logger.warning(
+                "store: confirm mode %r of %s is unknown and skipped", row.mode, row.namespaced_name
+            )
+            continue
+        out.append(
+            StoredMode(row.scope, row.namespaced_name, ConfirmSetting(mode, row.text), _aware(row.updated_at))
+        )
+    return out
+
+
+async def modes_by_tool(conn: AsyncConnection) -> MappingProxyType[tuple[str, str], ConfirmSetting]:
+    return MappingProxyType({(m.scope, m.namespaced_name): m.setting for m in await load_modes(conn)})
+
+
+async def put_mode(conn: AsyncConnection, namespaced_name: str, scope: str, setting: ConfirmSetting) -> None:
+    """Set a tool's mode in a scope, replacing the one there (an upsert: writers never collide)."""
+    statement = conflict_insert(conn, confirm_modes).values(
+        namespaced_name=namespaced_name,
+        scope=scope,
+        mode=setting.mode.value,
+        text=setting.text,
+        updated_at=now(),
+    )
+    statement = statement.on_conflict_do_update(
+        index_elements=["scope", "namespaced_name"],
+        set_={
+            "mode": statement.excluded.mode,
+            "text": statement.excluded.text,
+            "updated_at": statement.excluded.updated_at,
+        },
+    )
+    await conn.execute(statement)
+
+
+async def remove_mode(conn: AsyncConnection, namespaced_name: str, scope: str) -> bool:
+    where = (confirm_modes.c.namespaced_name == namespaced_name, confirm_modes.c.scope == scope)
+    result = await conn.execute(delete(confirm_modes).where(*where))
+    return bool(result.rowcount)
+
+
+async def remove_modes_of(conn: AsyncConnection, scope: str) -> int:
+    """Drop every confirm mode of a toolset (when the toolset is deleted)."""
+    result = await conn.execute(delete(confirm_modes).where(confirm_modes.c.scope == scope))
+    return int(result.rowcount or 0)
+
+
+# -- approval rules -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredRule:
+    id: int
+    scope: str  # '' or 'session:<id>'
+    origin: str
+    rule: ApprovalRule
+    created_at: datetime | None
+
+
+async def load_rules(conn: AsyncConnection) -> list[StoredRule]:
+    """Every approval rule, in id order; a row that no longer parses is skipped and logged."""
+    rows = (await conn.execute(select(approval_rules).order_by(approval_rules.c.id))).all()
+    out = []
+    for row in rows:
+        try:
+            rule = parse_approval_rule(json.loads(row.rule))
+        except (json.JSONDecodeError, ApprovalRuleError) as exc:
+            logger.warning("store: approval rule %d is unusable and skipped: %s", row.id, exc)
+            continue
+        out.append(StoredRule(row.id, row.scope, row.origin, rule, _aware(row.created_at)))
+    return out
+
+
+async def add_rule(conn: AsyncConnection, scope: str, rule: ApprovalRule, origin: str) -> int:
+    encoded: Any = json.dumps(rule.as_json(), ensure_ascii=False)
+    result = await conn.execute(
+        insert(approval_rules).values(scope=scope, rule=encoded, origin=origin, created_at=now())
+    )
+    key = result.inserted_primary_key
+    assert key is not None  # an INSERT of one row
+    return int(key[0])
+
+
+async def remove_rules(conn: AsyncConnection, *, rule_id: int | None = None, scope: str | None = None) -> int:
+    """Remove one rule by id, or every rule of a scope; returns how many were removed."""
+    query = delete(approval_rules)
+    if rule_id is not None:
+        query = query.where(approval_rules.c.id == rule_id)
+    if scope is not None:
+        query = query.where(approval_rules.c.scope == scope)
+    result = await conn.execute(query)
+    return int(result.rowcount or 0)
