@@ -153,6 +153,9 @@ def gateway_config(servers: dict[str, int], workdir: Path, protocol: str = "auto
             "args": [str(ECHO)],
             "env": {"ECHO_TOOLS": str(n)},
             "protocol": protocol,
+            # The echo tools declare no hints, so the approval policy would ask a person before
+            # each call; the person's setting "never ask" keeps the gate on the path, deciding allow.
+            "confirm": "never",
         }
         for name, n in servers.items()
     }
@@ -162,7 +165,7 @@ def gateway_config(servers: dict[str, int], workdir: Path, protocol: str = "auto
 def gateway_http_config(echo_url: str, workdir: Path, protocol: str = "auto") -> Path:
     """The gateway fronting one streamable-HTTP echo server (a new port, so a new file per job)."""
     port = echo_url.rsplit(":", 1)[1].split("/")[0]
-    entries = {"echo": {"type": "http", "url": echo_url, "protocol": protocol}}
+    entries = {"echo": {"type": "http", "url": echo_url, "protocol": protocol, "confirm": "never"}}
     return write_config(entries, workdir / f"toolkeeper-bench-http-{port}.json")
 
 

@@ -183,9 +183,13 @@ def _ask_in_terminal(loaded: Any, call: dict[str, Any]) -> None:
             return
         picked = WATCH_CHOICES.get(choice)
         if picked is not None and picked.value in call["choices"]:
-            run_service(loaded, lambda s, a=picked: s.approve(call["id"], a, by=BY_CLI), kind="approvals")
+            _approve(loaded, call["id"], picked)
             out.print(f"  approved ({picked.value}): the call runs now.")
             return
+
+
+def _approve(loaded: Any, call_id: str, answer: Answer) -> None:
+    run_service(loaded, lambda s: s.approve(call_id, answer, by=BY_CLI), kind="approvals")
 
 
 @approvals_app.command("rules")
@@ -204,7 +208,7 @@ def approvals_rules(
         return
     table = new_table("id", "rule", "scope", "made by", title="Approval rules (strictest match wins)")
     for rule in rules:
-        table.add_row(str(rule["id"]), rule["text"], rule["scope"] or "always", rule["origin"])
+        table.add_row(str(rule["id"]), rule["text"], rule["scope"], rule["origin"])
     out.print(table)
 
 

@@ -17,14 +17,16 @@ from typing import Any
 import anyio
 import mcp_types as types
 
-from toolkeeper.annotations.effective import Annotator, policies_from, resolution_form
-from toolkeeper.annotations.resolve import Resolution, resolve
+from toolkeeper.annotations.effective import Annotator, EffectiveHints, policies_from, resolution_form
+from toolkeeper.annotations.resolve import Resolution, resolve, static_hints
 from toolkeeper.catalog import Catalog, CatalogTool, ServerTools, build_catalog
 from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
-from toolkeeper.config.model import Config
+from toolkeeper.config.model import Config, GatewaySettings
 from toolkeeper.downstreams.base import Downstream, ServerInput
 from toolkeeper.downstreams.connection import McpConnection
 from toolkeeper.downstreams.pool import Connect, DownstreamPool
+from toolkeeper.gateway.approval import ApprovalGate
+from toolkeeper.gateway.audit import AuditLog, AuditWriter
 from toolkeeper.gateway.config_tools import (
     BY_NAME,
     CONFIG_TOOLS,
@@ -37,6 +39,7 @@ from toolkeeper.gateway.config_tools import (
 from toolkeeper.gateway.notify import ClientNotifier
 from toolkeeper.gateway.pipeline import Pipeline, Target, standard_pipeline
 from toolkeeper.gateway.relay import Relay
+from toolkeeper.policy.decide import Policy
 from toolkeeper.protocol import RESOLUTION_EXTENSION
 from toolkeeper.services import build_services
 from toolkeeper.services.toolsets import Change
@@ -81,6 +84,8 @@ class Gateway:
         self.toolset: Toolset | None = None
         self.mode = Mode.NORMAL
         self.annotator = Annotator(policies_from(config))
+        # The approval policy: the settings alone until the store's modes and rules are loaded.
+        self.policy = Policy.from_config(config)
         self.services = (
             build_services(
                 store,
@@ -88,6 +93,7 @@ class Gateway:
                 catalog=self._live_catalog,
                 resolver=self.resolve,
                 on_change=self._toolsets_changed,
+                config=config,
             )
             if store
             else None
@@ -95,12 +101,30 @@ class Gateway:
         self._store_revision = -1
         self.started = anyio.Event()
         self._rebuild()
-        # Every tools/call passes this; the approval gate and the audit log add their stages.
-        self.pipeline: Pipeline = standard_pipeline(self)
+        # Every tools/call passes this: the approval gate decides, the audit log records.
+        # Calls are recorded where there is a store to keep them (not by inspection commands).
+        self.audit_writer = AuditWriter(store, config.settings.audit_retention_days) if store else None
+        record = (
+            [AuditLog(self.audit_writer, keep_arguments=config.settings.audit_arguments)]
+            if self.audit_writer
+            else []
+        )
+        self.pipeline: Pipeline = standard_pipeline(self, decide=ApprovalGate(self), record=record)
 
     @property
     def listing(self) -> list[dict[str, Any]]:
         return self.view.listing
+
+    @property
+    def settings(self) -> GatewaySettings:
+        return self.config.settings
+
+    @property
+    def toolset_name(self) -> str | None:
+        return self.toolset.name if self.toolset else None
+
+    def trusts(self, server: str) -> bool:
+        return self.pool[server].config.trust == "trusted"
 
     @property
     def mode_name(self) -> str:
@@ -110,11 +134,14 @@ class Gateway:
         """Connect every server and keep the catalog and view current until cancelled."""
         if self.store is not None:
             await self._load_state()
+            await self._settle_orphaned_approvals()
             # Seed 001: start in normal mode when a toolset is equipped, else in configuration mode.
             self.mode = Mode.NORMAL if self.toolset else Mode.CONFIGURATION
             self._rebuild_view()
         async with anyio.create_task_group() as tg:
             await tg.start(self.relay.run)
+            if self.audit_writer is not None:
+                await tg.start(self.audit_writer.run)
             tg.start_soon(self.pool.run)
             task_status.started()
             await self.pool.wait_started(STARTUP_GRACE_SECONDS)
@@ -245,6 +272,7 @@ class Gateway:
             routes[EXIT] = BY_NAME[EXIT]
         # One assignment: a request never sees a listing and routes from different moments.
         self.view = View(listing, MappingProxyType(routes), frozenset(refinable))
+        self._static: dict[str, tuple[EffectiveHints, Resolution]] = {}
 
     def lookup(self, exposed_name: str) -> Target | None:
         return self.view.routes.get(exposed_name)
@@ -252,10 +280,29 @@ class Gateway:
     def downstream_of(self, tool: CatalogTool) -> Downstream:
         return self.pool[tool.server]
 
+    def effective_hints(self, tool: CatalogTool) -> EffectiveHints:
+        """The tool's effective hints under the equipped toolset, computed once per view."""
+        return self._static_of(tool)[0]
+
+    def _static_of(self, tool: CatalogTool) -> tuple[EffectiveHints, Resolution]:
+        known = self._static.get(tool.namespaced_name)
+        if known is None:  # emptied whenever the view is rebuilt (tools, pins, toolset changed)
+            effective = self.annotator.effective(tool, self.toolset_name, explain=False)
+            resolution = Resolution(
+                static_hints(effective), "static", "no rule matched: the tool's static hints"
+            )
+            known = self._static[tool.namespaced_name] = (effective, resolution)
+        return known
+
     async def resolve(self, tool: CatalogTool, arguments: Any) -> Resolution:
         """Hints for one call of `tool` with `arguments` (see annotations/resolve.py)."""
-        effective = self.annotator.effective(tool, self.toolset.name if self.toolset else None, explain=False)
+        effective, static = self._static_of(tool)
         method = resolution_form(tool.declared)
+        rules = self.annotator.rules.get(tool.namespaced_name, ())
+        if method is None and not rules:
+            # Nothing depends on the arguments: the static hints, computed once per view. The
+            # downstream checks the arguments against its schema itself.
+            return static
         ask_server = None
         if method is not None:
             downstream = self.downstream_of(tool)
@@ -263,7 +310,6 @@ class Gateway:
             async def ask_server() -> dict[str, Any]:
                 return await downstream.resolve_hints(tool.name, arguments, method)
 
-        rules = self.annotator.rules.get(tool.namespaced_name, ())
         return await resolve(tool, arguments, effective, rules, ask_server)
 
     def why_hidden(self, name: str) -> str:
@@ -339,6 +385,9 @@ class Gateway:
     # -- toolset state from the store ------------------------------------------------------
 
     async def _toolsets_changed(self, change: Change) -> None:
+        if change is Change.POLICY:  # what clients see is the same: no listing to rebuild
+            await self.reload_policy()
+            return
         await self._load_state()
         if change is Change.EQUIPPED:
             self.mode = Mode.NORMAL  # seed 001's auto-exit, however equip was reached
@@ -355,6 +404,7 @@ class Gateway:
         self.annotator = replace(
             self.annotator, overrides=await services.hints.overrides(), rules=await services.rules.load()
         )
+        self.policy = await services.policy.load()
         self._store_revision = revision
         if (
             self.toolset
@@ -363,6 +413,24 @@ class Gateway:
         ):
             # Equipped elsewhere (the CLI, another replica): the auto-exit applies there too.
             self.mode = Mode.NORMAL
+
+    async def _settle_orphaned_approvals(self) -> None:
+        """Calls that waited for approval in a gateway that is gone never ran, and never will."""
+        assert self.services is not None
+        try:
+            settled = await self.services.approvals.settle_orphans()
+        except StoreError as exc:
+            logger.warning("cannot settle the calls that waited for approval before: %s", exc)
+            return
+        if settled:
+            logger.info(
+                "%d call(s) that waited for approval before a restart are recorded as not run", settled
+            )
+
+    async def reload_policy(self) -> None:
+        """Read the confirm modes and approval rules again (after the gate or a service wrote one)."""
+        if self.services is not None:
+            self.policy = await self.services.policy.load()
 
     async def _watch_store(self) -> None:
         assert self.store is not None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import anyio
 from mcp.shared.exceptions import MCPError
 
-from toolkeeper.annotations.resolve import Resolution
+from toolkeeper.annotations.resolve import Resolution, ResolveError
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.downstreams.base import CallTimedOut, Unavailable
 from toolkeeper.gateway.config_tools import ConfigHost, ConfigTool, error_result
@@ -187,7 +187,10 @@ class Resolve(_StageDefaults):
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
         if isinstance(call.target, CatalogTool):
-            call.resolution = await self.gateway.resolve(call.target, call.arguments)
+            try:
+                call.resolution = await self.gateway.resolve(call.target, call.params.get("arguments", {}))
+            except ResolveError as exc:  # arguments that do not fit the tool's schema
+                raise MCPError(code=exc.code, message=str(exc), data=exc.data) from None
         return None
 
 

@@ -12,7 +12,11 @@ from dataclasses import dataclass
 
 from toolkeeper.annotations.effective import Annotator
 from toolkeeper.catalog import Catalog
+from toolkeeper.config.model import Config
+from toolkeeper.services.approvals import ApprovalService
+from toolkeeper.services.audit import AuditService
 from toolkeeper.services.hints import HintService
+from toolkeeper.services.policy import PolicyService
 from toolkeeper.services.rules import Resolver, RuleService
 from toolkeeper.services.toolsets import Change, ToolsetService
 from toolkeeper.store import Store
@@ -23,6 +27,9 @@ class Services:
     toolsets: ToolsetService
     hints: HintService
     rules: RuleService
+    approvals: ApprovalService
+    audit: AuditService
+    policy: PolicyService
 
 
 def _offline() -> Catalog | None:
@@ -36,14 +43,19 @@ def build_services(
     catalog: Callable[[], Catalog | None] = _offline,
     resolver: Resolver | None = None,
     on_change: Callable[[Change], Awaitable[None]] | None = None,
+    config: Config | None = None,
 ) -> Services:
-    """The three services over one store. Without `catalog` they work offline: operations that
+    """The services over one store. Without `catalog` they work offline: operations that
     need the servers say so; without `resolver` rules cannot be tested; `on_change` hears of
-    every write (the gateway rebuilds its listing)."""
+    every write (the gateway rebuilds its listing); without `config` the policy has the default
+    settings and no configured confirm modes."""
     return Services(
         toolsets=ToolsetService(store, catalog, on_change),
         hints=HintService(store, catalog, annotator, on_change),
         rules=RuleService(store, catalog, resolver, on_change),
+        approvals=ApprovalService(store),
+        audit=AuditService(store),
+        policy=PolicyService(store, catalog, annotator, resolver, config, on_change),
     )
 
 
