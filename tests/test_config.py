@@ -546,8 +546,8 @@ def test_schema_key_is_allowed():
         (
             '{"toolkeeper": {"port": 1}}',
             "<config>: unknown setting 'toolkeeper.port'. Allowed: approvalTimeout, auditArguments, "
-            "auditRetentionDays, autoApproveReadOnly, confirmDestructive, databaseUrl, featureFlags, home, "
-            "http, inferHints, logLevel, maxConcurrentConnects, retryWindow, sanitizeUntrustedHints, "
+            "auditRetentionDays, autoApproveReadOnly, confirm, confirmDestructive, databaseUrl, featureFlags, "
+            "home, http, inferHints, logLevel, maxConcurrentConnects, retryWindow, sanitizeUntrustedHints, "
             "trustIdempotentRetries.",
         ),
         (
@@ -767,7 +767,7 @@ def test_bundled_demo_config_parses(isolated_lookup):
     assert config.skipped == {} and config.disabled == ()
     assert [(s.name, s.transport, s.trust, s.prefix) for s in config.servers] == [
         ("notes", "stdio", "untrusted", "notes"),
-        ("files", "stdio", "untrusted", "files"),
+        ("files", "stdio", "trusted", "files"),
         ("time", "stdio", "trusted", "time"),
     ]
     notes, files, time_server = config.servers

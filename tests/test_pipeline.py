@@ -124,7 +124,8 @@ def in_process_gateway() -> tuple[Gateway, dict[str, InProcessDownstream]]:
     config = Config(
         path=None,
         servers=(ServerConfig(name="notes", transport="stdio", command="unused", prefix="notes"),),
-        settings=GatewaySettings(),
+        # Every call allowed: these tests add stages of their own around the approval gate.
+        settings=GatewaySettings(confirm="never"),
     )
     return Gateway(config, None, connect=connect), made
 

@@ -70,7 +70,7 @@ def _print_table(records: list[dict[str, Any]]) -> None:
     table = new_table(title="Audit log, newest first")
     table.add_column("time", no_wrap=True)
     table.add_column("client")
-    table.add_column("tool", overflow="fold")
+    table.add_column("tool", no_wrap=True)
     table.add_column("decision", no_wrap=True)
     table.add_column("decided by")
     # One line per outcome: on a wide terminal the detail's start says why; --json has all of it.

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import platformdirs
 from sqlalchemy import Connection, event, inspect, select, text, update
 from sqlalchemy.engine import make_url
@@ -140,7 +141,18 @@ class Store:
         """One transaction: everything inside commits together or not at all.
 
         Writes that no running gateway needs to reload for (audit records, a pending call's
-        row, which its gateway watches itself) pass `bump_revision=False`."""
+        row, which its gateway watches itself) pass `bump_revision=False`.
+
+        A write once begun is not cancelled: cancelling the driver mid-statement can leave its
+        connection holding the write lock, and then the next writer (the gateway's last audit
+        records as it stops) waits for a lock nobody releases. Writes are short; a cancelled
+        caller is cancelled right after."""
+        with anyio.CancelScope(shield=True):
+            async with self._transaction(bump_revision) as conn:
+                yield conn
+
+    @asynccontextmanager
+    async def _transaction(self, bump_revision: bool) -> AsyncIterator[AsyncConnection]:
         async with self._translate_errors(), self.engine.connect() as conn:
             # SQLite: take the write lock up front, so two writers queue instead of one failing
             # when both try to upgrade a read lock.
