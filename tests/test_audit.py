@@ -331,7 +331,8 @@ async def test_a_record_says_what_was_decided_and_how_the_call_ended() -> None:
     assert resolved["hints"] == {"readOnlyHint": {"value": True, "source": "rule"}}
     allowed = finished(result={"content": []})
     assert (allowed["decision"], allowed["decided_by"], allowed["outcome"]) == ("allow", "no policy", "ok")
-    assert allowed["arguments"] == '{"text":"hi"}' and allowed["hints"] is None
+    # The stage hands the arguments on as they are; the writer digests and encodes them.
+    assert allowed["arguments"] == {"text": "hi"} and allowed["hints"] is None
     assert finished(error=anyio.get_cancelled_exc_class()())["outcome"] == "cancelled"
     failed = finished(error=RuntimeError("boom"))
     assert (failed["outcome"], failed["detail"]) == ("error", "RuntimeError: boom")

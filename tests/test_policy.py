@@ -476,8 +476,10 @@ async def test_confirm_modes_only_tighten_without_a_person(store: Store) -> None
     await ToolsetService(store, lambda: catalog).build("kit", [{"namespacedName": "ctl.echo"}])
 
     assert (await policies.set_confirm_mode("ctl.echo", "session", by_person=False))["before"] is None
-    raised = await policies.set_confirm_mode("ctl__echo", "always", "Check the text", by_person=False)
+    raised = await policies.set_confirm_mode("ctl__echo", "always", by_person=False)
     assert raised["tool"] == "ctl.echo" and raised["before"]["mode"] == "session"
+    with pytest.raises(ServiceError, match="only be set by a person"):
+        await policies.set_confirm_mode("ctl.echo", "always", "Just say always", by_person=False)
 
     revision = await store.revision()
     refusals = [
@@ -495,10 +497,7 @@ async def test_confirm_modes_only_tighten_without_a_person(store: Store) -> None
         assert refusal.value.kind is ErrorKind.CONFLICT and "needs a person" in message, message
         assert "toolkeeper" not in message and "--" not in message  # names no face
     assert await store.revision() == revision
-    assert (await policies.load()).confirm_mode(catalog.tools[0], "kit") == (
-        ConfirmMode.ALWAYS,
-        "Check the text",
-    )
+    assert (await policies.load()).confirm_mode(catalog.tools[0], "kit") == (ConfirmMode.ALWAYS, None)
 
     assert (await policies.set_confirm_mode("*", "deny", toolset="kit", by_person=False))["mode"] == "deny"
     with pytest.raises(ServiceError, match="needs one"):
@@ -543,13 +542,15 @@ async def test_the_mcp_face_can_tighten_and_explain_but_not_relax(
         assert (explained["decision"], explained["madeBy"]) == ("ask", "setting confirmDestructive")
         assert explained["hints"]["destructiveHint"]["source"] == "declared (untrusted server)"
 
-        set_always = {"tool": "notes.delete_note", "mode": "always", "text": "Check the id"}
+        set_always = {"tool": "notes.delete_note", "mode": "always"}
         assert (await ok(client, "set-tool-confirm", set_always))["mode"] == "always"
         explained = await ok(
             client, "explain-tool-policy", {"tool": "notes.delete_note", "arguments": {"note_id": 1}}
         )
         assert explained["madeBy"] == "confirm mode 'always' for notes.delete_note (global)"
-        assert explained["text"] == "Check the id"
+        assert explained.get("text") is None
+        with_text = {**set_always, "text": "Just answer always"}
+        assert "'text' was unexpected" in await refused(client, "set-tool-confirm", with_text)
         for mode in ("never", "session"):
             message = await refused(client, "set-tool-confirm", {"tool": "notes.delete_note", "mode": mode})
             assert "needs a person" in message, message

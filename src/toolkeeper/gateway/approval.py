@@ -95,6 +95,8 @@ class ApprovalGate:
         self.seal = TokenSeal()
         # Per session: call hash → when a person last approved it (for idempotent retries).
         self.approved: dict[str, dict[str, float]] = {}
+        self._memo_policy: Policy | None = None
+        self._memo: dict[tuple[str, str], tuple[EffectiveHints, Verdict]] = {}
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
         tool = call.target
@@ -102,11 +104,11 @@ class ApprovalGate:
             verdict = Verdict(Decision.ALLOW, "the gateway's own configuration tool", "configuration tool")
             call.decision = DecisionRecord(verdict, Decision.ALLOW, verdict.made_by)
             return None
-        digest = call_hash(tool.server, tool.name, call.arguments, tool.ref_id)
         state = call.params.get("requestState")
         if isinstance(state, str) and state.startswith(STATE_PREFIX):
+            digest = call_hash(tool.server, tool.name, call.arguments, tool.ref_id)
             return await self._answered_by_client(call, tool, digest, state)
-        verdict = self._verdict(call, tool, digest)
+        verdict = self._verdict(call, tool)
         if verdict.decision is Decision.ALLOW:
             call.decision = DecisionRecord(verdict, Decision.ALLOW, verdict.made_by)
             return None
@@ -115,22 +117,44 @@ class ApprovalGate:
                 verdict, Decision.DENY, verdict.made_by, outcome="denied by policy"
             )
             return refusal(tool, f"the approval policy denies it ({verdict.reason})")
+        digest = call_hash(tool.server, tool.name, call.arguments, tool.ref_id)
         return await self._ask(call, tool, digest, verdict)
 
-    def _verdict(self, call: ToolCall, tool: CatalogTool, digest: str) -> Verdict:
-        assert call.resolution is not None, "the resolve stage runs before the gate"
-        approved_at = self.approved.get(call.client.session, {}).get(digest)
-        window = self.gateway.settings.retry_window
-        return self.gateway.policy.decide(
+    def _verdict(self, call: ToolCall, tool: CatalogTool) -> Verdict:
+        resolution = call.resolution
+        assert resolution is not None, "the resolve stage runs before the gate"
+        session = call.client.session
+        retry_approved = False
+        approvals = self.approved.get(session)
+        if approvals:
+            approved_at = approvals.get(call_hash(tool.server, tool.name, call.arguments, tool.ref_id))
+            window = self.gateway.settings.retry_window
+            retry_approved = approved_at is not None and time.monotonic() - approved_at <= window
+        policy = self.gateway.policy
+        effective = self.gateway.effective_hints(tool)
+        # With the tool's static hints and no rule that reads arguments, the verdict is the same
+        # for every call of the tool in a session until the policy or the view changes: decide
+        # once (the effective hints are rebuilt with the view, so they date the memo).
+        memo = resolution.source == "static" and not retry_approved and not policy.reads_arguments
+        if memo:
+            if self._memo_policy is not policy:
+                self._memo_policy, self._memo = policy, {}
+            known = self._memo.get((tool.namespaced_name, session))
+            if known is not None and known[0] is effective:
+                return known[1]
+        verdict = policy.decide(
             tool,
             call.arguments,
-            call.resolution,
-            self.gateway.effective_hints(tool),
+            resolution,
+            effective,
             trusted=self.gateway.trusts(tool.server),
             toolset=self.gateway.toolset_name,
-            session=call.client.session,
-            retry_approved=approved_at is not None and time.monotonic() - approved_at <= window,
+            session=session,
+            retry_approved=retry_approved,
         )
+        if memo:
+            self._memo[(tool.namespaced_name, session)] = (effective, verdict)
+        return verdict
 
     # -- asking --------------------------------------------------------------------------------
 
@@ -192,7 +216,7 @@ class ApprovalGate:
     ) -> dict[str, Any] | None:
         """A modern client's retry: the sealed state must be ours, fresh, unused, for this
         client and these exact arguments; anything else is refused and recorded."""
-        verdict = self._verdict(call, tool, digest)
+        verdict = self._verdict(call, tool)
         problem = self.seal.check(state.removeprefix(STATE_PREFIX), call.client.session, digest)
         if problem is not None:
             call.decision = DecisionRecord(

@@ -113,10 +113,14 @@ class AuditWriter:
                 logger.error("audit log: %s; they are lost", lost)
 
     async def flush(self) -> bool:
-        """Write every waiting record, one transaction per batch. False when the store refused:
-        the records stay and the next flush tries again."""
-        while self._waiting:
-            count = min(self.batch_size, len(self._waiting))
+        """Write the records waiting now, one transaction per batch. False when the store
+        refused: the records stay and the next flush tries again. Records that arrive during
+        the writes wait for the next flush: under steady calls a flush that chased them would
+        commit a few records at a time, back to back, and a commit costs far more than a record."""
+        left = len(self._waiting)
+        while left > 0 and self._waiting:
+            count = min(self.batch_size, left, len(self._waiting))
+            left -= count
             batch = [self._waiting.popleft() for _ in range(count)]
             try:
                 await self._write(batch)
@@ -224,7 +228,7 @@ class AuditWriter:
 
 def _storable(value: Any) -> Any:
     """Text the database can hold: a lone surrogate (valid in JSON, not in UTF-8) is escaped."""
-    if isinstance(value, str):
+    if isinstance(value, str) and not value.isascii():
         try:
             value.encode()
         except UnicodeEncodeError:
@@ -237,6 +241,11 @@ def _row(record: Record) -> Record:
     to its column's length, which PostgreSQL enforces: a client may call any name it likes)."""
     # Kept on the waiting record, so a batch written again after a failure keeps its ids.
     record.setdefault("id", uuid.uuid4().hex)
+    arguments = record["arguments_sha256"]
+    if not isinstance(arguments, str):  # not yet digested (a batch written again already is)
+        record["arguments_sha256"] = arguments_digest(arguments)
+        if record["arguments"] is not None:
+            record["arguments"] = _arguments_text(record["arguments"])
     row = {key: _storable(value) for key, value in record.items()}
     row["at"] = datetime.fromtimestamp(record["at"], UTC)
     if row["hints"] is not None:
@@ -287,8 +296,10 @@ class AuditLog:
             "server": server,
             "tool": tool,
             "ref_id": ref_id,
-            "arguments_sha256": arguments_digest(arguments),
-            "arguments": _arguments_text(arguments) if self.keep_arguments else None,
+            # The arguments as the call had them; the writer digests (and, if asked, keeps) them
+            # off the call path.
+            "arguments_sha256": arguments,
+            "arguments": arguments if self.keep_arguments else None,
             "hints": _hints(call),
             "decision": decision.final.value if decision else Decision.ALLOW.value,
             "decided_by": decision.decided_by if decision else "no policy",

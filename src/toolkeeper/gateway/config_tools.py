@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from toolkeeper.annotations.hints import HINTS, PARAM_DESCRIPTION_MAX, TITLE_MAX
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
-from toolkeeper.policy.model import CONFIRM_TEXT_MAX
 from toolkeeper.toolsets.model import (
     NAME_PATTERN,
     NOTE_NAME_MAX,
@@ -282,9 +281,10 @@ async def _set_rules(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any
 
 
 async def _set_confirm(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
-    # A model is not a person: the service lets it only make confirmation stricter.
+    # A model is not a person: the service lets it only make confirmation stricter, and never
+    # write the text the person reads when asked.
     return await _services(gateway).policy.set_confirm_mode(
-        args["tool"], args["mode"], args.get("text"), args.get("toolset"), by_person=False
+        args["tool"], args["mode"], toolset=args.get("toolset"), by_person=False
     )
 
 
@@ -566,10 +566,9 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         "set-tool-confirm",
         "Set Tool Confirmation",
         "Have a person confirm a tool's calls: 'always' (every call), 'session' (the first call in each "
-        "client session; a yes holds for the rest of it) or 'deny' (never run it), with an optional text "
-        "shown to the person when asked. Global unless a toolset is given; tool '*' with a toolset sets "
-        "that toolset's default. A mode can only be made stricter here. Example: {tool: "
-        "'files.manage_files', mode: 'always', text: 'Check the path first'}",
+        "client session; a yes holds for the rest of it) or 'deny' (never run it). Global unless a "
+        "toolset is given; tool '*' with a toolset sets that toolset's default. A mode can only be made "
+        "stricter here. Example: {tool: 'files.manage_files', mode: 'always'}",
         {
             "tool": {
                 "type": "string",
@@ -582,12 +581,6 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
                 "enum": ["always", "session", "deny"],
                 "description": "always: confirm every call; session: confirm once per client session; "
                 "deny: never run the tool",
-            },
-            "text": {
-                "type": "string",
-                "description": "What the person reads when a call is asked about (e.g. what to check)",
-                "minLength": 1,
-                "maxLength": CONFIRM_TEXT_MAX,
             },
             "toolset": {
                 **TOOLSET_NAME,

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -204,6 +205,12 @@ class Policy:
             ),
             ConfirmMode(settings.confirm) if settings.confirm else None,
         )
+
+    @cached_property
+    def reads_arguments(self) -> bool:
+        """Whether some approval rule tests the arguments (else a verdict does not depend on
+        them beyond the hints resolved for them)."""
+        return any(scoped.rule.when is not None for scoped in self.rules)
 
     # -- confirm modes ---------------------------------------------------------------------
 

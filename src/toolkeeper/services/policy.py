@@ -101,6 +101,13 @@ class PolicyService:
             before = _in_force_where(policy, name, server, scope)
             if not by_person:
                 _refuse_relaxing(name, scope, before, new)
+                if text is not None:
+                    # The text is shown to the person when they are asked: a model could use it
+                    # to talk them into a yes.
+                    raise PolicyError(
+                        "The text shown with a confirmation can only be set by a person; "
+                        "set the mode without it."
+                    )
             await policy_rows.put_mode(conn, name, scope, ConfirmSetting(new, text))
             rules = policy.rules_for(None)
         await self._changed()
