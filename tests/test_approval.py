@@ -397,3 +397,50 @@ async def test_demo_manage_files_reads_straight_away_and_asks_before_deleting(tm
     assert delete["hints"]["destructiveHint"]["value"] is True
     assert read["decision"] == "allow" and read["channel"] is None
     assert read["hints"]["readOnlyHint"]["value"] is True and "person" not in read["decidedBy"]
+
+
+def test_a_sealed_state_holds_only_for_its_client_its_call_and_once() -> None:
+    from toolkeeper.gateway.approval import TokenSeal
+
+    seal = TokenSeal()
+    token = seal.issue("http:session-a", "hash-1", 60)
+    assert seal.check(token, "http:session-b", "hash-1") == "the request state belongs to another client"
+    assert seal.check(token, "http:session-a", "hash-2") == "the request state was issued for other arguments"
+    assert seal.check(token, "http:session-a", "hash-1") is None
+    assert seal.check(token, "http:session-a", "hash-1") == "the approval answer was already used"
+    assert (
+        TokenSeal().check(token, "http:session-a", "hash-1")
+        == "the request state was not issued by this gateway"
+    )
+    expired = seal.issue("s", "h", -1)
+    assert seal.check(expired, "s", "h") == "the approval request expired"
+
+
+async def test_calls_left_waiting_by_a_gateway_that_is_gone_are_recorded_as_not_run(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from toolkeeper.services.approvals import HOLDER, ApprovalService
+    from toolkeeper.store import Store
+    from toolkeeper.store.approvals import PENDING, PendingCall
+
+    gone = subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    now = datetime.now(UTC)
+
+    def waiting(call_id: str, pid: int) -> PendingCall:
+        return PendingCall(
+            call_id, now, now + timedelta(minutes=2), PENDING,
+            {"name": "c", "version": "1", "session": "s", "holder": {**HOLDER, "pid": pid}},
+            "ctl__pid", "ctl.pid", "ref", "hash", {}, {"sentence": "Call pid."},
+            None, None, None, None,
+        )  # fmt: skip
+
+    async with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        approvals = ApprovalService(store)
+        await approvals.open(waiting("dead", int(gone.stdout)))
+        await approvals.open(waiting("alive", os.getpid()))
+        assert await approvals.settle_orphans() == 1
+        assert [c["id"] for c in await approvals.pending()] == ["alive"]
+        settled = await approvals.state("dead")
+        assert settled is not None and settled.status == "not_run"
+        with pytest.raises(Exception, match="already decided: not run"):
+            await approvals.approve("dead", by="person via cli")
