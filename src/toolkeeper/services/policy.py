@@ -34,7 +34,7 @@ from toolkeeper.policy.decide import (
 from toolkeeper.policy.model import CONFIRM_TEXT_MAX, ConfirmMode, Decision
 from toolkeeper.policy.rules import ApprovalRuleError, parse_approval_rule
 from toolkeeper.services.rules import Resolver
-from toolkeeper.services.toolsets import NOT_STARTED, Change, _iso, require_toolset_id
+from toolkeeper.services.toolsets import NOT_STARTED, Change, iso, require_toolset_id
 from toolkeeper.store import Store
 from toolkeeper.store import policy as policy_rows
 from toolkeeper.store import toolsets as toolset_rows
@@ -158,7 +158,7 @@ class PolicyService:
                     "toolset": m.scope or None,
                     "mode": m.setting.mode.value,
                     "text": m.setting.text,
-                    "updatedAt": _iso(m.updated_at),
+                    "updatedAt": iso(m.updated_at),
                 }
                 for m in sorted(stored, key=lambda m: (m.scope, m.namespaced_name))
             ],
@@ -399,5 +399,5 @@ def _rule_json(stored: policy_rows.StoredRule) -> dict[str, Any]:
         "decision": stored.rule.decision.value,
         "text": stored.rule.describe(),
         "rule": stored.rule.as_json(),
-        "createdAt": _iso(stored.created_at),
+        "createdAt": iso(stored.created_at),
     }

@@ -51,7 +51,7 @@ class Change(StrEnum):
     POLICY = "policy"  # confirm modes or approval rules changed; the listing does not
 
 
-def _iso(value: datetime | None) -> str | None:
+def iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
@@ -164,8 +164,8 @@ class ToolsetService:
             "name": toolset.name,
             "description": toolset.description,
             "equipped": toolset.name == equipped,
-            "createdAt": _iso(toolset.created_at),
-            "updatedAt": _iso(toolset.updated_at),
+            "createdAt": iso(toolset.created_at),
+            "updatedAt": iso(toolset.updated_at),
             "toolCount": len(toolset.tools),
             "tools": tools,
             "toolNotes": [_notes_json(entry) for entry in toolset.notes],
@@ -370,8 +370,8 @@ class ToolsetService:
             "format": EXPORT_FORMAT,
             "name": toolset.name,
             "description": toolset.description,
-            "createdAt": _iso(toolset.created_at),
-            "lastModified": _iso(toolset.updated_at),
+            "createdAt": iso(toolset.created_at),
+            "lastModified": iso(toolset.updated_at),
             "tools": [ref.as_json() for ref in toolset.tools],
             "toolNotes": [_notes_json(entry) for entry in toolset.notes],
         }

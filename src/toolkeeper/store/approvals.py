@@ -16,7 +16,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.store.tables import pending_approvals
-from toolkeeper.store.toolsets import now
+from toolkeeper.store.toolsets import aware, now
 
 PENDING = "pending"
 APPROVED = "approved"
@@ -47,8 +47,8 @@ class PendingCall:
 def _row(row: Any) -> PendingCall:
     return PendingCall(
         id=row.id,
-        created_at=_aware(row.created_at),
-        expires_at=_aware(row.expires_at),
+        created_at=aware(row.created_at),
+        expires_at=aware(row.expires_at),
         status=row.status,
         client=json.loads(row.client),
         exposed_name=row.exposed_name,
@@ -60,15 +60,8 @@ def _row(row: Any) -> PendingCall:
         answer=row.answer,
         reason=row.reason,
         decided_by=row.decided_by,
-        decided_at=_aware(row.decided_at) if row.decided_at else None,
+        decided_at=aware(row.decided_at),
     )
-
-
-def _aware(value: datetime) -> datetime:
-    # SQLite hands back naive datetimes; every time the store writes is UTC.
-    from datetime import UTC
-
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 async def add(conn: AsyncConnection, call: PendingCall) -> None:

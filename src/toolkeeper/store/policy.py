@@ -16,7 +16,7 @@ from toolkeeper.policy.decide import ConfirmSetting
 from toolkeeper.policy.model import ConfirmMode
 from toolkeeper.policy.rules import ApprovalRule, ApprovalRuleError, parse_approval_rule
 from toolkeeper.store.tables import approval_rules, confirm_modes
-from toolkeeper.store.toolsets import _aware, conflict_insert, now
+from toolkeeper.store.toolsets import aware, conflict_insert, now
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ async def load_modes(conn: AsyncConnection) -> list[StoredMode]:
             )
             continue
         out.append(
-            StoredMode(row.scope, row.namespaced_name, ConfirmSetting(mode, row.text), _aware(row.updated_at))
+            StoredMode(row.scope, row.namespaced_name, ConfirmSetting(mode, row.text), aware(row.updated_at))
         )
     return out
 
@@ -107,7 +107,7 @@ async def load_rules(conn: AsyncConnection) -> list[StoredRule]:
         except (json.JSONDecodeError, ApprovalRuleError) as exc:
             logger.warning("store: approval rule %d is unusable and skipped: %s", row.id, exc)
             continue
-        out.append(StoredRule(row.id, row.scope, row.origin, rule, _aware(row.created_at)))
+        out.append(StoredRule(row.id, row.scope, row.origin, rule, aware(row.created_at)))
     return out
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import Table, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -32,8 +32,12 @@ def conflict_insert(conn: AsyncConnection, table: Table) -> Any:
     return sqlite_insert(table)
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes; everything stored is UTC.
+@overload
+def aware(value: datetime) -> datetime: ...
+@overload
+def aware(value: None) -> None: ...
+def aware(value: datetime | None) -> datetime | None:
+    """A stored time with its zone: SQLite hands back naive datetimes; everything stored is UTC."""
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
@@ -87,8 +91,8 @@ async def load(conn: AsyncConnection, name: str) -> Toolset | None:
         description=row.description,
         tools=tuple(ToolRef(ns, ref) for ns, ref in refs),
         notes=tuple(ToolNotes(ref, tuple(n)) for ref, n in grouped.values()),
-        created_at=_aware(row.created_at),
-        updated_at=_aware(row.updated_at),
+        created_at=aware(row.created_at),
+        updated_at=aware(row.updated_at),
     )
 
 
