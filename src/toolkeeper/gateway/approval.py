@@ -200,7 +200,6 @@ class ApprovalGate:
         assert call.ctx is not None
         started = time.monotonic()
         answer: str | None = None
-        timed_out = False
         with anyio.move_on_after(self.gateway.settings.approval_timeout) as scope:
             try:
                 reply = await self.gateway.relay.ask_client(call.ctx, "elicitation/create", form(question))
@@ -271,8 +270,9 @@ class ApprovalGate:
         )
         started = time.monotonic()
         settled: PendingCall | None = None
+        waiting = anyio.move_on_after(timeout)
         try:
-            with anyio.move_on_after(timeout):
+            with waiting:
                 while True:
                     await anyio.sleep(POLL_SECONDS)
                     try:
@@ -286,9 +286,15 @@ class ApprovalGate:
             if settled is None or settled.status == PENDING:
                 # Timed out or cancelled: settle the row unless the person answered meanwhile.
                 with anyio.CancelScope(shield=True):
-                    status = EXPIRED if time.monotonic() - started >= timeout else NOT_RUN
+                    # The wait's own scope says whether time ran out; otherwise the call went
+                    # away (its client cancelled, the gateway is stopping).
+                    status, why = (
+                        (EXPIRED, "no answer in time")
+                        if waiting.cancelled_caught
+                        else (NOT_RUN, "the call went away before an answer came")
+                    )
                     try:
-                        if not await services.approvals.give_up(pending.id, status, "no answer in time"):
+                        if not await services.approvals.give_up(pending.id, status, why):
                             settled = await services.approvals.state(pending.id)
                     except StoreError as exc:
                         logger.warning("cannot settle approval %s: %s", pending.id, exc)
