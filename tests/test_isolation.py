@@ -18,7 +18,18 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import PY, ROOT, free_port, spawn_http_gateway, stop, wait_port, write_config
+from conftest import (
+    PY,
+    ROOT,
+    free_port,
+    gateway_client,
+    server_everything_entry,
+    server_filesystem_entry,
+    spawn_http_gateway,
+    stop,
+    wait_port,
+    write_config,
+)
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
@@ -95,12 +106,12 @@ async def concurrent_trials(url: str, tool: str, arguments: dict[str, Any], **ca
         for _ in range(TRIALS):
             results: dict[str, str] = {}
 
-            async def one(who: str, client: Client) -> None:
+            async def one(who: str, client: Client, results: dict[str, str]) -> None:
                 results[who] = text_of(await call(client, tool, arguments))
 
             async with anyio.create_task_group() as tg:
-                tg.start_soon(one, "A", a)
-                tg.start_soon(one, "B", b)
+                tg.start_soon(one, "A", a, results)
+                tg.start_soon(one, "B", b, results)
             for who, other in (("A", "B"), ("B", "A")):
                 assert f"-{other}" not in results[who], f"client {who} got {other}'s answer: {results[who]}"
                 if REFUSED in results[who]:
@@ -123,7 +134,9 @@ async def test_a_servers_question_reaches_only_the_client_whose_call_it_is(share
 
 
 async def test_roots_of_one_client_never_reach_another(shared_legacy_server):
-    outcomes = await concurrent_trials(shared_legacy_server, "list_client_roots", {}, list_roots_callback=rooted)
+    outcomes = await concurrent_trials(
+        shared_legacy_server, "list_client_roots", {}, list_roots_callback=rooted
+    )
     assert outcomes[2:] == ["own"] * (2 * TRIALS - 2), outcomes
 
 
@@ -138,12 +151,12 @@ async def test_a_client_that_can_answer_nothing_is_never_asked_another_clients_q
         for trial in range(4):
             results: dict[str, str] = {}
 
-            async def one(who: str, client: Client) -> None:
+            async def one(who: str, client: Client, results: dict[str, str]) -> None:
                 results[who] = text_of(await call(client, "test_elicitation", {"message": "?"}))
 
             async with anyio.create_task_group() as tg:
-                tg.start_soon(one, "A", a)
-                tg.start_soon(one, "mute", mute)
+                tg.start_soon(one, "A", a, results)
+                tg.start_soon(one, "mute", mute, results)
             # Only the first trial, before the server was known to ask, may end in a refusal.
             refusals = (REFUSED,) if trial == 0 else ()
             assert "user-A" in results["A"] or any(r in results["A"] for r in refusals), results
@@ -222,3 +235,88 @@ def test_a_request_state_holds_only_for_its_client_its_tool_its_arguments_and_on
     assert "user-A" in own["result"]["content"][0]["text"], own
     replay = retry(envelope("client-a"))
     assert replay["error"]["code"] == -32602, replay
+
+
+# -- roots of a shared server -------------------------------------------------------------------
+
+
+@pytest.fixture
+def folders(tmp_path):
+    fs = tmp_path / "fs"
+    for folder in ("sub", "other"):
+        (fs / folder).mkdir(parents=True)
+        (fs / folder / "inside.txt").write_text(f"in {folder}")
+    (fs / "hello.txt").write_text("hello")
+    entry = server_filesystem_entry(fs)
+    if entry is None:
+        pytest.skip(
+            "@modelcontextprotocol/server-filesystem is not installed in .test-deps (scripts/test does)"
+        )
+    return fs, write_config(tmp_path, {"fs": entry})
+
+
+def roots_of(*folders) -> Any:
+    async def roots(context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri=f.as_uri()) for f in folders])
+
+    return roots
+
+
+async def read(client: Client, path) -> str:
+    await wait_for_tool(client, "read_text_file")
+    return text_of(await call(client, "read_text_file", {"path": str(path)}))
+
+
+async def test_a_shared_filesystem_server_gets_no_more_than_the_clients_roots(folders):
+    """Directly, the filesystem server limits itself to the client's root and refuses a file
+    outside it; through the gateway it must too (it asks for roots outside of any call)."""
+    fs, config = folders
+    async with gateway_client(config, "legacy", list_roots_callback=roots_of(fs / "sub")) as client:
+        assert "in sub" in await read(client, fs / "sub" / "inside.txt")
+        assert "denied" in (await read(client, fs / "hello.txt")).lower()
+        assert "denied" in (await read(client, fs / "other" / "inside.txt")).lower()
+
+
+async def test_two_clients_roots_meet_in_their_intersection(folders):
+    fs, config = folders
+    port = free_port()
+    process = spawn_http_gateway(config, port)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wait_port(port)
+        async with Client(url, mode="legacy", list_roots_callback=roots_of(fs)) as wide:
+            assert "in other" in await read(wide, fs / "other" / "inside.txt")
+            async with Client(url, mode="legacy", list_roots_callback=roots_of(fs / "sub")) as narrow:
+                # The narrower client's root now holds for both: neither reaches outside it.
+                assert "in sub" in await read(narrow, fs / "sub" / "inside.txt")
+                assert "denied" in (await read(narrow, fs / "other" / "inside.txt")).lower()
+                assert "denied" in (await read(wide, fs / "other" / "inside.txt")).lower()
+                async with Client(url, mode="legacy", list_roots_callback=roots_of(fs / "other")) as apart:
+                    # Nothing in common: nothing is readable.
+                    assert "denied" in (await read(apart, fs / "other" / "inside.txt")).lower()
+                    assert "denied" in (await read(narrow, fs / "sub" / "inside.txt")).lower()
+    finally:
+        stop(process)
+
+
+# -- what the client cannot do ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+async def test_a_tool_that_needs_what_the_client_lacks_says_so(tmp_path, mode):
+    """The gateway offers sampling and elicitation to every server (a client with them may come),
+    so server-everything lists its tools that use them to every client. Called by a client without
+    them, each fails with a message that names the missing capability."""
+    entry = server_everything_entry()
+    if entry is None:
+        pytest.skip("@modelcontextprotocol/server-everything is not installed in .test-deps")
+    config = write_config(tmp_path, {"ev": {**entry, "prefix": ""}})
+    async with gateway_client(config, mode) as client:
+        await wait_for_tool(client, "trigger-sampling-request")
+        for tool, arguments, capability in (
+            ("trigger-sampling-request", {"prompt": "hi"}, "sampling"),
+            ("trigger-elicitation-request", {}, "elicitation"),
+        ):
+            outcome = await call(client, tool, arguments)
+            assert isinstance(outcome, MCPError) or outcome.is_error, outcome
+            assert f"did not declare the {capability} capability" in text_of(outcome), outcome

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from contextlib import nullcontext
 from typing import Any
 
@@ -24,7 +25,7 @@ import anyio
 import mcp_types as types
 from mcp import Client
 from mcp.client.extension import ClientExtension
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
@@ -596,6 +597,15 @@ class McpConnection:
         params = types.SetLevelRequestParams.model_validate({"level": level})
         await self.request(types.SetLevelRequest(params=params))
         self.log_level = level
+
+    async def roots_changed(self) -> None:
+        client = self._client
+        if client is None or self.era != "legacy":
+            return
+        with warnings.catch_warnings():  # roots are deprecated in 2026-07-28, not in this era
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            announce = client.session.send_roots_list_changed()
+        await announce
 
     async def resolve_hints(self, name: str, arguments: dict[str, Any], method: str) -> dict[str, Any]:
         """Ask the server for its own argument-specific hints (`tools/resolve` or

@@ -37,6 +37,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from toolkeeper.downstreams.base import Downstream, ProgressCallback, ServerInput
+from toolkeeper.gateway.roots import ClientRoots
 from toolkeeper.gateway.seal import TokenSeal
 from toolkeeper.policy.binding import call_hash
 from toolkeeper.protocol import (
@@ -58,6 +59,8 @@ LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert"
 MAX_INPUT_ROUNDS = 10
 # How long a downstream call waits for a modern client to come back with its answers.
 EXCHANGE_TIMEOUT = 600.0
+# How long a call waits for its server to take new roots after it was told they changed.
+ROOTS_SETTLE_SECONDS = 2.0
 REQUEST_STATE_PREFIX = "toolkeeper:"
 
 _REQUEST_TYPES: dict[str, Any] = {
@@ -116,10 +119,15 @@ class ServerCalls:
     this always holds: calls of one client at a time, or any number of calls of clients that can
     answer nothing. Servers that never ask are never slowed down."""
 
-    def __init__(self) -> None:
+    def __init__(self, downstream: Downstream) -> None:
+        self.downstream = downstream
         self.running: list[Caller] = []
         self.asks = False
         self._queue: list[tuple[Caller, anyio.Event]] = []
+        # Whether the server asked for roots outside of a call (it is told when they change), and,
+        # while it has not asked again since it was told, what its calls wait for.
+        self.takes_roots = False
+        self.roots_pending: anyio.Event | None = None
 
     def _fits(self, caller: Caller) -> bool:
         if not self.asks:
@@ -132,6 +140,9 @@ class ServerCalls:
 
     async def start(self, caller: Caller) -> None:
         """Wait for this call's turn (FIFO, so a client that can be asked is not starved)."""
+        if self.roots_pending is not None:
+            with anyio.move_on_after(ROOTS_SETTLE_SECONDS):
+                await self.roots_pending.wait()
         if not self._queue and self._fits(caller):
             self.running.append(caller)
             return
@@ -230,6 +241,7 @@ class Relay:
         self._calls: dict[str, ServerCalls] = {}  # by server name
         self._exchanges: dict[str, Exchange] = {}  # by id
         self.seal = TokenSeal()
+        self.roots = ClientRoots(self._roots_changed)
         # Per client connection (weakly: a departed client's entries disappear with it).
         self._log_levels: weakref.WeakKeyDictionary[object, tuple[Any, str]] = weakref.WeakKeyDictionary()
         self._subscribed: weakref.WeakKeyDictionary[object, tuple[Any, set[str]]] = (
@@ -241,14 +253,30 @@ class Relay:
         """Own the tasks that outlive a request (downstream calls waiting on a modern client)."""
         async with anyio.create_task_group() as tg:
             self._task_group = tg
+            tg.start_soon(self.roots.run)
             task_status.started()
             await anyio.sleep_forever()
 
     def calls_on(self, downstream: Downstream) -> ServerCalls:
         calls = self._calls.get(downstream.name)
         if calls is None:
-            calls = self._calls[downstream.name] = ServerCalls()
+            calls = self._calls[downstream.name] = ServerCalls(downstream)
         return calls
+
+    async def _roots_changed(self) -> None:
+        """Tell each server that took roots outside of a call that they changed; its calls wait
+        (briefly) until it has asked again."""
+        for calls in list(self._calls.values()):
+            if not calls.takes_roots or not calls.downstream.available:
+                continue
+            calls.roots_pending = anyio.Event()
+            try:
+                await calls.downstream.roots_changed()
+            except Exception as exc:  # one server's trouble does not keep the others uninformed
+                logger.warning(
+                    "server %r: could not say that the roots changed: %s", calls.downstream.name, exc
+                )
+                calls.roots_pending = None
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -451,7 +479,9 @@ class Relay:
     ) -> types.InputResponse | types.ErrorData:
         calls = self.calls_on(downstream)
         method = request.method
-        if not calls.asks:
+        if method == "roots/list" and not calls.running:
+            return self._roots_outside_a_call(calls)
+        if not calls.asks and calls.running:
             calls.asks = True
             logger.info(
                 "server %r asks its clients things (%s): from now on its calls of different clients "
@@ -483,6 +513,20 @@ class Relay:
             return _RESULT_TYPES[method].validate_python(result)
         except MCPError as exc:
             return exc.error
+
+    def _roots_outside_a_call(self, calls: ServerCalls) -> types.ListRootsResult | types.ErrorData:
+        calls.takes_roots = True
+        pending, calls.roots_pending = calls.roots_pending, None
+        if pending is not None:
+            pending.set()
+        roots = self.roots.answer()
+        if roots is None:
+            return types.ErrorData(
+                code=INTERNAL_ERROR,
+                message=f"toolkeeper: roots/list from '{calls.downstream.name}' outside of a call: no"
+                " connected client declared roots",
+            )
+        return types.ListRootsResult.model_validate({"roots": roots})
 
     async def downstream_log(
         self, downstream: Downstream, params: types.LoggingMessageNotificationParams
