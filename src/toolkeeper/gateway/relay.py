@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
+from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
@@ -61,6 +62,7 @@ MAX_INPUT_ROUNDS = 10
 EXCHANGE_TIMEOUT = 600.0
 # How long a call waits for its server to take new roots after it was told they changed.
 ROOTS_SETTLE_SECONDS = 2.0
+ROOTS_ASK_TIMEOUT = 10.0
 REQUEST_STATE_PREFIX = "toolkeeper:"
 
 _REQUEST_TYPES: dict[str, Any] = {
@@ -263,19 +265,38 @@ class Relay:
             calls = self._calls[downstream.name] = ServerCalls(downstream)
         return calls
 
+    def roots_changed_by(self, session: ServerSession) -> None:
+        """A handshake-era client said its roots changed: it is asked again on its next call."""
+        self.roots.forget(session)
+
+    async def _learn_roots(self, ctx: ServerRequestContext[Any]) -> None:
+        """Ask a client its roots on the stream of its own call (a request outside of any call
+        may have no way to reach an HTTP client)."""
+        try:
+            with anyio.fail_after(ROOTS_ASK_TIMEOUT):
+                answer = await self._send_to_client(ctx, types.ListRootsRequest())
+            roots = answer.get("roots")
+            valid = isinstance(roots, list) and all(isinstance(r, dict) and "uri" in r for r in roots)
+            if not valid:
+                raise ValueError(f"not a roots list: {answer!r:.200}")
+        except Exception as exc:
+            logger.warning("a client declared roots but did not list them (%r); counted as none", exc)
+            roots = None
+        await self.roots.learn(ctx.session, roots)
+
     async def _roots_changed(self) -> None:
         """Tell each server that took roots outside of a call that they changed; its calls wait
         (briefly) until it has asked again."""
         for calls in list(self._calls.values()):
             if not calls.takes_roots or not calls.downstream.available:
                 continue
-            calls.roots_pending = anyio.Event()
+            calls.roots_pending = calls.roots_pending or anyio.Event()
             try:
                 await calls.downstream.roots_changed()
             except Exception as exc:  # one server's trouble does not keep the others uninformed
-                logger.warning(
-                    "server %r: could not say that the roots changed: %s", calls.downstream.name, exc
-                )
+                name = calls.downstream.name
+                logger.warning("server %r: could not say that the roots changed: %s", name, exc)
+                calls.roots_pending.set()
                 calls.roots_pending = None
 
     # -- calls -----------------------------------------------------------------------------
@@ -316,6 +337,13 @@ class Relay:
             await downstream.set_log_level(_most_verbose(level, *self._session_levels()))
         extra: dict[str, Any] = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
         calls = self.calls_on(downstream)
+        if (
+            calls.takes_roots
+            and not is_modern(ctx)
+            and _declared(ctx, "roots/list")
+            and not self.roots.knows(ctx.session)
+        ):
+            await self._learn_roots(ctx)
 
         async def call_downstream(caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
             # While the call runs, what its server sends (requests, logs) may go to this caller.

@@ -2,7 +2,7 @@
 
 A server that limits itself to its client's roots (the filesystem server does) asks for them
 once connected and again when told they changed, outside of any call. Behind the gateway one
-server serves every client, so it gets what every connected client that declared roots allows:
+server serves every client, so it gets what every connected client that listed roots allows:
 the intersection of their roots. It is never wider than what any of those clients would give
 the server directly. With no such client connected the server is told there is nobody to ask,
 and keeps what it has. Two clients with nothing in common leave the server with one empty
@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import posixpath
 import tempfile
-import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -26,13 +25,11 @@ from urllib.parse import unquote, urlsplit
 
 import anyio
 from mcp.server.session import ServerSession
-from mcp.shared.exceptions import MCPDeprecationWarning
 
 from toolkeeper.sdk_private import connection_of
 
 logger = logging.getLogger(__name__)
 
-ASK_TIMEOUT = 5.0
 # Departed clients are noticed by their connection being collected; this is how often.
 SWEEP_SECONDS = 2.0
 NO_COMMON_ROOT = "no root is shared by all connected clients"
@@ -77,29 +74,33 @@ def intersect(root_sets: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]
 
 
 class ClientRoots:
+    """The connected clients' roots, learnt from each client during its own first call to a
+    server that takes roots (asked on that call's stream, so it reaches the client over HTTP as
+    over stdio), and forgotten when the client says they changed or goes away."""
+
     def __init__(self, on_change: Callable[[], Awaitable[None]]) -> None:
-        self._on_change = on_change
-        # Per connection (weakly: a departed client's roots go with it): its session and roots.
-        self._roots: weakref.WeakKeyDictionary[object, tuple[ServerSession, list[dict[str, Any]]]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._to_ask: list[ServerSession] = []
-        self._wake = anyio.Event()
+        self._on_change = on_change  # what servers get changed
+        # Per connection (weakly: a departed client's roots go with it).
+        self._roots: weakref.WeakKeyDictionary[object, list[dict[str, Any]]] = weakref.WeakKeyDictionary()
         self._answer: list[dict[str, Any]] | None = None
         self._empty_folder: str | None = None
 
-    def client_ready(self, session: ServerSession) -> None:
-        """A handshake-era client initialized, or said its roots changed: ask it (later, from the
-        gateway's own task, not from inside the client's notification)."""
-        capabilities = session.client_params.capabilities if session.client_params else None
-        if capabilities is None or capabilities.roots is None:
-            return
-        self._to_ask.append(session)
-        self._wake.set()
+    def knows(self, session: ServerSession) -> bool:
+        return connection_of(session) in self._roots
+
+    def forget(self, session: ServerSession) -> None:
+        """The client said its roots changed: they are asked again on its next call."""
+        self._roots.pop(connection_of(session), None)
+
+    async def learn(self, session: ServerSession, roots: list[dict[str, Any]] | None) -> None:
+        """What a client answered (None: it did not answer, counted as allowing nothing: leaving
+        it out would give the server more than it may)."""
+        self._roots[connection_of(session)] = roots or []
+        await self._recompute()
 
     def answer(self) -> list[dict[str, Any]] | None:
-        """What a server asking outside of a call is told; None when no connected client declared
-        roots (the server is told there is nobody to ask)."""
+        """What a server asking outside of a call is told; None when no connected client has
+        listed roots (the server is told there is nobody to ask)."""
         if self._answer is None:
             return None
         if self._answer:
@@ -109,31 +110,18 @@ class ClientRoots:
         return [{"uri": f"file://{self._empty_folder}", "name": NO_COMMON_ROOT}]
 
     async def run(self) -> None:
+        """Notice departed clients (their roots no longer narrow what servers get)."""
         while True:
-            with anyio.move_on_after(SWEEP_SECONDS):
-                await self._wake.wait()
-            self._wake = anyio.Event()
-            asking, self._to_ask = self._to_ask, []
-            for session in asking:
-                await self._ask(session)
-            answer = intersect(roots for _, roots in self._roots.values()) if self._roots else None
-            if answer != self._answer:
-                self._answer = answer
-                logger.info(
-                    "roots shared by the connected clients: %s",
-                    "none declared" if answer is None else [r.get("uri") for r in answer] or NO_COMMON_ROOT,
-                )
-                await self._on_change()
+            await anyio.sleep(SWEEP_SECONDS)
+            await self._recompute()
 
-    async def _ask(self, session: ServerSession) -> None:
-        try:
-            with anyio.fail_after(ASK_TIMEOUT), warnings.catch_warnings():
-                warnings.simplefilter("ignore", MCPDeprecationWarning)  # not deprecated in this era
-                result = await session.list_roots()
-        except Exception as exc:
-            # Counted as allowing nothing: leaving it out would give the server more than it may.
-            logger.warning("a client declared roots but did not list them (%s); counted as none", exc)
-            roots: list[dict[str, Any]] = []
-        else:
-            roots = [root.model_dump(by_alias=True, mode="json", exclude_none=True) for root in result.roots]
-        self._roots[connection_of(session)] = (session, roots)
+    async def _recompute(self) -> None:
+        answer = intersect(self._roots.values()) if self._roots else None
+        if answer == self._answer:
+            return
+        self._answer = answer
+        logger.info(
+            "roots shared by the connected clients: %s",
+            "none listed" if answer is None else [r.get("uri") for r in answer] or NO_COMMON_ROOT,
+        )
+        await self._on_change()
