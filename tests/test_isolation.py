@@ -320,3 +320,22 @@ async def test_a_tool_that_needs_what_the_client_lacks_says_so(tmp_path, mode):
             outcome = await call(client, tool, arguments)
             assert isinstance(outcome, MCPError) or outcome.is_error, outcome
             assert f"did not declare the {capability} capability" in text_of(outcome), outcome
+
+
+def test_the_intersection_of_roots_keeps_the_deeper_of_nested_folders_and_only_shared_uris() -> None:
+    from toolkeeper.gateway.roots import intersect
+
+    def roots(*uris: str) -> list[dict[str, Any]]:
+        return [{"uri": uri} for uri in uris]
+
+    assert intersect([roots("file:///a"), roots("file:///a/b")]) == roots("file:///a/b")
+    assert intersect([roots("file:///a/b/"), roots("file:///a")]) == roots("file:///a/b/")
+    assert intersect([roots("file:///a", "file:///c"), roots("file:///a/x", "file:///c")]) == roots(
+        "file:///a/x", "file:///c"
+    )
+    # A sibling whose name starts the same is not inside.
+    assert intersect([roots("file:///ab"), roots("file:///a")]) == []
+    assert intersect([roots("file:///a/../b"), roots("file:///b/c")]) == roots("file:///b/c")
+    assert intersect([roots("https://x/y"), roots("https://x/y", "file:///a")]) == roots("https://x/y")
+    assert intersect([roots("file:///a"), roots("file:///b")]) == []
+    assert intersect([roots("file:///a"), roots("file:///a/b"), roots("file:///a/c")]) == []
