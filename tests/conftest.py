@@ -172,3 +172,21 @@ def server_everything_entry() -> dict[str, Any] | None:
     if node and local.exists():
         return {"command": node, "args": [str(local), "stdio"]}
     return None
+
+
+def server_filesystem_entry(*directories: Path) -> dict[str, Any] | None:
+    """The npm filesystem server over stdio, allowed `directories` on its command line;
+    installed by the test script into .test-deps."""
+    local = (
+        ROOT
+        / ".test-deps"
+        / "node_modules"
+        / "@modelcontextprotocol"
+        / "server-filesystem"
+        / "dist"
+        / "index.js"
+    )
+    node = shutil.which("node")
+    if node and local.exists():
+        return {"command": node, "args": [str(local), *map(str, directories)], "prefix": ""}
+    return None

@@ -400,20 +400,20 @@ async def test_demo_manage_files_reads_straight_away_and_asks_before_deleting(tm
 
 
 def test_a_sealed_state_holds_only_for_its_client_its_call_and_once() -> None:
-    from toolkeeper.gateway.approval import TokenSeal
+    from toolkeeper.gateway.seal import TokenSeal
 
     seal = TokenSeal()
     token = seal.issue("http:session-a", "hash-1", 60)
     assert seal.check(token, "http:session-b", "hash-1") == "the request state belongs to another client"
     assert seal.check(token, "http:session-a", "hash-2") == "the request state was issued for other arguments"
     assert seal.check(token, "http:session-a", "hash-1") is None
-    assert seal.check(token, "http:session-a", "hash-1") == "the approval answer was already used"
+    assert seal.check(token, "http:session-a", "hash-1") == "the request state was already used"
     assert (
         TokenSeal().check(token, "http:session-a", "hash-1")
         == "the request state was not issued by this gateway"
     )
     expired = seal.issue("s", "h", -1)
-    assert seal.check(expired, "s", "h") == "the approval request expired"
+    assert seal.check(expired, "s", "h") == "the request state expired"
 
 
 async def test_calls_left_waiting_by_a_gateway_that_is_gone_are_recorded_as_not_run(tmp_path: Path) -> None:

@@ -125,10 +125,10 @@ def test_fixture_passes_the_suite(fixture_port: int, tmp_path: Path) -> None:
     assert_conformant(run)
 
 
-# The gateway talks to the fixture in the newest era it speaks (2026-07-28: a legacy client's
-# sampling and elicitation are translated from InputRequiredResult) or in the handshake era
-# (passed on as requests).
-@pytest.mark.parametrize("downstream", ["auto", "legacy"])
+# The gateway talks to the fixture in 2026-07-28 (a legacy client's sampling and elicitation are
+# translated from InputRequiredResult) or, by default ("auto"), in the handshake era (passed on as
+# requests).
+@pytest.mark.parametrize("downstream", ["auto", "2026-07-28"])
 def test_gateway_passes_the_suite(fixture_port: int, tmp_path: Path, downstream: str) -> None:
     url = f"http://127.0.0.1:{fixture_port}/mcp"
     config = write_config(

@@ -5,7 +5,7 @@ both protocol eras check what comes through: resources and their templates, prom
 subscriptions and list changes, log messages, progress, the server's sampling and elicitation
 requests (translated between the eras in all four combinations), the capabilities the gateway
 advertises, and cancellation. "downstream" names the era the gateway speaks to the fixture: its
-`protocol` setting, "legacy" (handshake era) or "auto" (the fixture then speaks 2026-07-28).
+`protocol` setting, "legacy" (handshake era) or "2026-07-28".
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ pytestmark = [
 ]
 
 FIXTURE = ROOT / "tests" / "servers" / "conformance.py"
-DOWNSTREAMS = ["legacy", "auto"]
+DOWNSTREAMS = ["legacy", "2026-07-28"]
 MODERN = "2026-07-28"
 WATCHED = "test://watched-resource"
 TEMPLATE = "test://template/{id}/data"
@@ -475,3 +475,31 @@ def test_servers_command_counts_what_else_a_server_offers(tmp_path):
     (row,) = json.loads(done.stdout)
     counts = (row["state"], row["resources"], row["resourceTemplates"], row["prompts"])
     assert counts == ("ready", 3, 1, len(FIXTURE_PROMPTS))
+
+
+# -- servers that ask through the session ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_server_that_asks_through_its_session_works_with_the_default_protocol(tmp_path, mode):
+    """Many SDK 2.x servers ask the client through the session API during a call, which has no
+    back-channel on the 2026-07-28 wire. Directly they work for a handshake-era client; through
+    the gateway, with the default `"protocol": "auto"`, they must work for clients of both eras."""
+
+    async def sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(text="42"), model="m")
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    server = ROOT / "tests" / "servers" / "session_api.py"
+    config = write_config(tmp_path, {"s": {"command": PY, "args": [str(server)], "prefix": ""}})
+    async with gateway_client(config, mode, sampling_callback=sample, elicitation_callback=elicit) as gateway:
+        await eventually(lambda: _lists(gateway, "ask_name"))
+        with anyio.fail_after(WAIT):
+            assert only_text(await gateway.call_tool("ask_name", {})) == "accept: Ada"
+            assert only_text(await gateway.call_tool("sample", {"prompt": "six times seven?"})) == "42"
+
+
+async def _lists(client: Client, name: str) -> bool:
+    return name in {tool.name for tool in (await client.list_tools()).tools}

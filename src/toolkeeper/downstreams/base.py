@@ -104,6 +104,10 @@ class Downstream(Protocol):
 
     async def set_log_level(self, level: str) -> None: ...
 
+    async def roots_changed(self) -> None:
+        """Tell the server that the client side's roots changed (handshake era; else nothing)."""
+        ...
+
     async def resolve_hints(self, name: str, arguments: dict[str, Any], method: str) -> dict[str, Any]:
         """The source's own argument-specific hints (`tools/resolve` or `tools/annotations`)."""
         ...

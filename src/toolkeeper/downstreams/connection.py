@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from contextlib import nullcontext
 from typing import Any
 
@@ -24,7 +25,7 @@ import anyio
 import mcp_types as types
 from mcp import Client
 from mcp.client.extension import ClientExtension
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
@@ -108,6 +109,11 @@ class McpConnection:
         self._listen_acknowledged = anyio.Event()
         # The log level last asked of a handshake-era server (None: never asked).
         self.log_level: str | None = None
+        # `"protocol": "auto"` tries the handshake era first: there everything every SDK's servers
+        # do works, their own requests during a call included (many SDK 2.x servers ask through
+        # the session, which has no back-channel on the 2026-07-28 wire). A server that refuses
+        # the handshake is asked in the newer era on the next attempt.
+        self._handshake_first = True
 
     # ------------------------------------------------------------------ status
     @property
@@ -147,6 +153,10 @@ class McpConnection:
                 except Exception as exc:  # any failure of one connection is retried, never fatal
                     self.last_error = _explain(exc, self.config)
                     logger.warning("server %r: %s", self.name, self.last_error)
+                    if self.config.protocol == "auto" and self.connected_since is None and _refused(exc):
+                        self._handshake_first = not self._handshake_first
+                        era = "handshake era" if self._handshake_first else "2026-07-28 era"
+                        logger.info("server %r: trying the %s next", self.name, era)
                 finally:
                     self._client = None
                     self.first_attempt_done.set()
@@ -176,7 +186,7 @@ class McpConnection:
                 async with open_transport(self.config, self._lost) as (read_stream, write_stream, link):
                     client = Client(
                         nullcontext((read_stream, write_stream)),
-                        mode=self.config.protocol,
+                        mode=self._connect_mode(),
                         message_handler=self._on_message,
                         cache=None,
                         extensions=[ToolResolution()],
@@ -210,6 +220,13 @@ class McpConnection:
                     connect_slots.release()
         if handshake.cancelled_caught:
             raise TimeoutError
+
+    def _connect_mode(self) -> str:
+        if self.config.protocol == "legacy" or (self.config.protocol == "auto" and self._handshake_first):
+            return "legacy"
+        # A 2026-07-28 version is reached through `server/discover` too: a pinned version would
+        # skip it and leave the server's capabilities unknown.
+        return "auto"
 
     def _offered_lists(self) -> list[str]:
         kinds = ["tools"]
@@ -597,6 +614,15 @@ class McpConnection:
         await self.request(types.SetLevelRequest(params=params))
         self.log_level = level
 
+    async def roots_changed(self) -> None:
+        client = self._client
+        if client is None or self.era != "legacy":
+            return
+        with warnings.catch_warnings():  # roots are deprecated in 2026-07-28, not in this era
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            announce = client.session.send_roots_list_changed()
+        await announce
+
     async def resolve_hints(self, name: str, arguments: dict[str, Any], method: str) -> dict[str, Any]:
         """Ask the server for its own argument-specific hints (`tools/resolve` or
         `tools/annotations`); returns the `annotations` object. Raises on any failure."""
@@ -621,6 +647,14 @@ class ToolResolution(ClientExtension):
 def _announces(client: Client, kind: str) -> bool:
     capability = getattr(client.server_capabilities, kind, None)
     return bool(capability and capability.list_changed)
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a connection failed because the server answered with a protocol error (it may not
+    speak the era it was asked in), not because it went away or said nothing."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_refused(e) for e in exc.exceptions)
+    return isinstance(exc, MCPError) and exc.error.code != CONNECTION_CLOSED
 
 
 def _explain(exc: BaseException, config: ServerConfig) -> str:

@@ -13,9 +13,6 @@ model could get the call approved. No MCP tool of the gateway can answer a quest
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import logging
 import secrets
@@ -32,6 +29,7 @@ from toolkeeper.catalog import CatalogTool
 from toolkeeper.config.model import GatewaySettings
 from toolkeeper.gateway.config_tools import error_result
 from toolkeeper.gateway.pipeline import ClientIdentity, PipelineHost, ToolCall
+from toolkeeper.gateway.seal import TokenSeal
 from toolkeeper.policy.binding import call_hash
 from toolkeeper.policy.model import Answer, ConfirmMode, Decision, DecisionRecord, Verdict
 from toolkeeper.protocol import declares
@@ -448,56 +446,3 @@ def form(question: Mapping[str, Any]) -> dict[str, Any]:
             "required": ["answer"],
         },
     }
-
-
-class TokenSeal:
-    """Sealed `requestState` for the gate's questions: bound to one client session and one call
-    hash, valid until it expires, usable once. The key lives only in this process, so a
-    restarted gateway refuses the old tokens (the client calls again and is asked again)."""
-
-    def __init__(self) -> None:
-        self._key = secrets.token_bytes(32)
-        self._used: dict[str, float] = {}  # nonce → expiry, until it expires
-
-    def issue(self, session: str, digest: str, lifetime: float) -> str:
-        body = json.dumps(
-            {"s": session, "h": digest, "e": time.time() + lifetime, "n": secrets.token_hex(8)},
-            separators=(",", ":"),
-        ).encode()
-        return _b64(body) + "." + _b64(self._mac(body))
-
-    def check(self, token: str, session: str, digest: str) -> str | None:
-        """None if the token is good (and now spent), else what is wrong with it."""
-        encoded, _, mac = token.partition(".")
-        try:
-            body = _unb64(encoded)
-            good = hmac.compare_digest(_unb64(mac), self._mac(body))
-            claims = json.loads(body) if good else None
-        except (ValueError, json.JSONDecodeError):
-            return "the request state is malformed"
-        if not isinstance(claims, dict):
-            return "the request state was not issued by this gateway"
-        now = time.time()
-        self._used = {n: e for n, e in self._used.items() if e > now}
-        if claims.get("s") != session:
-            return "the request state belongs to another client"
-        if claims.get("h") != digest:
-            return "the request state was issued for other arguments"
-        if not isinstance(claims.get("e"), int | float) or claims["e"] <= now:
-            return "the approval request expired"
-        nonce = str(claims.get("n"))
-        if nonce in self._used:
-            return "the approval answer was already used"
-        self._used[nonce] = float(claims["e"])
-        return None
-
-    def _mac(self, body: bytes) -> bytes:
-        return hmac.new(self._key, body, hashlib.sha256).digest()
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

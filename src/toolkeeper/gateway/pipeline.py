@@ -215,10 +215,17 @@ class Forward(_StageDefaults):
         downstream = self.gateway.downstream_of(target)
         try:
             if call.ctx is not None:
-                return await self.gateway.relay.call(call.ctx, downstream, target.name, call.params)
-            result = await downstream.call_tool(
-                target.name, call.params.get("arguments"), meta=call.params.get("_meta")
-            )
+                return await self.gateway.relay.call(
+                    call.ctx, downstream, target.name, call.params, call.client.session
+                )
+            if downstream.era == "legacy":
+                result = await self.gateway.relay.plain_call(
+                    downstream, target.name, call.params.get("arguments"), call.params.get("_meta")
+                )
+            else:
+                result = await downstream.call_tool(
+                    target.name, call.params.get("arguments"), meta=call.params.get("_meta")
+                )
         except (Unavailable, CallTimedOut) as exc:
             if isinstance(exc, CallTimedOut):
                 call.extra["timed_out"] = True  # the audit log tells a timeout from a tool's error

@@ -2,16 +2,18 @@
 call itself: the server's requests for sampling, elicitation and roots, its log messages, and
 resource updates.
 
-Downstream connections are shared by every client of the gateway, and the protocol does not say
-which of its outgoing requests a server's request belongs to. So each downstream call is
-registered as a `Caller` for its server while it runs, and what the server sends goes to the
-caller of that server's most recent call still running (usually the only one).
+Downstream connections are shared by every client of the gateway. In the handshake era a
+server's request does not say which call it belongs to, so toolkeeper never guesses (see
+`ServerCalls`): a request goes to the client whose calls are the only ones in flight on that
+server, and is refused when calls of several clients are; a server that has asked something
+once has its calls taken in turns from then on, one client at a time.
 
 The two protocol eras meet here:
 - a handshake-era (legacy) client gets the server's request as a real request on its call's
   stream; a modern client gets it as an `InputRequiredResult` for its `tools/call`, retries,
   and the answer goes back to the waiting server (an `Exchange` keeps that call running between
-  the client's rounds);
+  the client's rounds; the `requestState` that leads back to it is sealed to the client, the tool
+  and the arguments);
 - a modern server's `InputRequiredResult` is answered for a legacy client by asking it each
   embedded request, then retrying the call downstream with the answers; a modern client gets it
   as it is and retries through the gateway.
@@ -28,6 +30,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
+from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
@@ -35,12 +38,16 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from toolkeeper.downstreams.base import Downstream, ProgressCallback, ServerInput
+from toolkeeper.gateway.roots import ClientRoots
+from toolkeeper.gateway.seal import TokenSeal
+from toolkeeper.policy.binding import call_hash
 from toolkeeper.protocol import (
     CAPABILITY_FOR_REQUEST,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     LOG_LEVEL_META,
     METHOD_NOT_FOUND,
+    MISSING_CAPABILITY,
     check_input_requests,
     undeclared_message,
 )
@@ -53,6 +60,9 @@ LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert"
 MAX_INPUT_ROUNDS = 10
 # How long a downstream call waits for a modern client to come back with its answers.
 EXCHANGE_TIMEOUT = 600.0
+# How long a call waits for its server to take new roots after it was told they changed.
+ROOTS_SETTLE_SECONDS = 2.0
+ROOTS_ASK_TIMEOUT = 10.0
 REQUEST_STATE_PREFIX = "toolkeeper:"
 
 _REQUEST_TYPES: dict[str, Any] = {
@@ -87,8 +97,85 @@ def _declared(ctx: ServerRequestContext[Any], method: str) -> bool:
 class Caller:
     """One running downstream call, seen from the server's side."""
 
-    ctx: ServerRequestContext[Any]
+    # The client's request, when the SDK's handler drives the call (None: a plain call that
+    # cannot be asked anything).
+    ctx: ServerRequestContext[Any] | None
+    # Who answers what the server asks during this call: a legacy client's connection, or the
+    # call's exchange (a modern client's calls each stand alone). None: nobody can.
+    answerer: object | None = None
     exchange: Exchange | None = None  # set when a modern client must be asked by round trips
+
+    def can_answer(self, method: str) -> bool:
+        if self.exchange is not None:
+            return _declares(self.exchange.capabilities, method)
+        return self.ctx is not None and _declared(self.ctx, method)
+
+
+class ServerCalls:
+    """The calls in flight on one downstream server, and when another may start.
+
+    A handshake-era server's request does not say which call it belongs to (over streamable
+    HTTP the stream it arrives on would, but the SDK's client does not tell), so a request goes
+    to a client only when that client's calls are the only ones in flight, and is refused
+    otherwise. Once a server has asked anything (`asks`), its calls are taken in turns so that
+    this always holds: calls of one client at a time, or any number of calls of clients that can
+    answer nothing. Servers that never ask are never slowed down."""
+
+    def __init__(self, downstream: Downstream) -> None:
+        self.downstream = downstream
+        self.running: list[Caller] = []
+        self.asks = False
+        self._queue: list[tuple[Caller, anyio.Event]] = []
+        # Whether the server asked for roots outside of a call (it is told when they change), and,
+        # while it has not asked again since it was told, what its calls wait for.
+        self.takes_roots = False
+        self.roots_pending: anyio.Event | None = None
+
+    def _fits(self, caller: Caller) -> bool:
+        if not self.asks:
+            return True
+        return all(
+            (caller.answerer is None and other.answerer is None)
+            or (caller.answerer is not None and other.answerer is caller.answerer)
+            for other in self.running
+        )
+
+    async def start(self, caller: Caller) -> None:
+        """Wait for this call's turn (FIFO, so a client that can be asked is not starved)."""
+        if self.roots_pending is not None:
+            with anyio.move_on_after(ROOTS_SETTLE_SECONDS):
+                await self.roots_pending.wait()
+        if not self._queue and self._fits(caller):
+            self.running.append(caller)
+            return
+        admitted = anyio.Event()
+        entry = (caller, admitted)
+        self._queue.append(entry)
+        try:
+            await admitted.wait()
+        except BaseException:
+            if entry in self._queue:
+                self._queue.remove(entry)
+            else:
+                self.finish(caller)  # admitted just as its client gave up
+            raise
+
+    def finish(self, caller: Caller) -> None:
+        if caller in self.running:
+            self.running.remove(caller)
+        while self._queue and self._fits(self._queue[0][0]):
+            waiting, admitted = self._queue.pop(0)
+            self.running.append(waiting)
+            admitted.set()
+
+    def latest(self) -> Caller | None:
+        return self.running[-1] if self.running else None
+
+    def mixed(self) -> bool:
+        """Whether calls of several clients are in flight: then nobody can tell whose a message
+        from the server is."""
+        keys = {id(c.answerer if c.answerer is not None else c) for c in self.running}
+        return len(keys) > 1
 
 
 @dataclass(eq=False)
@@ -96,7 +183,9 @@ class Exchange:
     """A downstream call of a modern client to a legacy server that stays running while the
     client answers the server's requests in rounds of `InputRequiredResult` and retry."""
 
-    token: str = field(default_factory=lambda: REQUEST_STATE_PREFIX + secrets.token_urlsafe(16))
+    session: str  # the client's session: only its retries carry the call on
+    digest: str  # the call (server, tool, arguments) its retries must repeat
+    id: str = field(default_factory=lambda: secrets.token_urlsafe(12))
     questions: list[tuple[str, ServerInput, anyio.Event, list[Any]]] = field(default_factory=list)
     asked: anyio.Event = field(default_factory=anyio.Event)
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -125,6 +214,9 @@ class Exchange:
             if not answered.is_set()
         }
 
+    def pending_methods(self) -> set[str]:
+        return {request.method for _, request, answered, _ in self.questions if not answered.is_set()}
+
     def answer(self, responses: dict[str, Any]) -> None:
         for key, request, answered, slot in self.questions:
             if answered.is_set():
@@ -148,8 +240,10 @@ class Exchange:
 class Relay:
     def __init__(self, bus: InMemorySubscriptionBus) -> None:
         self.bus = bus
-        self._callers: dict[str, list[Caller]] = {}
-        self._exchanges: dict[str, Exchange] = {}
+        self._calls: dict[str, ServerCalls] = {}  # by server name
+        self._exchanges: dict[str, Exchange] = {}  # by id
+        self.seal = TokenSeal()
+        self.roots = ClientRoots(self._roots_changed)
         # Per client connection (weakly: a departed client's entries disappear with it).
         self._log_levels: weakref.WeakKeyDictionary[object, tuple[Any, str]] = weakref.WeakKeyDictionary()
         self._subscribed: weakref.WeakKeyDictionary[object, tuple[Any, set[str]]] = (
@@ -161,10 +255,64 @@ class Relay:
         """Own the tasks that outlive a request (downstream calls waiting on a modern client)."""
         async with anyio.create_task_group() as tg:
             self._task_group = tg
+            tg.start_soon(self.roots.run)
             task_status.started()
             await anyio.sleep_forever()
 
+    def calls_on(self, downstream: Downstream) -> ServerCalls:
+        calls = self._calls.get(downstream.name)
+        if calls is None:
+            calls = self._calls[downstream.name] = ServerCalls(downstream)
+        return calls
+
+    def roots_changed_by(self, session: ServerSession) -> None:
+        """A handshake-era client said its roots changed: it is asked again on its next call."""
+        self.roots.forget(session)
+
+    async def _learn_roots(self, ctx: ServerRequestContext[Any]) -> None:
+        """Ask a client its roots on the stream of its own call (a request outside of any call
+        may have no way to reach an HTTP client)."""
+        try:
+            with anyio.fail_after(ROOTS_ASK_TIMEOUT):
+                answer = await self._send_to_client(ctx, types.ListRootsRequest())
+            roots = answer.get("roots")
+            valid = isinstance(roots, list) and all(isinstance(r, dict) and "uri" in r for r in roots)
+            if not valid:
+                raise ValueError(f"not a roots list: {answer!r:.200}")
+        except Exception as exc:
+            logger.warning("a client declared roots but did not list them (%r); counted as none", exc)
+            roots = None
+        await self.roots.learn(ctx.session, roots)
+
+    async def _roots_changed(self) -> None:
+        """Tell each server that took roots outside of a call that they changed; its calls wait
+        (briefly) until it has asked again."""
+        for calls in list(self._calls.values()):
+            if not calls.takes_roots or not calls.downstream.available:
+                continue
+            calls.roots_pending = calls.roots_pending or anyio.Event()
+            try:
+                await calls.downstream.roots_changed()
+            except Exception as exc:  # one server's trouble does not keep the others uninformed
+                name = calls.downstream.name
+                logger.warning("server %r: could not say that the roots changed: %s", name, exc)
+                calls.roots_pending.set()
+                calls.roots_pending = None
+
     # -- calls -----------------------------------------------------------------------------
+
+    async def plain_call(
+        self, downstream: Downstream, name: str, arguments: Any, meta: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """A call of a client that can be asked nothing (no request context): it still takes
+        its turn, so that what the server asks meanwhile is never taken for this call's."""
+        calls = self.calls_on(downstream)
+        caller = Caller(None)
+        await calls.start(caller)
+        try:
+            return await downstream.call_tool(name, arguments, meta=meta)
+        finally:
+            calls.finish(caller)
 
     async def call(
         self,
@@ -172,41 +320,51 @@ class Relay:
         downstream: Downstream,
         name: str,
         params: dict[str, Any],
+        session: str,
     ) -> dict[str, Any]:
         """Forward one `tools/call` (params as the client sent them) and return the result for
-        this client, translating between the eras where the two sides differ."""
+        this client, translating between the eras where the two sides differ. `session` names
+        the client (see gateway/clients.py): a sealed `requestState` holds for it only."""
         on_progress = _progress_reporter(ctx, params)
+        arguments = params.get("arguments")
         state = params.get("requestState")
         if isinstance(state, str) and state.startswith(REQUEST_STATE_PREFIX):
-            return await self._resume(ctx, state, params.get("inputResponses") or {})
-        arguments = params.get("arguments")
+            digest = call_hash(downstream.name, name, arguments, "")
+            return await self._resume(ctx, state, params.get("inputResponses") or {}, session, digest)
         meta = dict(params.get("_meta") or {})
         level = self._log_level_for(ctx, meta)
         if level is not None and downstream.era == "legacy":
             await downstream.set_log_level(_most_verbose(level, *self._session_levels()))
         extra: dict[str, Any] = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
+        calls = self.calls_on(downstream)
+        if (
+            calls.takes_roots
+            and not is_modern(ctx)
+            and _declared(ctx, "roots/list")
+            and not self.roots.knows(ctx.session)
+        ):
+            await self._learn_roots(ctx)
 
         async def call_downstream(caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
-            # While the call runs, what its server sends (requests, logs) goes to this caller.
-            callers = self._callers.setdefault(downstream.name, [])
-            callers.append(caller)
+            # While the call runs, what its server sends (requests, logs) may go to this caller.
+            await calls.start(caller)
             try:
                 return await downstream.call_tool(
                     name, arguments, meta=meta, on_progress=on_progress, extra=extra, log_level=level
                 )
             finally:
-                callers.remove(caller)
+                calls.finish(caller)
 
-        if (
-            is_modern(ctx)
-            and downstream.era == "legacy"
-            and self._task_group is not None
-            and any(_declared(ctx, method) for method in CAPABILITY_FOR_REQUEST)
-        ):
+        asks_anything = any(_declared(ctx, method) for method in CAPABILITY_FOR_REQUEST)
+        if is_modern(ctx) and downstream.era == "legacy" and self._task_group is not None and asks_anything:
             # The server may ask this client something during the call: keep the call running
             # apart from this request, so that the question can go back as its result.
-            exchange = Exchange(capabilities=ctx.session.client_capabilities)
-            caller = Caller(ctx, exchange)
+            exchange = Exchange(
+                session=session,
+                digest=call_hash(downstream.name, name, arguments, ""),
+                capabilities=ctx.session.client_capabilities,
+            )
+            caller = Caller(ctx, exchange, exchange)
 
             async def run_exchange() -> None:
                 try:
@@ -221,12 +379,13 @@ class Relay:
                         )
                     exchange.done.set()
                     if exchange.waiting is None:
-                        self._exchanges.pop(exchange.token, None)  # nobody is coming back for it
+                        self._exchanges.pop(exchange.id, None)  # nobody is coming back for it
 
             self._task_group.start_soon(run_exchange)
             return await self._next_round(ctx, exchange)
 
-        result = await call_downstream(Caller(ctx), extra)
+        answerer = _connection(ctx) if asks_anything and not is_modern(ctx) else None
+        result = await call_downstream(Caller(ctx, answerer), extra)
         if result.get("resultType") != "input_required":
             return result
         if is_modern(ctx):
@@ -244,7 +403,7 @@ class Relay:
             extra = {"inputResponses": answers}  # the retry carries only what the server asked
             if "requestState" in result:
                 extra["requestState"] = result["requestState"]
-            result = await call_downstream(Caller(ctx), extra)
+            result = await call_downstream(Caller(ctx, answerer), extra)
             if result.get("resultType") != "input_required":
                 return result
         raise MCPError(
@@ -286,69 +445,129 @@ class Relay:
         except anyio.get_cancelled_exc_class():
             # The client gave up on its call: so does the gateway, downstream.
             exchange.scope.cancel()
-            self._exchanges.pop(exchange.token, None)
+            self._exchanges.pop(exchange.id, None)
             raise
         finally:
             exchange.waiting = None
         if exchange.done.is_set():
-            self._exchanges.pop(exchange.token, None)
+            self._exchanges.pop(exchange.id, None)
             if exchange.error is not None:
                 raise exchange.error
             assert exchange.result is not None
             return exchange.result
-        self._exchanges[exchange.token] = exchange
+        self._exchanges[exchange.id] = exchange
+        token = self.seal.issue(exchange.session, exchange.digest, EXCHANGE_TIMEOUT, subject=exchange.id)
         return {
             "resultType": "input_required",
             "inputRequests": exchange.pending(),
-            "requestState": exchange.token,
+            "requestState": REQUEST_STATE_PREFIX + token,
         }
 
     async def _resume(
-        self, ctx: ServerRequestContext[Any], token: str, responses: dict[str, Any]
+        self,
+        ctx: ServerRequestContext[Any],
+        state: str,
+        responses: dict[str, Any],
+        session: str,
+        digest: str,
     ) -> dict[str, Any]:
-        exchange = self._exchanges.pop(token, None)
+        """A modern client's retry with the answers to a waiting call's questions. Only the
+        client the state was issued to, retrying the same call, able to answer what was asked,
+        carries the call on; anyone else is refused and the call keeps waiting for its client."""
+        token = state.removeprefix(REQUEST_STATE_PREFIX)
+        exchange = self._exchanges.get(self.seal.subject_of(token) or "")
         if exchange is None:
             raise MCPError(
                 code=INVALID_PARAMS,
                 message="requestState is unknown or expired (the gateway restarted, or the call finished); "
                 "call the tool again without it",
             )
+        wire = ctx.session.client_capabilities
+        missing = sorted(m for m in exchange.pending_methods() if not _declares(wire, m))
+        if missing:
+            raise MCPError(
+                code=MISSING_CAPABILITY,
+                message=undeclared_message(missing[0]),
+                data={"requiredCapabilities": {CAPABILITY_FOR_REQUEST[m]: {} for m in missing}},
+            )
+        problem = self.seal.check(token, session, digest)
+        if problem is not None:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"requestState was not accepted ({problem}); call the tool again without it",
+            )
+        del self._exchanges[exchange.id]
         exchange.answer(responses)
         return await self._next_round(ctx, exchange)
 
     # -- what a downstream server sends during a call --------------------------------------
 
-    def _caller_for(self, downstream: Downstream) -> Caller | None:
-        callers = self._callers.get(downstream.name)
-        return callers[-1] if callers else None
-
     async def downstream_request(
         self, downstream: Downstream, request: ServerInput
     ) -> types.InputResponse | types.ErrorData:
-        caller = self._caller_for(downstream)
+        calls = self.calls_on(downstream)
         method = request.method
+        if method == "roots/list" and not calls.running:
+            return self._roots_outside_a_call(calls)
+        if not calls.asks and calls.running:
+            calls.asks = True
+            logger.info(
+                "server %r asks its clients things (%s): from now on its calls of different clients "
+                "take turns, so that each question reaches the client whose call it belongs to",
+                downstream.name,
+                method,
+            )
+        caller = calls.latest()
         if caller is None:
             return types.ErrorData(
                 code=INTERNAL_ERROR,
                 message=f"toolkeeper: {method} from '{downstream.name}' outside of a call has no client"
                 " to ask",
             )
-        if caller.exchange is not None:
-            if not _declares(caller.exchange.capabilities, method):
-                return _undeclared(method)
-            return await caller.exchange.ask(request)
-        if not _declared(caller.ctx, method):
+        if calls.mixed():
+            return types.ErrorData(
+                code=INTERNAL_ERROR,
+                message=f"toolkeeper: {method} from '{downstream.name}' came while calls of several clients"
+                " were in flight, and the handshake era does not say whose call it belongs to, so no"
+                " client was asked; call the tool again (such calls now take turns)",
+            )
+        if not caller.can_answer(method):
             return _undeclared(method)
+        if caller.exchange is not None:
+            return await caller.exchange.ask(request)
+        assert caller.ctx is not None  # a caller that can answer has a request context
         try:
             result = await self._send_to_client(caller.ctx, request)
             return _RESULT_TYPES[method].validate_python(result)
         except MCPError as exc:
             return exc.error
 
+    def _roots_outside_a_call(self, calls: ServerCalls) -> types.ListRootsResult | types.ErrorData:
+        calls.takes_roots = True
+        pending, calls.roots_pending = calls.roots_pending, None
+        if pending is not None:
+            pending.set()
+        roots = self.roots.answer()
+        if roots is None:
+            return types.ErrorData(
+                code=INTERNAL_ERROR,
+                message=f"toolkeeper: roots/list from '{calls.downstream.name}' outside of a call: no"
+                " connected client declared roots",
+            )
+        return types.ListRootsResult.model_validate({"roots": roots})
+
     async def downstream_log(
         self, downstream: Downstream, params: types.LoggingMessageNotificationParams
     ) -> None:
-        caller = self._caller_for(downstream)
+        calls = self.calls_on(downstream)
+        caller = calls.latest()
+        if calls.mixed():
+            # The message does not say whose call it belongs to: telling the wrong client would
+            # hand it another client's data.
+            logger.debug(
+                "server %r: a log message during calls of several clients was dropped", downstream.name
+            )
+            return
         if caller is not None:
             # The message belongs to the call: it rides the stream of the client's request waiting
             # for it (the SDK drops it for a modern client that did not opt in at this level).

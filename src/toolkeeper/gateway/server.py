@@ -242,6 +242,8 @@ def build_server(gateway: Gateway) -> GatewayServer:
         result = await call_next(ctx)
         if ctx.method == "notifications/initialized":
             gateway.notifier.add_legacy_session(ctx.session)
+        elif ctx.method == "notifications/roots/list_changed":
+            gateway.relay.roots_changed_by(ctx.session)
         elif ctx.method in ("initialize", "server/discover") and isinstance(result, dict):
             advertise_resolution(result)
             offer_only_what_is_forwarded(result, gateway.offers())
