@@ -82,7 +82,7 @@ async def test_crash_and_restart_are_seen_as_two_list_changes(tmp_path, mode):
             assert "ctl__echo" not in names and "other__echo" in names
             down = await client.call_tool("ctl__echo", {"text": "x"})
             assert down.is_error
-            assert "server 'ctl' is reconnecting" in down.content[0].text
+            assert "server 'ctl' lost its connection and is reconnecting" in down.content[0].text
             assert (await client.call_tool("other__echo", {"text": "ok"})).content[0].text == "ok"
 
             await eventually(lambda: changes.count >= 2, timeout=30)

@@ -42,6 +42,7 @@ class InProcessDownstream:
         self.prompts: list[dict[str, Any]] = []
         self.capabilities: dict[str, Any] = {"tools": {}}
         self.protocol_version: str | None = None
+        self.instructions: str | None = None
         self.last_error: str | None = None
         self.connected_since: float | None = None
         self.connects = 0

@@ -2,7 +2,9 @@
 
 Runs over stdio (default) or streamable HTTP (`--http PORT`), serving both protocol eras.
 `--record FILE` appends one JSON line per request it receives (method, headers on HTTP), so a
-test can see what actually reached the server.
+test can see what actually reached the server. `--instructions TEXT` sets its instructions;
+`--resources` offers resources and prompts (a low-level server with no resource templates
+handler, so `resources/templates/list` is answered -32601 like many servers do).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def main() -> None:
     parser.add_argument("--record", default=None)
     parser.add_argument("--name", default="controllable")
     parser.add_argument("--echo-variant", default="", help="extra property in echo's schema")
+    parser.add_argument("--instructions", default=None)
+    parser.add_argument("--resources", action="store_true", help="offer resources and prompts")
     parser.add_argument(
         "--start-delay-file",
         default=None,
@@ -95,7 +99,12 @@ def main() -> None:
             text_tool(
                 "set_resolution", "How echo's tools/annotations answers.", {"resolution": {"type": "object"}}
             ),
-            text_tool("crash", "Exit the process at once."),
+            text_tool(
+                "crash",
+                "Exit the process at once; with linger, close stdout but stay alive that many seconds "
+                "(deaf to stdin) first.",
+                {"linger": {"type": "number"}},
+            ),
             text_tool("sleep", "Sleep for a while.", {"seconds": {"type": "number"}}),
             text_tool("progress", "Report progress in steps.", {"steps": {"type": "integer"}}),
             text_tool("mixed_content", "Return every kind of content."),
@@ -151,6 +160,10 @@ def main() -> None:
             await announce_tools_changed()
             return types.CallToolResult(content=[types.TextContent(text="hints set")])
         if name == "crash":
+            if arguments.get("linger"):
+                os.close(1)
+                # Blocking on purpose: the event loop must not notice stdin closing and exit early.
+                time.sleep(float(arguments["linger"]))
             os._exit(3)
         if name == "sleep":
             await anyio.sleep(float(arguments.get("seconds", 3600)))
@@ -191,12 +204,44 @@ def main() -> None:
             return types.CallToolResult(content=[types.TextContent(text=name)])
         raise ValueError(f"unknown tool {name}")
 
+    async def list_resources(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[types.Resource(uri="memo://notes", name="notes", mime_type="text/plain")]
+        )
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=params.uri, text="the notes", mime_type="text/plain")]
+        )
+
+    async def list_prompts(ctx: ServerRequestContext[Any], params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[types.Prompt(name="greet", description="Say hello.")])
+
+    async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> Any:
+        return types.GetPromptResult(
+            messages=[types.PromptMessage(role="user", content=types.TextContent(text="hello"))]
+        )
+
+    offerings: dict[str, Any] = (
+        {
+            "on_list_resources": list_resources,
+            "on_read_resource": read_resource,
+            "on_list_prompts": list_prompts,
+            "on_get_prompt": get_prompt,
+        }
+        if args.resources
+        else {}
+    )
     server = Server(
         args.name,
         version="1.0",
+        instructions=args.instructions,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_subscriptions_listen=ListenHandler(bus),
+        **offerings,
     )
 
     async def observe(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:

@@ -21,17 +21,21 @@ import platformdirs
 
 from toolkeeper.config.model import (
     CONFIRM_MODES,
+    CREDENTIAL_NAME,
     DEFAULT_APPROVAL_TIMEOUT,
     DEFAULT_AUDIT_RETENTION_DAYS,
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
     DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_SERVER_INSTRUCTIONS,
     DEFAULT_RETRY_WINDOW,
+    MASK,
     Config,
     GatewaySettings,
     ServerConfig,
     Transport,
+    mask_credentials,
 )
 
 logger = logging.getLogger(__name__)
@@ -47,7 +51,7 @@ SETTINGS_KEYS = {
     "home", "databaseUrl", "http", "logLevel", "maxConcurrentConnects", "featureFlags",
     "inferHints", "sanitizeUntrustedHints",
     "confirm", "autoApproveReadOnly", "confirmDestructive", "trustIdempotentRetries", "retryWindow",
-    "approvalTimeout", "auditArguments", "auditRetentionDays",
+    "approvalTimeout", "auditArguments", "auditRetentionDays", "maxServerInstructions",
 }  # fmt: skip
 INFER_HINTS = ("suggest", "apply")
 HTTP_KEYS = {"host", "port", "allowedHosts", "allowedOrigins", "maxRequestBytes"}
@@ -211,8 +215,9 @@ def builtin_variable(name: str) -> str | None:
     return None
 
 
-def expand(value: str, env: Mapping[str, str], field: str) -> str:
-    """`${VAR}` and `${VAR:-default}` as in a shell; an unset variable without default is an error."""
+def expand(value: str, env: Mapping[str, str], field: str, read: list[tuple[str, str]] | None = None) -> str:
+    """`${VAR}` and `${VAR:-default}` as in a shell; an unset variable without default is an error.
+    Each value read from the environment is added to `read`, with the reference it replaced."""
 
     def substitute(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
@@ -220,6 +225,8 @@ def expand(value: str, env: Mapping[str, str], field: str) -> str:
         if found is None:
             found = builtin_variable(name)
         if found is not None and (found != "" or default is None):
+            if read is not None:
+                read.append((found, match.group(0)))
             return found
         if default is not None:
             return default
@@ -230,16 +237,21 @@ def expand(value: str, env: Mapping[str, str], field: str) -> str:
     return ENV_REFERENCE.sub(substitute, value)
 
 
-def _string(entry: dict[str, Any], key: str, env: Mapping[str, str]) -> str | None:
+def _string(
+    entry: dict[str, Any], key: str, env: Mapping[str, str], read: list[tuple[str, str]] | None = None
+) -> str | None:
     value = entry.get(key)
     if value is None:
         return None
     if not isinstance(value, str):
         raise EntryError(f"'{key}' must be a string, got {type(value).__name__}")
-    return expand(value, env, key)
+    return expand(value, env, key, read)
 
 
-def _string_map(entry: dict[str, Any], key: str, env: Mapping[str, str]) -> dict[str, str]:
+def _string_map(
+    entry: dict[str, Any], key: str, env: Mapping[str, str], secret: list[tuple[str, str]] | None = None
+) -> dict[str, str]:
+    """An object of strings; with `secret`, every value is also added to it (masked)."""
     value = entry.get(key)
     if value is None:
         return {}
@@ -250,7 +262,32 @@ def _string_map(entry: dict[str, Any], key: str, env: Mapping[str, str]) -> dict
         if isinstance(v, bool) or not isinstance(v, str | int | float):
             raise EntryError(f"'{key}.{k}' must be a string")
         out[str(k)] = expand(str(v), env, f"{key}.{k}")
+        if secret is not None:
+            secret.append((out[str(k)], MASK))
     return out
+
+
+# Shorter values are not hidden in messages: they cannot be much of a secret, and replacing every
+# "1" or "true" would garble the text.
+MIN_HIDDEN_LENGTH = 6
+
+
+def _hidden(pairs: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """What to replace in messages about a server, longest first (one value may contain another)."""
+    kept = {value: shown for value, shown in pairs if len(value) >= MIN_HIDDEN_LENGTH}
+    return tuple(sorted(kept.items(), key=lambda pair: -len(pair[0])))
+
+
+def _written_command(command: str, args: list[Any]) -> str:
+    """The command line as written, with literal credentials masked: in URLs and `name=value`
+    arguments, and the argument after a flag named like a credential (`--token abc`)."""
+    words = [command]
+    for i, arg in enumerate(str(a) for a in args):
+        flag = str(args[i - 1]) if i else ""
+        if flag.startswith("-") and CREDENTIAL_NAME.fullmatch(flag.lstrip("-")) and "=" not in flag:
+            arg = arg if ENV_REFERENCE.fullmatch(arg) else MASK
+        words.append(arg)
+    return mask_credentials(" ".join(words).strip())
 
 
 def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig:
@@ -310,8 +347,10 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
         "confirm": confirm,
     }
 
+    # Values from the environment, `env` and headers: kept out of everything shown about the server.
+    hidden: list[tuple[str, str]] = []
     if transport == "stdio":
-        command = _string(entry, "command", env)
+        command = _string(entry, "command", env, hidden)
         if not command:
             raise EntryError("a stdio server needs a non-empty 'command'")
         args = entry.get("args", [])
@@ -319,7 +358,7 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
             isinstance(a, str | int | float) and not isinstance(a, bool) for a in args
         ):
             raise EntryError("'args' must be a list of strings")
-        expanded_args = tuple(expand(str(a), env, f"args[{i}]") for i, a in enumerate(args))
+        expanded_args = tuple(expand(str(a), env, f"args[{i}]", hidden) for i, a in enumerate(args))
         if _starts_toolkeeper(command, expanded_args):
             # A client config reused as toolkeeper's own usually lists toolkeeper itself.
             raise EntryError("this entry starts toolkeeper itself; a gateway in front of itself recurses")
@@ -328,24 +367,28 @@ def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig
             transport="stdio",
             command=command,
             args=expanded_args,
-            env=_string_map(entry, "env", env),
-            cwd=_string(entry, "cwd", env),
+            env=_string_map(entry, "env", env, hidden),
+            cwd=_string(entry, "cwd", env, hidden),
             prefix=prefix,
             trust=trust,
             timeout=float(timeout),
+            written=_written_command(entry["command"], args),
+            hidden=_hidden(hidden),
             **hint_options,
         )
-    url = _string(entry, "url", env)
+    url = _string(entry, "url", env, hidden)
     if not url or not url.startswith(("http://", "https://")):
         raise EntryError(f"a {transport} server needs a 'url' starting with http:// or https://")
     return ServerConfig(
         name=name,
         transport=transport,
         url=url,
-        headers=_string_map(entry, "headers", env),
+        headers=_string_map(entry, "headers", env, hidden),
         prefix=prefix,
         trust=trust,
         timeout=float(timeout),
+        written=mask_credentials(entry["url"]),
+        hidden=_hidden(hidden),
         **hint_options,
     )
 
@@ -427,6 +470,14 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
     )
     if retention < 1:
         raise ConfigError(f"{where}: toolkeeper.auditRetentionDays must be at least 1, got {retention}.")
+    max_instructions = setting(
+        "maxServerInstructions", "TOOLKEEPER_MAX_SERVER_INSTRUCTIONS", int, DEFAULT_MAX_SERVER_INSTRUCTIONS
+    )
+    if max_instructions < 0:
+        raise ConfigError(
+            f"{where}: toolkeeper.maxServerInstructions must be 0 (pass none on) or more characters, "
+            f"got {max_instructions}."
+        )
     confirm = setting("confirm", "TOOLKEEPER_CONFIRM", str, None)
     if confirm is not None and confirm not in CONFIRM_MODES:
         raise ConfigError(
@@ -445,6 +496,7 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
         approval_timeout=seconds("approvalTimeout", "TOOLKEEPER_APPROVAL_TIMEOUT", DEFAULT_APPROVAL_TIMEOUT),
         audit_arguments=setting("auditArguments", "TOOLKEEPER_AUDIT_ARGUMENTS", bool, False),
         audit_retention_days=retention,
+        max_server_instructions=max_instructions,
         infer_hints=infer_hints,
         sanitize_untrusted_hints=setting(
             "sanitizeUntrustedHints", "TOOLKEEPER_SANITIZE_UNTRUSTED_HINTS", bool, False

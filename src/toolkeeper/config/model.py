@@ -7,6 +7,7 @@ point toolkeeper at the file they already have. toolkeeper's own per-server keys
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -20,6 +21,23 @@ InferHints = Literal["suggest", "apply"]
 Confirm = Literal["always", "session", "never", "deny"]
 CONFIRM_MODES: tuple[Confirm, ...] = ("always", "session", "never", "deny")
 
+# A password in a URL (`scheme://user:password@`) and a value whose name says it is a credential
+# (`?token=…`, `--api-key=…`, `PASSWORD=…`): masked wherever the configuration is shown.
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^/\s@]*@")
+CREDENTIAL_NAME = re.compile(
+    r"[\w.-]*(?:token|secret|passw(?:or)?d|pwd|key|auth|credential|session|sig(?:nature)?)[\w.-]*",
+    re.IGNORECASE,
+)
+_NAMED_CREDENTIAL = re.compile(rf"(^|[\s?&;,]|-)({CREDENTIAL_NAME.pattern})=([^&\s#;,]+)", re.IGNORECASE)
+MASK = "***"
+
+
+def mask_credentials(text: str) -> str:
+    """`text` with URL passwords and the values of credential-named parameters masked."""
+    text = _URL_PASSWORD.sub(rf"\1:{MASK}@", text)
+    return _NAMED_CREDENTIAL.sub(rf"\1\2={MASK}", text)
+
+
 DEFAULT_CALL_TIMEOUT = 60.0
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
@@ -27,6 +45,7 @@ DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 DEFAULT_APPROVAL_TIMEOUT = 120.0
 DEFAULT_RETRY_WINDOW = 600.0
 DEFAULT_AUDIT_RETENTION_DAYS = 30
+DEFAULT_MAX_SERVER_INSTRUCTIONS = 4000
 
 
 @dataclass(frozen=True)
@@ -50,12 +69,24 @@ class ServerConfig:
     # "auto" (newest era the server speaks), "legacy" (handshake era), or a modern version.
     protocol: str = "auto"
     confirm: Confirm | None = None
+    # The command line or URL as the file wrote it (`${VAR}` unexpanded, literal credentials
+    # masked): what `toolkeeper servers` shows.
+    written: str = field(default="", compare=False)
+    # Text that must never be shown, each with what to show instead: values read from the
+    # environment (shown as their `${VAR}`), and `env` and header values.
+    hidden: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def describe(self) -> str:
         """A one-line, secret-free description for logs and `toolkeeper servers`."""
         if self.transport == "stdio":
-            return " ".join([self.command or "", *self.args]).strip()
-        return f"{self.transport} {self.url}"
+            return self.written or self.redact(" ".join([self.command or "", *self.args]).strip())
+        return f"{self.transport} {self.written or self.redact(self.url or '')}"
+
+    def redact(self, text: str) -> str:
+        """`text` (a log line, an error) without this server's secrets."""
+        for secret, shown in self.hidden:
+            text = text.replace(secret, shown)
+        return mask_credentials(text)
 
 
 @dataclass(frozen=True)
@@ -93,6 +124,8 @@ class GatewaySettings:
     # The audit log keeps a digest of every call's arguments; the arguments themselves only if on.
     audit_arguments: bool = False
     audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
+    # How many characters of each server's instructions the gateway's instructions carry (0: none).
+    max_server_instructions: int = DEFAULT_MAX_SERVER_INSTRUCTIONS
 
 
 @dataclass(frozen=True)

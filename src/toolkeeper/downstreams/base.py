@@ -60,6 +60,8 @@ class Downstream(Protocol):
     # What the source declared it offers, in wire form ({} until connected).
     capabilities: dict[str, Any]
     protocol_version: str | None
+    # What the source says about using it (its `instructions`), as last heard; None if nothing.
+    instructions: str | None
     last_error: str | None
     connected_since: float | None
     connects: int

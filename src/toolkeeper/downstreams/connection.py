@@ -56,6 +56,7 @@ REQUEST_TIMEOUT = -32001
 INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 CONNECT_TIMEOUT = 30.0
+CLOSED_BY_SERVER = "connection closed by the server"
 MAX_PAGES = 1000
 LISTEN_RETRY_SECONDS = 1.0
 
@@ -87,10 +88,21 @@ class McpConnection:
         self.capabilities: dict[str, Any] = {}
         self.protocol_version: str | None = None
         self.server_info: dict[str, Any] | None = None
+        # What the server says about using it (its `instructions`), kept while it is away.
+        self.instructions: str | None = None
         self.last_error: str | None = None
         self.connected_since: float | None = None
         self.connects = 0
         self.first_attempt_done = anyio.Event()
+        # The number of the connection attempt under way or next (counted from 1 again once the
+        # server was ready), whether it is under way, and when the next one starts (None while
+        # one is under way or the lost connection is still being closed).
+        self.attempt = 1
+        self._attempting = False
+        self._backoff = INITIAL_BACKOFF
+        self._next_attempt_at: float | None = None
+        # Optional lists the server did not answer, already logged (each is logged once).
+        self._unanswered_logged: set[str] = set()
         self._listener = listener
         self._client: Client | None = None
         # The raw lane while connected (None for SSE servers).
@@ -132,24 +144,35 @@ class McpConnection:
             return f"server '{self.name}' is still starting{reason}; try again in a moment"
         if self.state is State.STOPPED:
             return f"server '{self.name}' is stopped{reason}"
+        if self.state is State.READY:
+            # Ready, yet no session: a call that raced the session being set up or torn down.
+            return f"server '{self.name}' has no open session at this moment{reason}; try again"
+        if self._attempting:
+            when = f"attempt {self.attempt} under way"
+        else:
+            next_at = self._next_attempt_at
+            wait = self._backoff if next_at is None else next_at - time.monotonic()
+            when = f"attempt {self.attempt}, next in {max(wait, 0):.1f}s"
+        what = "lost its connection and is reconnecting" if self.connects else "could not connect yet"
         return (
-            f"server '{self.name}' is {self.state.value}{reason}; toolkeeper retries with backoff and its "
-            "tools come back when it does. `toolkeeper servers` shows its state."
+            f"server '{self.name}' {what} ({when}): {self.last_error or 'no reason known'}. "
+            "Its tools come back when it connects; `toolkeeper servers` shows its state."
         )
 
     # -------------------------------------------------------------- supervisor
     async def run(self, connect_slots: anyio.CapacityLimiter) -> None:
         """Supervise the connection until cancelled."""
-        backoff = INITIAL_BACKOFF
         try:
             while True:
                 self._lost = anyio.Event()
                 self._dirty.clear()
                 self._dirty_event = anyio.Event()
-                attempt_started = time.monotonic()
+                self._next_attempt_at = None
+                self._attempting = True
+                connects_before = self.connects
                 try:
                     await self._serve_one_connection(connect_slots)
-                    self.last_error = self.last_error or "connection closed by the server"
+                    self.last_error = self.last_error or CLOSED_BY_SERVER
                 except Exception as exc:  # any failure of one connection is retried, never fatal
                     self.last_error = _explain(exc, self.config)
                     logger.warning("server %r: %s", self.name, self.last_error)
@@ -159,19 +182,16 @@ class McpConnection:
                         logger.info("server %r: trying the %s next", self.name, era)
                 finally:
                     self._client = None
+                    self._attempting = False
                     self.first_attempt_done.set()
-                # A connection that served for a while starts the backoff over; a flapping one does not.
-                served_since = self.connected_since
-                if (
-                    served_since
-                    and served_since >= attempt_started
-                    and time.monotonic() - served_since > MAX_BACKOFF
-                ):
-                    backoff = INITIAL_BACKOFF
+                if self.connects == connects_before:
+                    self.attempt += 1
+                backoff = self._backoff
+                self._next_attempt_at = time.monotonic() + backoff
                 self._set_state(State.RECONNECTING)
                 logger.info("server %r: reconnecting in %.1fs", self.name, backoff)
                 await anyio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+                self._backoff = min(backoff * 2, MAX_BACKOFF)
         finally:
             self._client = None
             self.state = State.STOPPED
@@ -204,7 +224,10 @@ class McpConnection:
                             if capabilities
                             else {}
                         )
-                        lists = {kind: await self._fetch_list(client, kind) for kind in self._offered_lists()}
+                        lists = {
+                            kind: await self._fetch_optional_list(client, kind)
+                            for kind in self._offered_lists()
+                        }
                         connect_slots.release()
                         holding_slot = False
                         handshake.deadline = math.inf
@@ -260,7 +283,10 @@ class McpConnection:
         self.protocol_version = client.protocol_version
         info = client.server_info
         self.server_info = info.model_dump(mode="json", exclude_none=True) if info else None
+        self.instructions = client.instructions
         self.connects += 1
+        self.attempt = 1
+        self._attempting = False
         self.connected_since = time.monotonic()
         self.last_error = None
         for kind in LISTS:
@@ -286,8 +312,42 @@ class McpConnection:
                     tg.start_soon(self._renew_subscriptions, client)
                 await self._lost.wait()
                 tg.cancel_scope.cancel()
+            self._connection_lost()
+        except Exception:
+            self._connection_lost()
+            raise
         finally:
             self._client = None
+
+    def _connection_lost(self) -> None:
+        """Say so at once: closing the old session and its process can take seconds, and a call
+        meanwhile must not read that the server is ready."""
+        self._client = None
+        self.last_error = self.last_error or CLOSED_BY_SERVER
+        # A connection that served for a while starts the backoff over; a flapping one does not.
+        if self.connected_since is not None and time.monotonic() - self.connected_since > MAX_BACKOFF:
+            self._backoff = INITIAL_BACKOFF
+        self._set_state(State.RECONNECTING)
+
+    async def _fetch_optional_list(self, client: Client, kind: str) -> list[dict[str, Any]]:
+        """One list, or none for a server that does not answer it: a server is usable with
+        whatever part of the protocol it answers (many offer resources but no templates, and
+        answer -32601). A lost connection or a timeout still fails the attempt."""
+        try:
+            return await self._fetch_list(client, kind)
+        except MCPError as exc:
+            if exc.error.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                raise
+            log = logger.warning if kind not in self._unanswered_logged else logger.debug
+            self._unanswered_logged.add(kind)
+            log(
+                "server %r did not answer %s (error %d: %s); it is taken as empty",
+                self.name,
+                LISTS[kind][0].model_fields["method"].default,
+                exc.error.code,
+                exc.error.message,
+            )
+            return []
 
     async def _fetch_list(self, client: Client, kind: str) -> list[dict[str, Any]]:
         """One whole list as raw JSON (the SDK's models would drop unknown fields)."""
@@ -387,7 +447,7 @@ class McpConnection:
                 if kind not in kinds:
                     continue
                 try:
-                    entries = await self._fetch_list(client, kind)
+                    entries = await self._fetch_optional_list(client, kind)
                 except MCPError as exc:
                     logger.warning("server %r: refreshing its %s failed: %s", self.name, kind, exc)
                     if exc.error.code == CONNECTION_CLOSED:
@@ -443,7 +503,9 @@ class McpConnection:
                     await anyio.sleep(LISTEN_RETRY_SECONDS)
             except Exception as exc:  # a server without a working listen stream still serves calls
                 logger.info(
-                    "server %r: no change subscription (%s); lists refreshed on reconnect", self.name, exc
+                    "server %r: no change subscription (%s); lists refreshed on reconnect",
+                    self.name,
+                    self.config.redact(str(exc)),
                 )
                 self._listening_for(version)
                 await self._resubscribe.wait()
@@ -658,11 +720,16 @@ def _refused(exc: BaseException) -> bool:
 
 
 def _explain(exc: BaseException, config: ServerConfig) -> str:
-    """A person-readable reason for a failed connection."""
+    """A person-readable reason for a failed connection, without the server's secrets (an
+    error may quote the expanded command or URL)."""
+    return config.redact(_reason(exc, config))
+
+
+def _reason(exc: BaseException, config: ServerConfig) -> str:
     if isinstance(exc, BaseExceptionGroup):
         leaves = [e for e in exc.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())]
         if leaves:
-            return _explain(leaves[0], config)
+            return _reason(leaves[0], config)
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {config.command!r} (check 'command' and PATH)"
     if isinstance(exc, PermissionError):

@@ -99,7 +99,7 @@ def spawn_early(config: Config) -> None:
                 _early[server.name] = spawn(server)
             except OSError as exc:
                 # The connection attempt spawns it again and explains the failure.
-                logger.debug("server %r: early start failed: %s", server.name, exc)
+                logger.debug("server %r: early start failed: %s", server.name, server.redact(str(exc)))
 
 
 def stop_early() -> None:

@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 STARTUP_GRACE_SECONDS = 15.0
 # How often the gateway looks for changes other processes (the CLI, a replica) made to the store.
 STORE_POLL_SECONDS = 1.0
+TRUNCATED = "\n[… truncated]"
 
 
 class Mode(StrEnum):
@@ -201,6 +202,23 @@ class Gateway:
                 if resources.get("subscribe"):
                     offered["subscribe"] = True
         return offered
+
+    def server_instructions(self) -> str:
+        """Each server's own instructions, one section per server in configuration order, each cut
+        to the `maxServerInstructions` setting with a visible mark. A server that never connected
+        has none yet; one that is away keeps what it said last."""
+        limit = self.settings.max_server_instructions
+        if limit <= 0:
+            return ""
+        sections: list[str] = []
+        for downstream in self.pool:
+            text = (downstream.instructions or "").strip()
+            if not text:
+                continue
+            if len(text) > limit:
+                text = text[:limit].rstrip() + TRUNCATED
+            sections.append(f"## {downstream.name}\n{text}")
+        return "\n\n".join(sections)
 
     def _current_annotator(self) -> Annotator:
         return self.annotator

@@ -106,6 +106,18 @@ def offer_only_what_is_forwarded(result: dict[str, Any], offered: dict[str, Any]
         resources.pop("subscribe", None)
 
 
+def with_server_instructions(gateway: Gateway) -> str:
+    """The gateway's instructions and, after them, what each server says about its own tools:
+    read when a client asks, so it holds the servers connected by then."""
+    sections = gateway.server_instructions()
+    if not sections:
+        return INSTRUCTIONS
+    return (
+        f"{INSTRUCTIONS}\n\nWhat each server says about itself follows, one section per server; "
+        f"a tool it names is listed here with that server's prefix.\n\n{sections}"
+    )
+
+
 def is_modern(ctx: ServerRequestContext[Any]) -> bool:
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
 
@@ -245,6 +257,7 @@ def build_server(gateway: Gateway) -> GatewayServer:
         elif ctx.method == "notifications/roots/list_changed":
             gateway.relay.roots_changed_by(ctx.session)
         elif ctx.method in ("initialize", "server/discover") and isinstance(result, dict):
+            result["instructions"] = with_server_instructions(gateway)
             advertise_resolution(result)
             offer_only_what_is_forwarded(result, gateway.offers())
         elif ctx.method == "tools/list" and isinstance(result, dict) and gateway.view.refinable:
