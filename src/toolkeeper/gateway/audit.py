@@ -40,7 +40,8 @@ FLUSH_SECONDS = 0.5
 BATCH_SIZE = 200  # records per transaction; a full batch is written without waiting
 MAX_WAITING = 10_000  # records kept while the store refuses them; beyond this the oldest go
 RETRY_SECONDS = 5.0  # while the store refuses, how often to try again
-SHUTDOWN_FLUSH_SECONDS = 5.0  # how long a stopping gateway gives the last records
+# How long a stopping gateway gives the last records: a store that hangs must not hold the exit.
+SHUTDOWN_FLUSH_SECONDS = 3.0
 RETENTION_EVERY_SECONDS = 24 * 3600.0
 RETENTION_RETRY_SECONDS = 3600.0
 
