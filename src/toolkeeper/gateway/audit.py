@@ -105,8 +105,11 @@ class AuditWriter:
                 await self.flush()
         finally:
             # Shielded: this runs because the gateway is stopping, and these records are the last.
-            with anyio.move_on_after(SHUTDOWN_FLUSH_SECONDS, shield=True):
-                await self.flush()
+            # Not while the store refuses: a locked SQLite file holds each attempt for its whole
+            # busy timeout, which no cancellation cuts short, and the exit would wait for it.
+            if self._refused_since is None:
+                with anyio.move_on_after(SHUTDOWN_FLUSH_SECONDS, shield=True):
+                    await self.flush()
             if self._waiting or self.dropped:
                 lost = f"{len(self._waiting)} records could not be written before the gateway stopped"
                 if self.dropped:
