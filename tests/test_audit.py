@@ -218,6 +218,39 @@ async def test_the_writer_writes_what_is_left_when_the_gateway_stops(tmp_path: P
         assert [row.detail for row in await rows(store)] == ["last"]
 
 
+async def test_a_stopping_writer_does_not_wait_for_a_store_that_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(store_db, "SQLITE_BUSY_SECONDS", 0.2)
+    path = tmp_path / "audit.db"
+    store = await Store(f"sqlite:///{path}").open()
+    writer = AuditWriter(store, 30, flush_seconds=3600)
+    attempts: list[int] = []
+    write = writer._write
+
+    async def counted_write(batch: list[dict[str, Any]]) -> None:
+        attempts.append(len(batch))
+        await write(batch)
+
+    monkeypatch.setattr(writer, "_write", counted_write)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
+    try:
+        writer.add(a_record(detail="never written"))
+        assert await writer.flush() is False
+        refused = len(attempts)
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            tg.cancel_scope.cancel()
+        # Each attempt at a locked file lasts the whole busy timeout: the stop makes none.
+        assert len(attempts) == refused
+        assert "1 records could not be written before the gateway stopped" in caplog.text
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        await store.close()
+
+
 async def test_records_round_trip_and_filter_on_either_database(store_url: str) -> None:  # noqa: F811
     async with Store(store_url) as store:
         writer = AuditWriter(store, 30)

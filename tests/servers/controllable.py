@@ -1,4 +1,5 @@
-"""A downstream MCP server the tests can steer: change its tool list, crash, hang, report progress.
+"""A downstream MCP server the tests can steer: change its tool list, crash, hang, report progress,
+refuse to stop.
 
 Runs over stdio (default) or streamable HTTP (`--http PORT`), serving both protocol eras.
 `--record FILE` appends one JSON line per request it receives (method, headers on HTTP), so a
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -55,7 +57,15 @@ def main() -> None:
         default=None,
         help="if this file exists, sleep the seconds it holds before serving",
     )
+    parser.add_argument(
+        "--on-stop",
+        choices=["exit", "ignore"],
+        default="exit",
+        help="ignore: ignore SIGTERM and the end of stdin, so that only SIGKILL stops it",
+    )
     args = parser.parse_args()
+    if args.on_stop == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.start_delay_file and os.path.exists(args.start_delay_file):
         with open(args.start_delay_file, encoding="utf-8") as f:
             time.sleep(float(f.read().strip() or 0))
@@ -272,6 +282,8 @@ def main() -> None:
         async def run_stdio() -> None:
             async with stdio_server() as (read, write):
                 await server.run(read, write, options)
+            if args.on_stop == "ignore":
+                await anyio.sleep(3600)
 
         anyio.run(run_stdio)
     else:

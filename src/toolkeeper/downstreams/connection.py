@@ -18,7 +18,8 @@ import logging
 import math
 import time
 import warnings
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import anyio
@@ -126,6 +127,10 @@ class McpConnection:
         # the session, which has no back-channel on the 2026-07-28 wire). A server that refuses
         # the handshake is asked in the newer era on the next attempt.
         self._handshake_first = True
+        # Once the gateway is stopping: why. Calls are refused from then on, and those in flight
+        # (each under one of `_calls`) are cancelled.
+        self._stopping: str | None = None
+        self._calls: set[anyio.CancelScope] = set()
 
     # ------------------------------------------------------------------ status
     @property
@@ -538,6 +543,20 @@ class McpConnection:
 
         `extra` carries a modern retry's `inputResponses` and `requestState`; `log_level` is the
         level the caller wants this call's log messages at (a modern server is asked per call)."""
+        what = f"the call to '{name}'"
+        with self._stoppable(what) as call:
+            return await self._call_tool(name, arguments, meta, on_progress, extra, log_level)
+        raise Unavailable(self._shutting_down(what, call))
+
+    async def _call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        meta: dict[str, Any] | None,
+        on_progress: ProgressCallback | None,
+        extra: dict[str, Any] | None,
+        log_level: str | None,
+    ) -> dict[str, Any]:
         forwarded_meta = forwardable_meta(meta)
         if log_level is not None and self.era == "modern":
             forwarded_meta[LOG_LEVEL_META] = log_level
@@ -600,6 +619,16 @@ class McpConnection:
     async def request(self, request: Any, *, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
         """Forward one request (a call, or a request for resources, prompts, completion, logging)
         and return the downstream's raw result: fields the SDK's models do not know are kept."""
+        what = (
+            f"the call to '{request.params.name}'"
+            if isinstance(request, types.CallToolRequest)
+            else request.method
+        )
+        with self._stoppable(what) as call:
+            return await self._request(request, on_progress)
+        raise Unavailable(self._shutting_down(what, call))
+
+    async def _request(self, request: Any, on_progress: ProgressCallback | None) -> dict[str, Any]:
         client = self._client
         if client is None or self.state is not State.READY:
             raise Unavailable(self.describe_unavailable())
@@ -615,6 +644,37 @@ class McpConnection:
                 self._lost.set()
                 raise Unavailable(f"server '{self.name}' closed the connection during {what}") from None
             raise
+
+    # ----------------------------------------------------------------- shutdown
+    def stop_calls(self, reason: str) -> int:
+        """The gateway is stopping (`reason`): refuse calls from now on and cancel those in
+        flight; the server is told of each cancellation, and each caller gets an `Unavailable`
+        that says the gateway is shutting down. How many were in flight."""
+        self._stopping = reason
+        for call in list(self._calls):
+            call.cancel()
+        return len(self._calls)
+
+    @property
+    def calls_in_flight(self) -> int:
+        return len(self._calls)
+
+    @contextmanager
+    def _stoppable(self, what: str) -> Iterator[anyio.CancelScope]:
+        """The scope one call runs in, which `stop_calls` cancels. A caller whose scope caught
+        that cancellation raises the shutdown error after the block."""
+        if self._stopping is not None:
+            raise Unavailable(self._shutting_down(what, None))
+        with anyio.CancelScope() as call:
+            self._calls.add(call)
+            try:
+                yield call
+            finally:
+                self._calls.discard(call)
+
+    def _shutting_down(self, what: str, call: anyio.CancelScope | None) -> str:
+        done = "was cancelled" if call is not None else f"was not sent to server '{self.name}'"
+        return f"the gateway is shutting down ({self._stopping}); {what} {done}"
 
     async def subscribe(self, uri: str) -> None:
         """Count one more subscriber to `uri`; the first one subscribes downstream."""

@@ -16,6 +16,7 @@ logger = logging.getLogger(__name__)
 # Makes the downstream for one configured server: an MCP connection unless told otherwise (the
 # tests drive the pipeline with in-process downstreams this way).
 Connect = Callable[[ServerConfig, DownstreamListener], Downstream]
+CALLS_ENDED_POLL_SECONDS = 0.01
 
 
 class DownstreamPool:
@@ -38,6 +39,21 @@ class DownstreamPool:
         async with anyio.create_task_group() as tg:
             for downstream in self.downstreams.values():
                 tg.start_soon(downstream.run, self._slots, name=f"downstream:{downstream.name}")
+
+    def stop_calls(self, reason: str) -> int:
+        """The gateway is stopping: every server refuses calls from now on, and the calls in
+        flight are cancelled, each caller told why. How many were in flight."""
+        return sum(d.stop_calls(reason) for d in self.downstreams.values() if isinstance(d, McpConnection))
+
+    async def calls_ended(self, timeout: float) -> bool:
+        """Wait until the calls `stop_calls` cancelled have returned to their callers, at most
+        `timeout`."""
+        connections = [d for d in self.downstreams.values() if isinstance(d, McpConnection)]
+        with anyio.move_on_after(timeout):
+            while any(c.calls_in_flight for c in connections):
+                await anyio.sleep(CALLS_ENDED_POLL_SECONDS)
+            return True
+        return False
 
     async def wait_started(self, timeout: float) -> bool:
         """Wait until every server has had its first connection attempt, at most `timeout`."""

@@ -43,7 +43,10 @@ child_logger = logging.getLogger("toolkeeper.child")
 # environment do not leak to every server.
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 MAX_LINE_BYTES = 64 * 1024 * 1024
-EXIT_GRACE_SECONDS = 2.0
+# A stopping child gets its stdin closed, then SIGTERM after EXIT_GRACE_SECONDS, then SIGKILL
+# after KILL_GRACE_SECONDS more: a stopping gateway is gone within a few seconds, whatever its
+# children do.
+EXIT_GRACE_SECONDS = 1.0
 KILL_GRACE_SECONDS = 2.0
 _EXIT_POLL_SECONDS = 0.02
 
@@ -256,6 +259,12 @@ class StdioLink:
             with suppress(OSError):
                 os.killpg(process.pid, signal.SIGTERM)
             if not await _exited(process, KILL_GRACE_SECONDS):
+                logger.warning(
+                    "server %r: process %d did not exit within %gs of SIGTERM; sending SIGKILL",
+                    self.name,
+                    process.pid,
+                    KILL_GRACE_SECONDS,
+                )
                 with suppress(OSError):
                     os.killpg(process.pid, signal.SIGKILL)
                 if not await _exited(process, KILL_GRACE_SECONDS):

@@ -40,7 +40,8 @@ FLUSH_SECONDS = 0.5
 BATCH_SIZE = 200  # records per transaction; a full batch is written without waiting
 MAX_WAITING = 10_000  # records kept while the store refuses them; beyond this the oldest go
 RETRY_SECONDS = 5.0  # while the store refuses, how often to try again
-SHUTDOWN_FLUSH_SECONDS = 5.0  # how long a stopping gateway gives the last records
+# How long a stopping gateway gives the last records: a store that hangs must not hold the exit.
+SHUTDOWN_FLUSH_SECONDS = 3.0
 RETENTION_EVERY_SECONDS = 24 * 3600.0
 RETENTION_RETRY_SECONDS = 3600.0
 
@@ -104,8 +105,11 @@ class AuditWriter:
                 await self.flush()
         finally:
             # Shielded: this runs because the gateway is stopping, and these records are the last.
-            with anyio.move_on_after(SHUTDOWN_FLUSH_SECONDS, shield=True):
-                await self.flush()
+            # Not while the store refuses: a locked SQLite file holds each attempt for its whole
+            # busy timeout, which no cancellation cuts short, and the exit would wait for it.
+            if self._refused_since is None:
+                with anyio.move_on_after(SHUTDOWN_FLUSH_SECONDS, shield=True):
+                    await self.flush()
             if self._waiting or self.dropped:
                 lost = f"{len(self._waiting)} records could not be written before the gateway stopped"
                 if self.dropped:

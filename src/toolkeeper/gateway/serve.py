@@ -1,7 +1,9 @@
 """Run the gateway over stdio or streamable HTTP until the client leaves or a signal arrives.
 
-Whichever way it ends (stdin closed, SIGTERM, SIGINT), the task group is cancelled and every
-downstream child is stopped and reaped by its transport before the process exits.
+Whichever way it ends (stdin closed, SIGTERM, SIGINT, SIGHUP), the stop is orderly: the calls
+in flight are cancelled, each answered with an error that says the gateway is shutting down,
+the client streams end, and every downstream child is stopped and reaped by its transport
+(SIGKILL after a grace period, for one that ignores SIGTERM) before the process exits with 0.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
 
 import anyio
 import uvicorn
@@ -31,12 +34,37 @@ logger = logging.getLogger(__name__)
 MCP_PATH = "/mcp"
 
 
-async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for signum in signals:
-            logger.info("received %s; stopping downstream servers", signal.Signals(signum).name)
-            scope.cancel()
-            return
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# How long the calls cancelled by a stop get to return to their callers, and (over HTTP) the
+# client streams to end, before they are cut.
+CALLS_ENDED_SECONDS = 1  # whole seconds: uvicorn takes an int
+STREAMS_POLL_SECONDS = 0.01
+# Starts an orderly stop, given the reason.
+Stop = Callable[[str], Coroutine[Any, Any, None]]
+
+
+async def _on_signals(stop: Stop, at_once: anyio.CancelScope) -> None:
+    """The first SIGTERM, SIGINT or SIGHUP starts an orderly stop (`stop`, with the reason); a
+    second one cancels `at_once` (the children are still stopped, the answers are not waited for)."""
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with anyio.create_task_group() as tg:
+            stopping = False
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if not stopping:
+                    stopping = True
+                    tg.start_soon(stop, f"received {name}")
+                    continue
+                logger.warning("received %s again; stopping at once", name)
+                at_once.cancel()
+                return
+
+
+def _announce_stop(reason: str) -> None:
+    logger.info(
+        "stopping (%s): cancelling the calls in flight, closing client streams, stopping downstream servers",
+        reason,
+    )
 
 
 async def _collect_garbage_once_up(gateway: Gateway) -> None:
@@ -48,15 +76,32 @@ async def _collect_garbage_once_up(gateway: Gateway) -> None:
 
 
 async def serve_stdio(config: Config, store: Store) -> None:
+    """Serve one client on stdin and stdout until it closes stdin or a signal stops the gateway."""
     gateway = Gateway(config, store)
     server = build_server(gateway)
+    stop_reading = anyio.Event()
+    reason = "the client closed stdin"
+
+    async def stop(signal_reason: str) -> None:
+        nonlocal reason
+        reason = signal_reason
+        stop_reading.set()
+
+    async def wind_down() -> None:
+        _announce_stop(reason)
+        gateway.pool.stop_calls(reason)
+        await gateway.pool.calls_ended(CALLS_ENDED_SECONDS)
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+        tg.start_soon(_on_signals, stop, tg.cancel_scope)
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
-        async with stdio_streams(FastLane(gateway, server.server_info_stamp)) as (read_stream, write_stream):
+        fast_lane = FastLane(gateway, server.server_info_stamp)
+        async with stdio_streams(fast_lane, stop_reading=stop_reading, wind_down=wind_down) as (
+            read_stream,
+            write_stream,
+        ):
             await server.run(read_stream, write_stream, server.create_initialization_options())
-        logger.info("client disconnected; stopping downstream servers")
         tg.cancel_scope.cancel()
 
 
@@ -69,12 +114,80 @@ class _WebServer(uvicorn.Server):
         yield
 
 
-async def _stop_on_signal(web: uvicorn.Server) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for signum in signals:
-            logger.info("received %s; stopping", signal.Signals(signum).name)
-            web.should_exit = True
+class ClosableStreams:
+    """Knows the requests in progress, so that a stopping gateway can end their responses itself:
+    a handshake-era client's GET stream never ends on its own, and uvicorn would otherwise wait
+    for it, or cancel it with a traceback in the log. A response that started gets a proper end,
+    one that did not gets a 503."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._open: dict[anyio.CancelScope, str] = {}  # each request's scope, with its method
+
+    @property
+    def open(self) -> int:
+        return len(self._open)
+
+    def close(self, *methods: str) -> None:
+        """End the requests in progress with one of `methods` (all of them without any)."""
+        for request, method in list(self._open.items()):
+            if not methods or method in methods:
+                request.cancel()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
+        started = finished = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started, finished
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
+            await send(message)
+
+        with anyio.CancelScope() as request:
+            self._open[request] = scope["method"]
+            try:
+                await self.app(scope, receive, watched_send)
+            finally:
+                del self._open[request]
+        if not request.cancelled_caught or finished:
+            return
+        with suppress(Exception):  # the client may be gone already
+            if not started:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 503,
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": b"the gateway is shutting down\n"})
+            else:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _stop_web(web: uvicorn.Server, gateway: Gateway, streams: ClosableStreams) -> Stop:
+    """How a signal stops the HTTP gateway: uvicorn takes no new connections, the standalone GET
+    streams end (they carry no answers), the calls in flight are cancelled, and once their
+    answers are out on their POST streams (CALLS_ENDED_SECONDS at most) the streams still open
+    end too (a modern client's listen stream, a call that waits for something else)."""
+
+    async def stop(reason: str) -> None:
+        _announce_stop(reason)
+        web.should_exit = True
+        streams.close("GET")
+        gateway.pool.stop_calls(reason)
+        with anyio.move_on_after(CALLS_ENDED_SECONDS):
+            await gateway.pool.calls_ended(CALLS_ENDED_SECONDS)
+            while streams.open:
+                await anyio.sleep(STREAMS_POLL_SECONDS)
+        streams.close()
+
+    return stop
 
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
@@ -146,14 +259,24 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
         HostGuard(security.allowed_hosts, security.allowed_origins),
         max_bytes,
     )
-    web = _WebServer(uvicorn.Config(fast, host=host, port=port, log_level="warning", lifespan="on"))
+    streams = ClosableStreams(fast)
+    web = _WebServer(
+        uvicorn.Config(
+            streams,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            # A backstop only: the stop ends every stream itself.
+            timeout_graceful_shutdown=CALLS_ENDED_SECONDS + 1,
+        )
+    )
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
-        tg.start_soon(_stop_on_signal, web)
+        tg.start_soon(_on_signals, _stop_web(web, gateway, streams), tg.cancel_scope)
         tg.start_soon(_announce_when_listening, web, gateway, host, port)
         await web.serve()
-        logger.info("HTTP server stopped; stopping downstream servers")
         tg.cancel_scope.cancel()
 
 

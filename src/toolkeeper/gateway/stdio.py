@@ -13,11 +13,12 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import anyio
+import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
@@ -28,12 +29,25 @@ from toolkeeper.gateway.pipeline import ToolCall
 logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# How long a stopping gateway waits for the answers to the requests in flight.
+ANSWER_GRACE_SECONDS = 1.0
+_ANSWER_POLL_SECONDS = 0.01
 
 
 @asynccontextmanager
-async def stdio_streams(fast_lane: FastLane | None = None) -> AsyncIterator[tuple[Any, Any]]:
+async def stdio_streams(
+    fast_lane: FastLane | None = None,
+    *,
+    stop_reading: anyio.Event | None = None,
+    wind_down: Callable[[], Awaitable[None]] | None = None,
+) -> AsyncIterator[tuple[Any, Any]]:
     """The SDK server's (read, write) streams over this process's stdin and stdout. With a
-    fast lane, the plain calls it accepts are answered there and never reach the SDK."""
+    fast lane, the plain calls it accepts are answered there and never reach the SDK.
+
+    The input ends when the client closes stdin or when `stop_reading` is set. Then `wind_down`
+    runs (the gateway cancels its calls in flight), and the requests read so far get their
+    answers, for ANSWER_GRACE_SECONDS at most, before the SDK session sees the end of its input
+    (it would cancel its handlers, and their answers would only say "Connection closed")."""
     loop = asyncio.get_running_loop()
     wire_in, wire_out = os.dup(0), os.dup(1)
     reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES)
@@ -61,6 +75,8 @@ async def stdio_streams(fast_lane: FastLane | None = None) -> AsyncIterator[tupl
     outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
 
     in_flight: dict[Any, asyncio.Task[None]] = {}
+    # Ids of the client's requests not answered yet, whichever lane answers them.
+    unanswered: set[str | int] = set()
     modern: bool | None = None  # the era, decided by the client's first request as the SDK decides it
 
     async def answer_fast(request_id: Any, call: ToolCall) -> None:
@@ -72,11 +88,29 @@ async def stdio_streams(fast_lane: FastLane | None = None) -> AsyncIterator[tupl
         with suppress(ConnectionError):  # a client that left gets no answer
             writer.write(jsonwire.dumps(response) + b"\n")
             await writer.drain()
+        unanswered.discard(request_id)
+
+    def note(message: Any) -> None:
+        """Keep count of the requests that wait for an answer."""
+        if not isinstance(message, dict):
+            return
+        request_id = message.get("id")
+        if "method" in message and isinstance(request_id, str | int):
+            unanswered.add(request_id)
+        elif message.get("method") == "notifications/cancelled":
+            params = message.get("params")
+            if isinstance(params, dict):
+                unanswered.discard(params.get("requestId"))  # type: ignore[arg-type]
+
+    def answered(message: Any) -> None:
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            unanswered.discard(message.id)  # type: ignore[arg-type]
 
     async def take_fast(message: Any) -> bool:
         """Whether the fast lane took this message (a call it answers, or the cancellation of
         one); anything else goes to the SDK."""
         nonlocal modern
+        note(message)
         if fast_lane is None or not isinstance(message, dict):
             return False
         if modern is None and "id" in message and isinstance(message.get("method"), str):
@@ -102,10 +136,24 @@ async def stdio_streams(fast_lane: FastLane | None = None) -> AsyncIterator[tupl
 
     async def read_messages() -> None:
         async with incoming_send:
-            await jsonwire.relay_lines(reader, incoming_send, take_fast, "the client")
+            async with anyio.create_task_group() as reading:
+                if stop_reading is not None:
+
+                    async def stop_when_asked() -> None:
+                        await stop_reading.wait()
+                        reading.cancel_scope.cancel()
+
+                    reading.start_soon(stop_when_asked)
+                await jsonwire.relay_lines(reader, incoming_send, take_fast, "the client")
+                reading.cancel_scope.cancel()
+            if wind_down is not None:
+                await wind_down()
+            with anyio.move_on_after(ANSWER_GRACE_SECONDS):
+                while unanswered:
+                    await anyio.sleep(_ANSWER_POLL_SECONDS)
 
     async def write_messages() -> None:
-        await jsonwire.write_session_messages(outgoing_receive, writer)
+        await jsonwire.write_session_messages(outgoing_receive, writer, answered)
 
     try:
         async with anyio.create_task_group() as tg:
