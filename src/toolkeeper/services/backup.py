@@ -195,7 +195,11 @@ async def _staged_rows(source: Path) -> dict[str, list[dict[str, Any]]]:
                             await conn.execute(insert(table), dump[table.name])
             return await _read_rows(store)
         except StoreError as exc:
-            raise ServiceError(f"The backup {source} cannot be restored: {exc}") from None
+            # The scratch store's name means nothing to the person: give the database's reason.
+            cause = getattr(exc.__cause__, "orig", None) or exc.__cause__ or exc
+            raise ServiceError(
+                f"The backup {source} cannot be restored ({cause}); nothing was restored."
+            ) from None
         finally:
             await store.close()
 
