@@ -546,8 +546,9 @@ def test_schema_key_is_allowed():
         (
             '{"toolkeeper": {"port": 1}}',
             "<config>: unknown setting 'toolkeeper.port'. Allowed: approvalTimeout, auditArguments, "
-            "auditRetentionDays, autoApproveReadOnly, confirm, confirmDestructive, databaseUrl, "
-            "featureFlags, home, http, inferHints, logLevel, maxConcurrentConnects, maxServerInstructions, "
+            "auditRetentionDays, autoApproveReadOnly, confirm, confirmDestructive, databaseTimeout, "
+            "databaseUrl, featureFlags, home, http, inferHints, logLevel, maxConcurrentConnects, "
+            "maxServerInstructions, "
             "retryWindow, sanitizeUntrustedHints, trustIdempotentRetries.",
         ),
         (

@@ -402,6 +402,7 @@ def import_hypertool(
 # The hints, lint, rules and resolve commands live in their own modules; importing registers them.
 from toolkeeper.cli import approvals as _approvals  # noqa: E402, F401
 from toolkeeper.cli import audit as _audit  # noqa: E402, F401
+from toolkeeper.cli import backup as _backup  # noqa: E402, F401
 from toolkeeper.cli import hints as _hints  # noqa: E402, F401
 from toolkeeper.cli import policy as _policy  # noqa: E402, F401
 from toolkeeper.cli import rules as _rules  # noqa: E402, F401

@@ -25,6 +25,7 @@ from toolkeeper.config.model import (
     DEFAULT_APPROVAL_TIMEOUT,
     DEFAULT_AUDIT_RETENTION_DAYS,
     DEFAULT_CALL_TIMEOUT,
+    DEFAULT_DATABASE_TIMEOUT,
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -48,7 +49,7 @@ COMMON_KEYS = {
     "inferHints", "sanitizeUntrustedHints", "protocol", "confirm",
 }  # fmt: skip
 SETTINGS_KEYS = {
-    "home", "databaseUrl", "http", "logLevel", "maxConcurrentConnects", "featureFlags",
+    "home", "databaseUrl", "databaseTimeout", "http", "logLevel", "maxConcurrentConnects", "featureFlags",
     "inferHints", "sanitizeUntrustedHints",
     "confirm", "autoApproveReadOnly", "confirmDestructive", "trustIdempotentRetries", "retryWindow",
     "approvalTimeout", "auditArguments", "auditRetentionDays", "maxServerInstructions",
@@ -504,6 +505,7 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
         config_tools_menu=_feature_flag(flags, env, "enableConfigToolsMenu", True),
         home=Path(expand(home, env, "toolkeeper.home")).expanduser() if home else None,
         database_url=setting("databaseUrl", "TOOLKEEPER_DATABASE_URL", str, None),
+        database_timeout=seconds("databaseTimeout", "TOOLKEEPER_DATABASE_TIMEOUT", DEFAULT_DATABASE_TIMEOUT),
         http_host=host,
         http_port=port,
         http_allowed_hosts=allowed_hosts,

@@ -43,6 +43,7 @@ DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 DEFAULT_APPROVAL_TIMEOUT = 120.0
+DEFAULT_DATABASE_TIMEOUT = 10.0
 DEFAULT_RETRY_WINDOW = 600.0
 DEFAULT_AUDIT_RETENTION_DAYS = 30
 DEFAULT_MAX_SERVER_INSTRUCTIONS = 4000
@@ -95,6 +96,8 @@ class GatewaySettings:
 
     home: Path | None = None
     database_url: str | None = None
+    # Seconds a database gets to accept a connection and to answer each statement (PostgreSQL).
+    database_timeout: float = DEFAULT_DATABASE_TIMEOUT
     http_host: str = DEFAULT_HTTP_HOST
     http_port: int = DEFAULT_HTTP_PORT
     # Host and Origin headers the HTTP endpoint accepts besides the local ones (DNS rebinding).

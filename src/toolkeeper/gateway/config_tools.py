@@ -11,6 +11,7 @@ services: where an argument's rule is the service's, the service's message is th
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,6 +27,8 @@ from toolkeeper.toolsets.model import (
 
 if TYPE_CHECKING:
     from toolkeeper.services import Services
+
+logger = logging.getLogger(__name__)
 
 ENTER = "enter-configuration-mode"
 EXIT = "exit-configuration-mode"
@@ -121,6 +124,10 @@ class ConfigTool:
         try:
             result = await self.run(gateway, arguments)
         except ServiceError as exc:
+            if exc.kind is ErrorKind.STORE:
+                # The person running the gateway must hear of it too, not only the model; the
+                # message says everything, so no traceback.
+                logger.error("%s: %s", self.name, exc)
             return refusal(exc)
         return {
             "content": [{"type": "text", "text": json.dumps(result, indent=2, ensure_ascii=False)}],

@@ -15,6 +15,7 @@ from toolkeeper.catalog import Catalog
 from toolkeeper.config.model import Config
 from toolkeeper.services.approvals import ApprovalService
 from toolkeeper.services.audit import AuditService
+from toolkeeper.services.backup import BackupService
 from toolkeeper.services.hints import HintService
 from toolkeeper.services.policy import PolicyService
 from toolkeeper.services.rules import Resolver, RuleService
@@ -30,6 +31,7 @@ class Services:
     approvals: ApprovalService
     audit: AuditService
     policy: PolicyService
+    backup: BackupService
 
 
 def _offline() -> Catalog | None:
@@ -56,6 +58,7 @@ def build_services(
         approvals=ApprovalService(store),
         audit=AuditService(store),
         policy=PolicyService(store, catalog, annotator, resolver, config, on_change),
+        backup=BackupService(store),
     )
 
 

@@ -4,11 +4,18 @@ Every write is one transaction that also bumps the store revision, so a running 
 notice what another process (the CLI, a second replica) changed. Database errors a person can
 act on (a read-only or locked file, an unreachable server) become `StoreError`s that name the
 store and the next step.
+
+Nothing is lost quietly: closing a SQLite store folds its write-ahead log into the file (so a
+copy of the file alone holds everything); a store that lost its data is refused, not migrated
+as a new one; and a write is refused when the file this process opened was deleted or replaced
+since, because the others read the file that is there now.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,13 +25,13 @@ import anyio
 import platformdirs
 from sqlalchemy import Connection, event, inspect, select, text, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from toolkeeper.config.model import GatewaySettings
+from toolkeeper.config.model import DEFAULT_DATABASE_TIMEOUT, GatewaySettings
 from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.store.migrations import SCHEMA_HEAD, VERSION_TABLE
-from toolkeeper.store.tables import store_revision
+from toolkeeper.store.tables import metadata, store_revision
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +58,13 @@ def store_url(settings: GatewaySettings) -> str:
     return f"sqlite:///{home / STORE_FILE}"
 
 
-def _async_url(url: str) -> tuple[str, dict[str, Any], str | None]:
+def _async_url(url: str, timeout: float) -> tuple[str, dict[str, Any], str | None]:
     """Accept plain `sqlite://` and `postgresql://` URLs and pick the async driver for them.
 
     A `schema` query parameter on a PostgreSQL URL keeps toolkeeper's tables in that schema
-    (created when missing), so a team can share one database with other applications.
+    (created when missing), so a team can share one database with other applications. A
+    PostgreSQL server gets `timeout` seconds to accept a connection and to answer each statement:
+    one that accepts and never answers would otherwise hold every command for a minute or more.
     """
     parsed = make_url(url)
     backend = parsed.get_backend_name()
@@ -66,6 +75,8 @@ def _async_url(url: str) -> tuple[str, dict[str, Any], str | None]:
         connect_args["timeout"] = SQLITE_BUSY_SECONDS
     elif backend == "postgresql":
         parsed = parsed.set(drivername="postgresql+asyncpg")
+        connect_args["timeout"] = timeout
+        connect_args["command_timeout"] = timeout
         schema = parsed.query.get("schema")
         if schema:
             parsed = parsed.difference_update_query(["schema"])
@@ -79,23 +90,43 @@ def _async_url(url: str) -> tuple[str, dict[str, Any], str | None]:
     )
 
 
+class _Step:
+    """What a store operation was doing when it failed: connecting, or running statements."""
+
+    def __init__(self) -> None:
+        self.doing = "connecting"
+
+
 class Store:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, timeout: float = DEFAULT_DATABASE_TIMEOUT) -> None:
         self.url = url
+        self.timeout = timeout
         self._engine: AsyncEngine | None = None
         parsed = make_url(url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
-        self.path = Path(parsed.database) if self.is_sqlite and parsed.database else None
+        database = parsed.database or ""
+        if self.is_sqlite and database.startswith("file:"):  # a URI filename (`?uri=true`)
+            database = database.removeprefix("file:")
+        self.path = Path(database) if self.is_sqlite and database and database != ":memory:" else None
         # What error messages call the store: the file, or the URL without its password.
         self.label = str(self.path) if self.path else parsed.render_as_string(hide_password=True)
+        self.address = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
+        # The SQLite file this process opened (device, inode), to notice it deleted or replaced.
+        self._identity: tuple[int, int] | None = None
+        self._loss_reported = False
 
     @classmethod
     def from_settings(cls, settings: GatewaySettings) -> Store:
-        return cls(store_url(settings))
+        return cls(store_url(settings), timeout=settings.database_timeout)
 
     async def open(self) -> Store:
-        """Connect, creating the file and bringing the schema up to date on first use."""
-        async_url, connect_args, schema = _async_url(self.url)
+        """Connect, creating the file and bringing the schema up to date on first use.
+
+        A store that is already open is left as it is (`async with await Store(...).open()`
+        opens it once)."""
+        if self._engine is not None:
+            return self
+        async_url, connect_args, schema = _async_url(self.url, self.timeout)
         if self.path is not None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,20 +135,40 @@ class Store:
                     f"Cannot create the folder for the store {self.label}: {exc.strerror}. "
                     "Set TOOLKEEPER_HOME (or toolkeeper.home) to a writable folder."
                 ) from None
-        engine = create_async_engine(async_url, connect_args=connect_args)
+        options: dict[str, Any] = {} if self.is_sqlite else {"pool_timeout": self.timeout}
+        engine = create_async_engine(async_url, connect_args=connect_args, **options)
         if self.is_sqlite:
             _use_explicit_sqlite_transactions(engine)
         self._engine = engine
-        if schema:
-            async with self._translate_errors(), engine.begin() as conn:
-                await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
-        await self._migrate()
+        try:
+            if schema:
+                async with self._translate_errors(), engine.begin() as conn:
+                    await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+            await self._migrate()
+        except BaseException:
+            # Closed without folding the log into the file: a store refused as damaged keeps
+            # what is left of it exactly as it was found.
+            self._engine = None
+            with anyio.CancelScope(shield=True):
+                await engine.dispose()
+            raise
+        self._identity = self._file_identity()
         return self
 
     async def close(self) -> None:
-        if self._engine is not None:
-            await self._engine.dispose()
-            self._engine = None
+        """Fold a SQLite store's write-ahead log into its file, then disconnect. Without the
+        fold the file alone (what people copy) could hold none of the data."""
+        engine, self._engine = self._engine, None
+        if engine is None:
+            return
+        with anyio.CancelScope(shield=True):
+            if self.is_sqlite and self._identity is not None and self._file_identity() == self._identity:
+                try:
+                    async with engine.connect() as conn:
+                        await conn.run_sync(_checkpoint)
+                except Exception as exc:  # noqa: BLE001 - a read-only store cannot fold; nothing is lost
+                    logger.info("store %s: the write-ahead log stays beside the file: %s", self.label, exc)
+            await engine.dispose()
 
     async def __aenter__(self) -> Store:
         return await self.open()
@@ -133,7 +184,9 @@ class Store:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        async with self._translate_errors(), self.engine.connect() as conn:
+        step = _Step()
+        async with self._translate_errors(step), self.engine.connect() as conn:
+            step.doing = "a statement"
             yield conn
 
     @asynccontextmanager
@@ -153,7 +206,9 @@ class Store:
 
     @asynccontextmanager
     async def _transaction(self, bump_revision: bool) -> AsyncIterator[AsyncConnection]:
-        async with self._translate_errors(), self.engine.connect() as conn:
+        step = _Step()
+        async with self._translate_errors(step), self.engine.connect() as conn:
+            step.doing = "a statement"
             # SQLite: take the write lock up front, so two writers queue instead of one failing
             # when both try to upgrade a read lock.
             conn = await conn.execution_options(sqlite_begin="BEGIN IMMEDIATE")
@@ -161,6 +216,37 @@ class Store:
                 yield conn
                 if bump_revision:
                     await conn.execute(update(store_revision).values(value=store_revision.c.value + 1))
+                # Last, just before the commit: a write that reached a file nobody reads any
+                # more is rolled back and reported, not reported as saved.
+                self._check_identity()
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        """The SQLite file's (device, inode); None when it is gone or empty, or not SQLite."""
+        if self.path is None:
+            return None
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return None
+        return (stat.st_dev, stat.st_ino) if stat.st_size > 0 else None
+
+    def _check_identity(self) -> None:
+        if self._identity is None:
+            return  # not SQLite, or still opening
+        now = self._file_identity()
+        if now == self._identity:
+            return
+        what = "deleted or emptied" if now is None else "replaced by another file"
+        message = (
+            f"The store {self.label} was {what} after this process opened it, so nothing was saved: "
+            "the change would have gone to the old file, which no other process reads. Restart the "
+            "gateway (and any command still running) so that it opens the file that is there now; "
+            "a backup can be restored into it."
+        )
+        if not self._loss_reported:
+            self._loss_reported = True
+            logger.error("%s", message)
+        raise StoreError(message)
 
     async def revision(self) -> int:
         async with self.read() as conn:
@@ -191,28 +277,79 @@ class Store:
 
         async with self.write() as conn:
             # Under the write lock, so two processes starting at once do not both migrate.
-            if await conn.run_sync(_schema_versions) != [head]:
+            versions = await conn.run_sync(_schema_versions)
+            if versions != [head]:
+                problem = await conn.run_sync(self._lost_data) if not versions else None
+                if problem is None and versions:
+                    problem = await conn.run_sync(_unknown_versions, config, versions)
+                if problem is not None:
+                    logger.error("%s", problem)
+                    raise StoreError(problem)
                 logger.info("store %s: migrating schema to %s", self.label, head)
                 await conn.run_sync(upgrade)
 
+    def _lost_data(self, sync_conn: Connection) -> str | None:
+        """Why a store without a schema version is not a new one, if it is not: it has tables,
+        or its SQLite write-ahead log holds data the file does not show (a damaged log). A new
+        store is an absent or empty file, or an empty database."""
+        tables = set(inspect(sync_conn).get_table_names())
+        ours = tables & set(metadata.tables)
+        keep = (
+            "Nothing was changed. Restore a backup into a new store, or move the file away to start "
+            "an empty one."
+        )
+        if ours:
+            return (
+                f"The store {self.label} has toolkeeper's tables but no schema version, "
+                "so part of it is lost (a damaged or missing write-ahead log, or a copy of the file made "
+                f"without its -wal file); it is not migrated as a new store. {keep}"
+            )
+        if self.path is None:
+            return None  # a PostgreSQL database may hold other applications' tables
+        if tables:
+            return (
+                f"The store {self.label} holds tables of another program ({', '.join(sorted(tables)[:5])}), "
+                "so toolkeeper does not use it. Point TOOLKEEPER_HOME (or toolkeeper.databaseUrl) at a "
+                "file of its own."
+            )
+        wal = self.path.with_name(self.path.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            # Its own connection has written nothing yet: these bytes were there before, and
+            # SQLite could not read them. Closing would delete the log; keep a copy.
+            kept = wal.with_name(wal.name + ".damaged")
+            shutil.copy2(wal, kept)
+            return (
+                f"The store {self.label} shows no tables, but its write-ahead log holds "
+                f"{wal.stat().st_size} bytes that SQLite cannot read (a damaged log), so it is not "
+                f"migrated as a new store; the log is kept as {kept}. {keep}"
+            )
+        return None
+
     @asynccontextmanager
-    async def _translate_errors(self) -> AsyncIterator[None]:
+    async def _translate_errors(self, step: _Step | None = None) -> AsyncIterator[None]:
         try:
             yield
         except StoreError:
             raise
-        except (OperationalError, DBAPIError, OSError) as exc:
-            raise StoreError(self._explain(exc)) from exc
-        except SQLAlchemyError as exc:
-            if "no such table" in str(exc) or "does not exist" in str(exc):
-                raise StoreError(
-                    f"The store {self.label} is missing its tables; it may belong to another program."
-                ) from exc
-            raise
+        except (SQLAlchemyError, OSError) as exc:
+            # Every database failure, not only the driver's: anything else would reach a client
+            # as an internal error with a traceback instead of a message naming the store.
+            raise StoreError(self._explain(exc, step.doing if step else "a statement")) from exc
 
-    def _explain(self, exc: Exception) -> str:
-        message = str(getattr(exc, "orig", None) or exc)
+    def _explain(self, exc: Exception, doing: str = "a statement") -> str:
+        cause = getattr(exc, "orig", None) or exc
+        # Some errors (a timeout) have no text: their type is the reason then.
+        message = str(cause).strip() or type(cause).__name__
         lowered = message.lower()
+        if isinstance(cause, TimeoutError) and not self.is_sqlite:
+            what = "connecting" if doing == "connecting" else "waiting for the answer to a statement"
+            return (
+                f"The database {self.label} at {self.address} did not answer: {what} timed out after "
+                f"{self.timeout:g} s. Check that the server at {self.address} is running and answering, "
+                "or allow more time with toolkeeper.databaseTimeout (TOOLKEEPER_DATABASE_TIMEOUT)."
+            )
+        if "no such table" in lowered or ("does not exist" in lowered and "relation" in lowered):
+            return f"The store {self.label} is missing its tables; it may belong to another program."
         if "readonly" in lowered or "read-only" in lowered:
             return (
                 f"The store {self.label} is read-only, so nothing was saved. Make it writable "
@@ -234,6 +371,31 @@ class Store:
             f"Cannot use the database {self.label}: {message}. Check that the server is running and the "
             "URL (TOOLKEEPER_DATABASE_URL or toolkeeper.databaseUrl) is right."
         )
+
+
+def _checkpoint(sync_conn: Connection) -> None:
+    # On the driver's connection: SQLAlchemy's own would open a transaction around it first,
+    # and a checkpoint inside a transaction cannot truncate the log.
+    cursor = sync_conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        cursor.close()
+
+
+def _unknown_versions(_sync_conn: Connection, config: Any, versions: list[str]) -> str | None:
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    try:
+        ScriptDirectory.from_config(config).get_revisions(tuple(versions))
+    except (CommandError, KeyError, ValueError):
+        return (
+            f"The store records schema version {', '.join(versions)}, which this toolkeeper does not know "
+            "(a newer toolkeeper wrote it?). Nothing was changed: use that toolkeeper, or restore a backup "
+            "into a new store."
+        )
+    return None
 
 
 def _schema_versions(sync_conn: Connection) -> list[str]:

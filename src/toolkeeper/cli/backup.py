@@ -1,0 +1,45 @@
+"""`toolkeeper backup FILE` and `toolkeeper restore FILE`: a thin face over services/backup.py.
+Both work while the gateway runs: a backup is one consistent moment of the store, a restore one
+transaction that running gateways reload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from toolkeeper.cli.common import ConfigOption, DemoOption, JsonOption, app, load, print_json, run_service
+
+OverwriteOption = typer.Option(
+    False, "--overwrite", "--force", help="Replace what is there (the file, or the store's contents)."
+)
+
+
+@app.command("backup")
+def backup_command(
+    file: Path = typer.Argument(..., help="Where to write the backup (SQLite file, or JSON for PostgreSQL)."),
+    overwrite: bool = OverwriteOption,
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Back up the store to FILE, safely while the gateway runs."""
+    result = run_service(load(config, demo), lambda s: s.backup(file, overwrite=overwrite), kind="backup")
+    if as_json:
+        return print_json(result)
+    print(f"Backed up {result['store']} to {result['file']} ({result['toolsets']} toolset(s)).")
+
+
+@app.command("restore")
+def restore_command(
+    file: Path = typer.Argument(..., help="A backup made by `toolkeeper backup`."),
+    overwrite: bool = OverwriteOption,
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Replace the store's contents with the backup in FILE (checked first; all or nothing)."""
+    result = run_service(load(config, demo), lambda s: s.restore(file, overwrite=overwrite), kind="backup")
+    if as_json:
+        return print_json(result)
+    print(f"Restored {result['toolsets']} toolset(s) from {result['file']} into {result['store']}.")

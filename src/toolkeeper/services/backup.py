@@ -1,0 +1,316 @@
+"""Backing up a store and restoring one, safely while the gateway runs.
+
+A SQLite store is backed up with SQLite's online backup API: one consistent copy of the file
+and its write-ahead log, made while others read and write, written as one self-contained file.
+A PostgreSQL store is backed up as a JSON dump of toolkeeper's tables, read in one snapshot.
+It is not `pg_dump`: that needs a client matching the server's version on PATH, dumps SQL that
+only PostgreSQL reads back, and ties a restore to a schema name; the dump here is read back
+into either kind of store, and checked completely before anything is replaced.
+
+A restore reads the file into a scratch SQLite store first (migrating an older backup, checking
+every row against the tables' constraints), then replaces the store's rows in one transaction:
+the store is either as it was or as the backup was, and running gateways reload it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Mapping
+from contextlib import closing
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+from sqlalchemy import DateTime, Integer, Table, func, insert, select, text
+
+from toolkeeper.errors import ErrorKind, NextStep, ServiceError
+from toolkeeper.store import Store, StoreError
+from toolkeeper.store.db import SQLITE_BUSY_SECONDS
+from toolkeeper.store.migrations import SCHEMA_HEAD, VERSION_TABLE
+from toolkeeper.store.tables import metadata, store_revision, toolsets
+from toolkeeper.store.toolsets import aware
+
+DUMP_FORMAT = "toolkeeper-store"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# Every table a backup holds, parents before children. The revision counter is the store's own:
+# a restore bumps it, so running gateways reload.
+TABLES: tuple[Table, ...] = tuple(t for t in metadata.sorted_tables if t is not store_revision)
+
+
+class BackupService:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def backup(self, target: Path, *, overwrite: bool = False) -> dict[str, Any]:
+        """Write a backup of the store to `target`: a SQLite file for a SQLite store, a JSON dump
+        for PostgreSQL. The file appears whole or not at all."""
+        target = target.expanduser()
+        if target.is_dir():
+            raise ServiceError(f"{target} is a folder: name the backup file to write.")
+        if not target.parent.is_dir():
+            raise ServiceError(f"Cannot write the backup {target}: its folder does not exist.")
+        if self.store.path is not None and target.resolve() == self.store.path.resolve():
+            raise ServiceError(f"{target} is the store itself: name another file for the backup.")
+        if target.exists() and not overwrite:
+            raise ServiceError(
+                f"{target} already exists, so no backup was written.", ErrorKind.CONFLICT, NextStep.OVERWRITE
+            )
+        if self.store.is_sqlite:
+            counts = await anyio.to_thread.run_sync(self._sqlite_backup, target)
+            kind = "sqlite"
+        else:
+            rows = await _read_rows(self.store, snapshot=True)
+            dump = {
+                "format": DUMP_FORMAT,
+                "schema": SCHEMA_HEAD,
+                "tables": {name: [_jsonable(row) for row in table] for name, table in rows.items()},
+            }
+            _write_atomically(target, json.dumps(dump, ensure_ascii=False, indent=1).encode())
+            counts = {name: len(table) for name, table in rows.items()}
+            kind = "json"
+        return {
+            "file": str(target),
+            "format": kind,
+            "store": self.store.label,
+            "toolsets": counts.get(toolsets.name, 0),
+            "rows": counts,
+        }
+
+    async def restore(self, source: Path, *, overwrite: bool = False) -> dict[str, Any]:
+        """Replace everything in the store with the backup in `source`, in one transaction, after
+        checking the whole file. A store that holds anything is replaced only with `overwrite`."""
+        source = source.expanduser()
+        rows = await _staged_rows(source)
+        present = await self._counts()
+        if any(present.values()) and not overwrite:
+            raise ServiceError(
+                f"The store {self.store.label} already holds {present.get(toolsets.name, 0)} toolset(s) "
+                f"and {sum(present.values())} rows in all; restoring {source} would replace all of it, "
+                "so nothing was changed.",
+                ErrorKind.CONFLICT,
+                NextStep.OVERWRITE,
+            )
+        async with self.store.write() as conn:
+            for table in reversed(TABLES):
+                await conn.execute(table.delete())
+            for table in TABLES:
+                if rows[table.name]:
+                    await conn.execute(insert(table), rows[table.name])
+            if not self.store.is_sqlite:
+                await _advance_sequences(conn)
+        counts = {name: len(table) for name, table in rows.items()}
+        return {
+            "file": str(source),
+            "store": self.store.label,
+            "replaced": any(present.values()),
+            "toolsets": counts.get(toolsets.name, 0),
+            "rows": counts,
+        }
+
+    async def _counts(self) -> dict[str, int]:
+        async with self.store.read() as conn:
+            return {
+                t.name: int((await conn.execute(select(func.count()).select_from(t))).scalar_one())
+                for t in TABLES
+            }
+
+    def _sqlite_backup(self, target: Path) -> dict[str, int]:
+        assert self.store.path is not None
+        partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
+        try:
+            with closing(sqlite3.connect(self.store.path, timeout=SQLITE_BUSY_SECONDS)) as src:
+                with closing(sqlite3.connect(partial)) as dst:
+                    # One step: the copy is one consistent moment of the store, log included.
+                    src.backup(dst)
+                    # A backup is one file: no write-ahead log beside it.
+                    dst.execute("PRAGMA journal_mode=DELETE")
+                    counts = {
+                        t.name: int(dst.execute(f'SELECT COUNT(*) FROM "{t.name}"').fetchone()[0])
+                        for t in TABLES
+                    }
+            os.replace(partial, target)
+        except sqlite3.Error as exc:
+            raise StoreError(f"Cannot back up the store {self.store.label}: {exc}.") from None
+        except OSError as exc:
+            raise ServiceError(f"Cannot write the backup {target}: {exc.strerror or exc}.") from None
+        finally:
+            partial.unlink(missing_ok=True)
+        return counts
+
+
+async def _read_rows(store: Store, *, snapshot: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Every row of every table, read in one transaction (a repeatable snapshot on PostgreSQL)."""
+    async with store.read() as conn:
+        if snapshot and not store.is_sqlite:
+            conn = await conn.execution_options(isolation_level="REPEATABLE READ")
+        async with conn.begin():
+            rows: dict[str, list[dict[str, Any]]] = {}
+            for table in TABLES:
+                result = await conn.execute(select(table))
+                rows[table.name] = [_normalised(table, dict(row)) for row in result.mappings()]
+            return rows
+
+
+def _normalised(table: Table, row: dict[str, Any]) -> dict[str, Any]:
+    for column in table.columns:
+        if isinstance(column.type, DateTime) and isinstance(row.get(column.name), datetime):
+            row[column.name] = aware(row[column.name])
+    return row
+
+
+def _jsonable(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value.isoformat() if isinstance(value, datetime) else value for key, value in row.items()}
+
+
+async def _staged_rows(source: Path) -> dict[str, list[dict[str, Any]]]:
+    """The backup's rows, after loading them into a scratch store at the current schema: a file
+    that is not a whole toolkeeper backup is refused before the store is touched."""
+    if not source.is_file():
+        raise ServiceError(f"The backup {source} does not exist or is not a file.")
+    try:
+        with source.open("rb") as file:
+            head = file.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise ServiceError(f"Cannot read the backup {source}: {exc.strerror or exc}.") from None
+    with tempfile.TemporaryDirectory(prefix="toolkeeper-restore-") as scratch:
+        staged = Path(scratch) / "staged.db"
+        if head == SQLITE_MAGIC:
+            await anyio.to_thread.run_sync(_check_sqlite_backup, source, staged)
+            dump = None
+        else:
+            dump = _read_dump(source)
+        store = Store(f"sqlite:///{staged}")
+        try:
+            await store.open()
+            if dump is not None:
+                async with store.write() as conn:
+                    for table in TABLES:
+                        if dump[table.name]:
+                            await conn.execute(insert(table), dump[table.name])
+            return await _read_rows(store)
+        except StoreError as exc:
+            # The scratch store's name means nothing to the person: give the database's reason.
+            cause = getattr(exc.__cause__, "orig", None) or exc.__cause__ or exc
+            raise ServiceError(
+                f"The backup {source} cannot be restored ({cause}); nothing was restored."
+            ) from None
+        finally:
+            await store.close()
+
+
+def _check_sqlite_backup(source: Path, staged: Path) -> None:
+    """Copy a SQLite backup (with its write-ahead log, if one lies beside it) and check it is a
+    whole toolkeeper store."""
+    shutil.copyfile(source, staged)
+    log = source.with_name(source.name + "-wal")
+    if log.is_file():
+        shutil.copyfile(log, staged.with_name(staged.name + "-wal"))
+    try:
+        with closing(sqlite3.connect(staged)) as db:
+            integrity = db.execute("PRAGMA integrity_check").fetchone()[0]
+            if integrity != "ok":
+                raise ServiceError(f"The backup {source} is damaged ({integrity}), so nothing was restored.")
+            names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            versions = (
+                db.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchall()
+                if VERSION_TABLE in names
+                else []
+            )
+    except sqlite3.Error as exc:
+        raise ServiceError(
+            f"The backup {source} is not a readable SQLite file ({exc}), so nothing was restored."
+        ) from None
+    if not versions:
+        raise ServiceError(
+            f"The backup {source} holds no toolkeeper schema version, so it is not a toolkeeper backup "
+            "(a copy of a store file made without its -wal file may hold none of its data); "
+            "nothing was restored."
+        )
+
+
+def _read_dump(source: Path) -> dict[str, list[dict[str, Any]]]:
+    """A JSON dump's rows by table, each column checked against the tables."""
+    where = f"The backup {source}"
+    try:
+        dump = json.loads(source.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ServiceError(
+            f"{where} is neither a SQLite file nor a JSON dump ({exc}); nothing was restored."
+        ) from None
+    if (
+        not isinstance(dump, dict)
+        or dump.get("format") != DUMP_FORMAT
+        or not isinstance(dump.get("tables"), dict)
+    ):
+        raise ServiceError(
+            f'{where} is not a toolkeeper dump (no "format": "{DUMP_FORMAT}"); nothing was restored.'
+        )
+    if dump.get("schema") != SCHEMA_HEAD:
+        raise ServiceError(
+            f"{where} was made with schema version {dump.get('schema')!r}, and this toolkeeper uses "
+            f"{SCHEMA_HEAD!r}: restore it with the toolkeeper that made it; nothing was restored."
+        )
+    known = {table.name: table for table in TABLES}
+    unknown = sorted(set(dump["tables"]) - set(known))
+    if unknown:
+        raise ServiceError(
+            f"{where} holds tables toolkeeper does not have ({', '.join(unknown)}); nothing was restored."
+        )
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for name, table in known.items():
+        given = dump["tables"].get(name, [])
+        if not isinstance(given, list) or not all(isinstance(row, dict) for row in given):
+            raise ServiceError(f"{where}: table {name} is not a list of rows; nothing was restored.")
+        rows[name] = [_row_of(table, row, where) for row in given]
+    return rows
+
+
+def _row_of(table: Table, row: dict[str, Any], where: str) -> dict[str, Any]:
+    columns = {column.name: column for column in table.columns}
+    extra = sorted(set(row) - set(columns))
+    if extra:
+        raise ServiceError(f"{where}: table {table.name} has no column {extra[0]!r}; nothing was restored.")
+    values = dict(row)
+    for name, value in row.items():
+        if isinstance(columns[name].type, DateTime) and isinstance(value, str):
+            try:
+                values[name] = aware(datetime.fromisoformat(value))
+            except ValueError:
+                raise ServiceError(
+                    f"{where}: {table.name}.{name} holds {value!r}, which is not a time; "
+                    "nothing was restored."
+                ) from None
+    return values
+
+
+async def _advance_sequences(conn: Any) -> None:
+    """PostgreSQL hands out ids from sequences that rows inserted with their own ids do not move."""
+    for table in TABLES:
+        id_column = table.columns.get("id")
+        if id_column is None or not isinstance(id_column.type, Integer):
+            continue
+        await conn.execute(
+            text(
+                "SELECT setval(pg_get_serial_sequence(:table, 'id'), COALESCE(MAX(id), 1), "
+                "MAX(id) IS NOT NULL) "
+                f'FROM "{table.name}"'
+            ),
+            {"table": table.name},
+        )
+
+
+def _write_atomically(target: Path, content: bytes) -> None:
+    partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
+    try:
+        partial.write_bytes(content)
+        os.replace(partial, target)
+    except OSError as exc:
+        raise ServiceError(f"Cannot write the backup {target}: {exc.strerror or exc}.") from None
+    finally:
+        partial.unlink(missing_ok=True)
