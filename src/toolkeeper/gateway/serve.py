@@ -54,7 +54,9 @@ async def serve_stdio(config: Config, store: Store) -> None:
         tg.start_soon(_cancel_on_signal, tg.cancel_scope)
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
-        async with stdio_streams(FastLane(gateway, server.server_info_stamp)) as (read_stream, write_stream):
+        async with stdio_streams(
+            FastLane(gateway, server.server_info_stamp), config.settings.stdio_max_message_bytes
+        ) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
         logger.info("client disconnected; stopping downstream servers")
         tg.cancel_scope.cancel()
@@ -135,10 +137,12 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         host=host,
-        transport_security=security,
+        # The edge's HostGuard decides for every request, before the SDK sees it: the SDK's own
+        # check matches "localhost:" by prefix, so "localhost:80@evil.com" would pass it.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=max_bytes,
     )
-    # The fast lane sets X-Accel-Buffering on its own answers; everything else passes the SDK.
+    # The edge sets X-Accel-Buffering on its own answers; everything else passes the SDK.
     fast = HttpFastLane(
         NoProxyBuffering(app),
         FastLane(gateway, server.server_info_stamp, http=True),
