@@ -548,7 +548,7 @@ def test_schema_key_is_allowed():
             "<config>: unknown setting 'toolkeeper.port'. Allowed: approvalTimeout, auditArguments, "
             "auditRetentionDays, autoApproveReadOnly, confirm, confirmDestructive, databaseUrl, "
             "featureFlags, home, http, inferHints, logLevel, maxConcurrentConnects, retryWindow, "
-            "sanitizeUntrustedHints, trustIdempotentRetries.",
+            "sanitizeUntrustedHints, stdio, trustIdempotentRetries.",
         ),
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',

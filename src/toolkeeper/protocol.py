@@ -133,7 +133,7 @@ def refusal(message: Any, surrogate_at: str | None = None) -> Refusal | None:
                 INVALID_PARAMS,
                 f"Invalid params: {method} was not run: the text at {surrogate_at} holds a lone UTF-16 "
                 "surrogate (a \\ud800-style escape with no pair), which has no UTF-8 form and cannot be "
-                "forwarded; send valid Unicode",
+                "encoded for any server; send valid Unicode",
             )
         return None
     # Not even a notification: answered, with a null id if it has none (as JSON-RPC asks).
