@@ -548,8 +548,7 @@ def test_schema_key_is_allowed():
             "<config>: unknown setting 'toolkeeper.port'. Allowed: approvalTimeout, auditArguments, "
             "auditRetentionDays, autoApproveReadOnly, confirm, confirmDestructive, databaseTimeout, "
             "databaseUrl, featureFlags, home, http, inferHints, logLevel, maxConcurrentConnects, "
-            "maxServerInstructions, "
-            "retryWindow, sanitizeUntrustedHints, trustIdempotentRetries.",
+            "maxServerInstructions, retryWindow, sanitizeUntrustedHints, stdio, trustIdempotentRetries.",
         ),
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',

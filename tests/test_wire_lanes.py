@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import time
 import urllib.error
@@ -217,3 +218,445 @@ def test_the_fast_lanes_host_check_parses_instead_of_matching_prefixes(
         [o for name in names for o in (f"http://{name}", f"http://{name}:*")],
     )
     assert guard.allows(host, origin) is allowed
+
+
+# --- Hardening: bad input is answered for that request alone, at the transport's edge ---
+
+HANDSHAKE_INIT = {
+    "protocolVersion": "2025-06-18",
+    "capabilities": {},
+    "clientInfo": {"name": "wire-test", "version": "1"},
+}
+SURROGATE_TEXT = '"\\ud800"'  # JSON's escape for a lone UTF-16 surrogate, which has no UTF-8 form
+
+
+def surrogate_call(request_id: Any, meta: dict[str, Any], where: str) -> str:
+    """A tools/call line whose arguments or `_meta` hold a lone surrogate (as the raw escape)."""
+    arguments = '{"text":' + SURROGATE_TEXT + "}" if where == "arguments" else '{"text":"fine"}'
+    meta_json = json.dumps(meta)
+    if where == "_meta":
+        meta_json = meta_json[:-1] + (", " if meta else "") + '"com.example/note":' + SURROGATE_TEXT + "}"
+    return (
+        f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},"method":"tools/call","params":'
+        f'{{"name":"ctl__echo","arguments":{arguments},"_meta":{meta_json}}}}}'
+    )
+
+
+def pid_of(result: dict[str, Any]) -> str:
+    return str(result["result"]["content"][0]["text"])
+
+
+@pytest.mark.parametrize("era", ["modern", "handshake"])
+def test_a_lone_surrogate_is_refused_for_that_request_alone_and_the_shared_server_lives_on_over_stdio(
+    tmp_path: Path, era: str
+) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    gateway = StdioGateway(config)
+    meta = ENVELOPE if era == "modern" else {}
+    try:
+        if era == "handshake":
+            gateway.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": HANDSHAKE_INIT})
+            gateway.answer("init")
+            gateway.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        wait_for_tools(gateway, meta or None)
+        pid_before = pid_of(gateway.call("pid-1", {"name": "ctl__pid", "arguments": {}, "_meta": meta}))
+        # A slow call in flight on the same downstream must come back whole.
+        slow = {"name": "ctl__sleep", "arguments": {"seconds": 1.5}, "_meta": {**meta, "progressToken": "p"}}
+        gateway.send({"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": slow})
+        # The plain call (the modern client's fast lane) and one with a progress token (the
+        # SDK's path and its relay), each with the surrogate in its arguments and in `_meta`.
+        for number, (extra, where) in enumerate(
+            [
+                ({}, "arguments"),
+                ({}, "_meta"),
+                ({"progressToken": 9}, "arguments"),
+                ({"progressToken": 9}, "_meta"),
+            ]
+        ):
+            gateway.send(surrogate_call(f"bad-{number}", {**meta, **extra}, where))
+            refused = gateway.answer(f"bad-{number}")
+            assert refused["error"]["code"] == -32602, refused
+            assert "surrogate" in refused["error"]["message"]
+        assert gateway.answer("slow")["result"]["content"][0]["text"] == "slept"
+        pid_after = pid_of(gateway.call("pid-2", {"name": "ctl__pid", "arguments": {}, "_meta": meta}))
+        assert pid_after == pid_before  # the downstream was never restarted
+    finally:
+        gateway.close()
+
+
+class HttpGateway:
+    """A gateway over HTTP spoken to with raw requests (any Host header, any body)."""
+
+    def __init__(self, config: Path) -> None:
+        self.port = free_port()
+        self.process = spawn_http_gateway(config, self.port)
+        wait_port(self.port)
+
+    def request(
+        self, body: bytes | str | dict[str, Any] | list[Any] = b"", method: str = "POST", **headers: str
+    ) -> tuple[int, dict[str, str], str]:
+        import http.client
+
+        data = (
+            body
+            if isinstance(body, bytes)
+            else (body if isinstance(body, str) else json.dumps(body)).encode()
+        )
+        wire_headers = {
+            "host": f"127.0.0.1:{self.port}",
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            **{k.replace("_", "-"): v for k, v in headers.items()},
+        }
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            connection.putrequest(method, "/mcp", skip_host=True, skip_accept_encoding=True)
+            for key, value in wire_headers.items():
+                connection.putheader(key, value)
+            connection.putheader("content-length", str(len(data)))
+            connection.endheaders(data)
+            response = connection.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read().decode()
+        finally:
+            connection.close()
+
+    def rpc(self, body: Any, **headers: str) -> dict[str, Any]:
+        """The one JSON-RPC message a POST was answered with (plain JSON or one SSE event)."""
+        status, _, text = self.request(body, **headers)
+        messages = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+        answers = [m for m in messages if "method" not in m] if messages else [json.loads(text)]
+        assert len(answers) == 1, (status, text)
+        return answers[0]
+
+    def handshake(self) -> dict[str, str]:
+        """A fresh handshake-era session: the headers its requests carry."""
+        status, headers, _ = self.request(
+            {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": HANDSHAKE_INIT}
+        )
+        assert status == 200
+        session = {"mcp_session_id": headers["mcp-session-id"], "mcp_protocol_version": "2025-06-18"}
+        self.request({"jsonrpc": "2.0", "method": "notifications/initialized"}, **session)
+        return session
+
+    def close(self) -> None:
+        stop(self.process)
+
+
+def modern_headers(name: str) -> dict[str, str]:
+    return {"mcp_protocol_version": MODERN, "mcp_method": "tools/call", "mcp_name": name}
+
+
+def wait_for_http_tools(gateway: HttpGateway) -> None:
+    for _ in range(100):
+        answer = gateway.rpc(
+            {
+                "jsonrpc": "2.0",
+                "id": "w",
+                "method": "tools/call",
+                "params": {"name": "ctl__pid", "arguments": {}, "_meta": ENVELOPE},
+            },
+            **modern_headers("ctl__pid"),
+        )
+        if "result" in answer and not answer["result"].get("isError"):
+            return
+        time.sleep(0.1)
+    raise AssertionError("the downstream's tools never showed")
+
+
+def test_a_lone_surrogate_over_http_is_refused_for_that_request_alone_in_both_eras(tmp_path: Path) -> None:
+    import threading
+
+    config = write_config(tmp_path, {"ctl": controllable()})
+    gateway = HttpGateway(config)
+    try:
+        wait_for_http_tools(gateway)
+        pid_call = {"name": "ctl__pid", "arguments": {}, "_meta": ENVELOPE}
+        pid_before = pid_of(
+            gateway.rpc(
+                {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": pid_call},
+                **modern_headers("ctl__pid"),
+            )
+        )
+        # Another client's call in flight on the shared downstream.
+        slow: dict[str, Any] = {}
+        slow_call = {"name": "ctl__sleep", "arguments": {"seconds": 1.5}, "_meta": ENVELOPE}
+        in_flight = threading.Thread(
+            target=lambda: slow.update(
+                gateway.rpc(
+                    {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": slow_call},
+                    **modern_headers("ctl__sleep"),
+                )
+            )
+        )
+        in_flight.start()
+        session = gateway.handshake()
+        for number, (meta, headers) in enumerate(
+            [
+                (ENVELOPE, modern_headers("ctl__echo")),  # the fast lane
+                ({**ENVELOPE, "progressToken": 5}, modern_headers("ctl__echo")),  # the SDK's modern path
+                ({"progressToken": 5}, session),  # a handshake-era session
+                ({}, session),
+            ]
+        ):
+            for where in ("arguments", "_meta"):
+                refused = gateway.rpc(surrogate_call(f"bad-{number}-{where}", meta, where), **headers)
+                assert refused["id"] == f"bad-{number}-{where}"
+                assert refused["error"]["code"] == -32602, refused
+        in_flight.join(30)
+        assert slow["result"]["content"][0]["text"] == "slept"
+        pid_after = pid_of(
+            gateway.rpc(
+                {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": pid_call},
+                **modern_headers("ctl__pid"),
+            )
+        )
+        assert pid_after == pid_before
+    finally:
+        gateway.close()
+
+
+def test_the_exact_host_and_origin_check_decides_for_every_http_request(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    gateway = HttpGateway(config)
+    port = gateway.port
+    initialize = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": HANDSHAKE_INIT}
+    try:
+        session = gateway.handshake()
+        bad = [
+            ({"host": f"localhost:{port}@evil.com"}, 421),
+            ({"host": f"localhost:{port}, evil.example.com"}, 421),
+            ({"origin": f"http://localhost:{port}.evil.com"}, 403),
+        ]
+        for headers, status in bad:
+            # An initialize POST (the SDK's path) and a GET of the session's stream.
+            answered, _, text = gateway.request(initialize, **headers)
+            assert (answered, text) == (
+                status,
+                "Invalid Host header" if status == 421 else "Invalid Origin header",
+            )
+            answered, _, _ = gateway.request(method="GET", accept="text/event-stream", **session, **headers)
+            assert answered == status
+            answered, _, _ = gateway.request(method="DELETE", **session, **headers)
+            assert answered == status
+        # Good names still pass.
+        assert (
+            gateway.request(initialize, host=f"localhost:{port}", origin=f"http://localhost:{port}")[0] == 200
+        )
+    finally:
+        gateway.close()
+
+
+SERVED_METHODS = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "tools/resolve",
+    "tools/annotations",
+    "server/discover",
+    "subscriptions/listen",
+]
+# (line, the error code, the id the answer carries)
+MALFORMED = [
+    *[
+        (
+            json.dumps({"jsonrpc": "2.0", "id": f"{method}-{kind}", "method": method, "params": params}),
+            -32602,
+            f"{method}-{kind}",
+        )
+        for method in SERVED_METHODS
+        for kind, params in (("array", []), ("string", "str"), ("number", 1))
+    ],
+    ('{"jsonrpc":"2.0","id":', -32700, None),
+    ("[]", -32600, None),
+    ('[{"jsonrpc":"2.0","id":"in-batch","method":"ping"}]', -32600, None),
+    ('"a string"', -32600, None),
+    (json.dumps({"jsonrpc": "1.0", "id": "v1", "method": "ping"}), -32600, "v1"),
+    (json.dumps({"id": "no-version", "method": "ping"}), -32600, "no-version"),
+    (json.dumps({"jsonrpc": "2.0", "id": 1.5, "method": "ping"}), -32600, None),
+    (json.dumps({"jsonrpc": "2.0", "id": None, "method": "ping"}), -32600, None),
+    (json.dumps({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}), -32600, None),
+    (json.dumps({"jsonrpc": "2.0", "id": True, "method": "ping"}), -32600, None),
+    (json.dumps({"jsonrpc": "2.0", "id": "no-method"}), -32600, "no-method"),
+    (
+        '{"jsonrpc":"2.0","id":"sur-param","method":"ping","params":{"x":' + SURROGATE_TEXT + "}}",
+        -32602,
+        "sur-param",
+    ),
+    (
+        '{"jsonrpc":"2.0","id":"sur-key","method":"tools/list","params":{' + SURROGATE_TEXT + ":1}}",
+        -32602,
+        "sur-key",
+    ),
+    ('{"jsonrpc":"2.0","id":' + SURROGATE_TEXT + ',"method":"ping"}', -32602, "\ud800"),
+    (
+        '{"jsonrpc":"2.0","id":"deep","method":"ping","params":{"x":' + "[" * 10_000 + "]" * 10_000 + "}}",
+        -32700,
+        None,
+    ),
+]
+
+
+def test_every_malformed_request_over_stdio_gets_one_answer_and_the_session_reads_on(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    gateway = StdioGateway(config)
+    try:
+        wait_for_tools(gateway, ENVELOPE)
+        for line, code, request_id in MALFORMED:
+            gateway.send(line)
+            # Malformed notifications get no answer (JSON-RPC answers no notification); the
+            # session must still read on, so a good request follows each.
+            gateway.send('{"jsonrpc":"2.0","method":"notifications/cancelled","params":[]}')
+            gateway.send('{"jsonrpc":"2.0","method":"notifications/x","params":{"x":' + SURROGATE_TEXT + "}}")
+            gateway.send(
+                {"jsonrpc": "2.0", "id": "after", "method": "tools/list", "params": {"_meta": ENVELOPE}}
+            )
+            answers = next_messages(gateway, 2)
+            assert answers[0]["id"] == request_id and answers[0]["error"]["code"] == code, (
+                line[:80],
+                answers,
+            )
+            assert answers[1]["id"] == "after" and "result" in answers[1], (line[:80], answers)
+    finally:
+        gateway.close()
+
+
+@pytest.mark.parametrize("limit", [None, 32768])
+def test_a_stdio_line_past_the_limit_is_answered_naming_the_setting_and_the_gateway_reads_on(
+    tmp_path: Path, limit: int | None
+) -> None:
+    settings = {"stdio": {"maxMessageBytes": limit}} if limit else {}
+    config = write_config(tmp_path, {"ctl": controllable()}, **settings)
+    expected = limit or 4 * 1024 * 1024
+    gateway = StdioGateway(config)
+    try:
+        wait_for_tools(gateway, ENVELOPE)
+        gateway.send(
+            '{"jsonrpc":"2.0","id":"long","method":"ping","params":{"x":"' + "y" * (expected + 10) + '"}}'
+        )
+        too_long = next_messages(gateway, 1)[0]
+        assert too_long["id"] is None and too_long["error"]["code"] == -32600
+        assert str(expected) in too_long["error"]["message"]
+        assert "toolkeeper.stdio.maxMessageBytes" in too_long["error"]["message"]
+        result = gateway.call(
+            "good", {"name": "ctl__echo", "arguments": {"text": "still here"}, "_meta": ENVELOPE}
+        )
+        assert result["result"]["structuredContent"] == {"echo": "still here"}
+    finally:
+        gateway.close()
+
+
+def next_messages(gateway: StdioGateway, count: int) -> list[dict[str, Any]]:
+    """The next `count` responses the gateway writes (notifications skipped)."""
+    assert gateway.process.stdout is not None
+    answers: list[dict[str, Any]] = []
+    while len(answers) < count:
+        # Bounded, so a gateway that never answers fails the test instead of hanging it.
+        ready, _, _ = select.select([gateway.process.stdout], [], [], 30)
+        assert ready, f"no answer within 30 s; got answers to {[a.get('id') for a in answers]}"
+        line = gateway.process.stdout.readline()
+        assert line, "the gateway closed stdout"
+        message = json.loads(line)
+        if "method" not in message:
+            answers.append(message)
+    return answers
+
+
+def test_every_malformed_post_over_http_gets_a_json_rpc_answer(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    gateway = HttpGateway(config)
+    try:
+        session = gateway.handshake()
+        for line, code, request_id in MALFORMED:
+            for headers in (session, {"mcp_protocol_version": MODERN}):
+                status, _, text = gateway.request(line, **headers)
+                answer = json.loads(text)
+                assert status == 400 and answer["error"]["code"] == code, (line[:80], status, text[:300])
+                assert answer["id"] == request_id
+        # The session still serves its client.
+        assert gateway.rpc({"jsonrpc": "2.0", "id": "after", "method": "ping"}, **session)["result"] == {}
+    finally:
+        gateway.close()
+
+
+def test_two_calls_in_flight_with_one_id_in_one_http_session_both_get_an_answer(tmp_path: Path) -> None:
+    import threading
+
+    config = write_config(tmp_path, {"ctl": controllable()})
+    gateway = HttpGateway(config)
+    try:
+        wait_for_http_tools(gateway)
+        session = gateway.handshake()
+        first: dict[str, Any] = {}
+        slow = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "ctl__sleep", "arguments": {"seconds": 1.5}},
+        }
+        in_flight = threading.Thread(target=lambda: first.update(gateway.rpc(slow, **session)))
+        in_flight.start()
+        time.sleep(0.5)  # lets the first call reach the server (the assertions do not depend on it)
+        echo = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "ctl__echo", "arguments": {"text": "x"}},
+        }
+        second = gateway.rpc(echo, **session)
+        in_flight.join(30)
+        assert first["id"] == 7 and first["result"]["content"][0]["text"] == "slept"
+        assert second["id"] == 7
+        assert ("error" in second and "still in flight" in second["error"]["message"]) or second["result"][
+            "structuredContent"
+        ] == {"echo": "x"}
+    finally:
+        gateway.close()
+
+
+def test_a_second_initialize_is_refused_and_the_version_stays_over_stdio_and_http(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    older = {**HANDSHAKE_INIT, "protocolVersion": "2024-11-05"}
+    gateway = StdioGateway(config)
+    try:
+        # Before initialize, no method but ping is served.
+        for method in ("tools/list", "resources/list", "prompts/list", "tools/call"):
+            gateway.send({"jsonrpc": "2.0", "id": method, "method": method, "params": {}})
+            assert "error" in gateway.answer(method)
+        gateway.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HANDSHAKE_INIT})
+        assert gateway.answer(1)["result"]["protocolVersion"] == "2025-06-18"
+        gateway.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        gateway.send({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": older})
+        again = gateway.answer(2)
+        assert again["error"]["code"] == -32600 and "already initialized" in again["error"]["message"]
+        wait_for_tools(gateway)
+        # Still the first version: a 2025-06-18 result carries structuredContent.
+        assert gateway.call(3, {"name": "ctl__echo", "arguments": {"text": "v"}})["result"][
+            "structuredContent"
+        ] == {"echo": "v"}
+    finally:
+        gateway.close()
+    http = HttpGateway(config)
+    try:
+        session = http.handshake()
+        again = http.rpc({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": older}, **session)
+        assert again["error"]["code"] == -32600 and "already initialized" in again["error"]["message"]
+        # Before initialize over HTTP there is no session to send a call on.
+        call = {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {"name": "ctl__pid", "arguments": {}},
+        }
+        assert "error" in http.rpc(call, mcp_protocol_version="2025-06-18")
+    finally:
+        http.close()

@@ -26,6 +26,58 @@ def loads(data: bytes) -> Any:
         return json.loads(data)
 
 
+def read(data: bytes) -> tuple[Any, str | None]:
+    """One client message, and where its text holds a lone UTF-16 surrogate (None: nowhere).
+    Such text has no UTF-8 form, so it cannot be sent on to any server. Raises ValueError for
+    what is not JSON, or is nested too deeply to read. orjson reads every message whose text
+    has a UTF-8 form, so the text is only searched when it did not."""
+    try:
+        return orjson.loads(data), None
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        value = json.loads(data, parse_constant=_not_json)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+    return value, lone_surrogate_at(value)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def lone_surrogate_at(value: Any) -> str | None:
+    """Where in `value` some text (a key or a string) holds a lone UTF-16 surrogate, as a path
+    like `params.arguments.text`; None if nowhere."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if not _has_utf8_form(item):
+                return path or "the message"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                where = f"{path}.{_printable(key)}" if path else _printable(key)
+                if not _has_utf8_form(key):
+                    return where
+                stack.append((child, where))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+    return None
+
+
+def _has_utf8_form(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _printable(key: Any) -> str:
+    return str(key).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def dumps(value: Any) -> bytes:
     """One message as a line's bytes (without the newline)."""
     try:
@@ -65,6 +117,31 @@ class LineWriter:
         if self._pending and not self._writer.is_closing():
             self._writer.write(b"".join(self._pending))
         self._pending.clear()
+
+
+class LineTooLong(Exception):
+    """A line longer than the reader's limit, skipped unread up to its end."""
+
+
+async def read_line(reader: asyncio.StreamReader) -> bytes:
+    """The next line with its newline (the last one may lack it; b"" at the end). A line past
+    the reader's limit is skipped to its end, never held whole, and raises LineTooLong."""
+    try:
+        return await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError as exc:
+        return exc.partial
+    except asyncio.LimitOverrunError as exc:
+        skip = exc.consumed
+    while True:  # drop what was read of the long line, then the rest of it
+        try:
+            await reader.readexactly(skip)
+            await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError:
+            pass
+        except asyncio.LimitOverrunError as exc:
+            skip = exc.consumed
+            continue
+        raise LineTooLong
 
 
 async def relay_lines(
@@ -123,5 +200,11 @@ async def write_session_messages(
             message = session_message.message
             if observe is not None:
                 observe(message)
-            writer.write(message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8") + b"\n")
+            try:
+                line = message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8")
+            except ValueError:
+                # Text with no UTF-8 form (a lone surrogate a peer sent, echoed back): written
+                # with JSON's \ud800 escapes instead of ending the stream.
+                line = dumps(message.model_dump(by_alias=True, exclude_unset=True, mode="json"))
+            writer.write(line + b"\n")
             await writer.drain()

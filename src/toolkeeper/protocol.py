@@ -1,5 +1,6 @@
 """Protocol names, codes and shapes the gateway uses on both sides that the SDK does not define."""
 
+from dataclasses import dataclass
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
@@ -18,10 +19,144 @@ class ResolveParams(RequestParams):
     arguments: Any = None
 
 
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 MISSING_CAPABILITY = -32021
+
+
+def error_response(request_id: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A client message the transport does not pass on as it came.
+
+    `answer`: the error response the client gets; None for a notification or a response, which
+    JSON-RPC never answers. `instead`: what the session gets in its place, if anything (a
+    client's answer that cannot be forwarded becomes an error answer, so whoever asked is not
+    left waiting). `reason`: for the log."""
+
+    reason: str
+    answer: dict[str, Any] | None = None
+    instead: dict[str, Any] | None = None
+
+
+def valid_id(value: Any) -> bool:
+    """MCP request ids are strings or integers (never null, fractions, objects or booleans)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def unreadable(problem: str) -> Refusal:
+    return Refusal(
+        reason=f"not JSON: {problem}",
+        answer=error_response(
+            None, PARSE_ERROR, f"Parse error: the message is not JSON ({problem}); send one JSON-RPC object"
+        ),
+    )
+
+
+def refusal(message: Any, surrogate_at: str | None = None) -> Refusal | None:
+    """Why a parsed client message must not reach the SDK's session as it is, or None if it may.
+
+    The SDK's session drops a message that is not a well-formed JSON-RPC request, notification
+    or response without a word, and one whose text has no UTF-8 form breaks whatever connection
+    it is forwarded on; so both are answered here. `surrogate_at`: where its text holds a lone
+    surrogate, if anywhere. Only dict lookups, no parsing: a good message costs next to nothing."""
+    if isinstance(message, list):
+        return Refusal(
+            reason="a batch",
+            answer=error_response(
+                None,
+                INVALID_REQUEST,
+                "Invalid Request: batches are not part of MCP; send each message on its own",
+            ),
+        )
+    if not isinstance(message, dict):
+        return Refusal(
+            reason="not an object",
+            answer=error_response(
+                None, INVALID_REQUEST, "Invalid Request: a JSON-RPC message is a JSON object"
+            ),
+        )
+    has_id = "id" in message
+    request_id = message.get("id")
+    method = message.get("method")
+    if "method" not in message and ("result" in message or "error" in message):
+        # A response: never answered. One that cannot be forwarded becomes an error for its request.
+        if not has_id or not valid_id(request_id) or message.get("jsonrpc") != "2.0":
+            return Refusal(reason="a response without a valid id or jsonrpc version")
+        if surrogate_at is not None:
+            return Refusal(
+                reason="a response holding text with no UTF-8 form",
+                instead=error_response(
+                    request_id,
+                    INVALID_PARAMS,
+                    "the client's answer holds text with no UTF-8 form (a lone UTF-16 surrogate)",
+                ),
+            )
+        return None
+    if has_id and not valid_id(request_id):
+        return Refusal(
+            reason=f"a request id that is {type(request_id).__name__}",
+            answer=error_response(
+                None,
+                INVALID_REQUEST,
+                f"Invalid Request: the id must be a string or an integer, not {_json_kind(request_id)}",
+            ),
+        )
+    reply_to = request_id if has_id else None
+    if message.get("jsonrpc") != "2.0":
+        problem = f'"jsonrpc" must be "2.0", not {_json_kind(message.get("jsonrpc"))}'
+    elif not isinstance(method, str):
+        problem = (
+            "a request needs a method (a string)"
+            if has_id
+            else "neither a request, a notification nor a response"
+        )
+    else:
+        params = message.get("params")
+        if params is not None and not isinstance(params, dict):
+            return _refuse(
+                has_id,
+                reply_to,
+                INVALID_PARAMS,
+                f"Invalid params: params of {method} must be an object, not {_json_kind(params)}",
+            )
+        if surrogate_at is not None:
+            return _refuse(
+                has_id,
+                reply_to,
+                INVALID_PARAMS,
+                f"Invalid params: {method} was not run: the text at {surrogate_at} holds a lone UTF-16 "
+                "surrogate (a \\ud800-style escape with no pair), which has no UTF-8 form and cannot be "
+                "encoded for any server; send valid Unicode",
+            )
+        return None
+    # Not even a notification: answered, with a null id if it has none (as JSON-RPC asks).
+    return Refusal(
+        reason=problem, answer=error_response(reply_to, INVALID_REQUEST, f"Invalid Request: {problem}")
+    )
+
+
+def _refuse(has_id: bool, request_id: Any, code: int, message: str) -> Refusal:
+    # A notification (no id) is never answered, whatever is wrong with it.
+    return Refusal(reason=message, answer=error_response(request_id, code, message) if has_id else None)
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number" if isinstance(value, int) else "a fraction"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def client_resolves(capabilities: object) -> bool:

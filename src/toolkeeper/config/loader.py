@@ -28,10 +28,12 @@ from toolkeeper.config.model import (
     DEFAULT_DATABASE_TIMEOUT,
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
+    DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_SERVER_INSTRUCTIONS,
     DEFAULT_RETRY_WINDOW,
     MASK,
+    MAX_MESSAGE_BYTES_ENV,
     Config,
     GatewaySettings,
     ServerConfig,
@@ -49,7 +51,8 @@ COMMON_KEYS = {
     "inferHints", "sanitizeUntrustedHints", "protocol", "confirm",
 }  # fmt: skip
 SETTINGS_KEYS = {
-    "home", "databaseUrl", "databaseTimeout", "http", "logLevel", "maxConcurrentConnects", "featureFlags",
+    "home", "databaseUrl", "databaseTimeout", "http", "stdio", "logLevel", "maxConcurrentConnects",
+    "featureFlags",
     "inferHints", "sanitizeUntrustedHints",
     "confirm", "autoApproveReadOnly", "confirmDestructive", "trustIdempotentRetries", "retryWindow",
     "approvalTimeout", "auditArguments", "auditRetentionDays", "maxServerInstructions",
@@ -442,6 +445,19 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
         raise ConfigError(
             f"{where}: toolkeeper.http.maxRequestBytes must be a whole number of at least 1024."
         )
+    stdio = raw.get("stdio", {})
+    if not isinstance(stdio, dict) or set(stdio) - {"maxMessageBytes"}:
+        raise ConfigError(f'{where}: toolkeeper.stdio must look like {{"maxMessageBytes": 4194304}}.')
+    if MAX_MESSAGE_BYTES_ENV in env:
+        max_message_source = f"environment variable {MAX_MESSAGE_BYTES_ENV}"
+        max_message = _coerce(env[MAX_MESSAGE_BYTES_ENV], int, max_message_source)
+    else:
+        max_message_source = f"{where}: toolkeeper.stdio.maxMessageBytes"
+        max_message = stdio.get("maxMessageBytes", DEFAULT_MAX_MESSAGE_BYTES)
+    if isinstance(max_message, bool) or not isinstance(max_message, int) or max_message < 1024:
+        raise ConfigError(
+            f"{max_message_source} must be a whole number of at least 1024, got {max_message!r}."
+        )
     flags = raw.get("featureFlags", {})
     if not isinstance(flags, dict) or not all(isinstance(v, bool) for v in flags.values()):
         raise ConfigError(f"{where}: toolkeeper.featureFlags must map flag names to true/false.")
@@ -511,6 +527,7 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
         http_allowed_hosts=allowed_hosts,
         http_allowed_origins=allowed_origins,
         http_max_request_bytes=max_request,
+        stdio_max_message_bytes=max_message,
         log_level=str(setting("logLevel", "TOOLKEEPER_LOG_LEVEL", str, "INFO")).upper(),
         max_concurrent_connects=connects,
         feature_flags=dict(flags),

@@ -42,6 +42,10 @@ DEFAULT_CALL_TIMEOUT = 60.0
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+# The longest line a client may send over stdio: as large as an HTTP request body, so a message
+# that passes one transport passes the other.
+DEFAULT_MAX_MESSAGE_BYTES = DEFAULT_MAX_REQUEST_BYTES
+MAX_MESSAGE_BYTES_ENV = "TOOLKEEPER_STDIO_MAX_MESSAGE_BYTES"
 DEFAULT_APPROVAL_TIMEOUT = 120.0
 DEFAULT_DATABASE_TIMEOUT = 10.0
 DEFAULT_RETRY_WINDOW = 600.0
@@ -104,6 +108,7 @@ class GatewaySettings:
     http_allowed_hosts: tuple[str, ...] = ()
     http_allowed_origins: tuple[str, ...] = ()
     http_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    stdio_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     log_level: str = "INFO"
     # How many downstream servers are started at once; the rest wait their turn.
     max_concurrent_connects: int = 8

@@ -1,11 +1,18 @@
-"""The HTTP fast lane: a 2026-07-28 client's plain `tools/call` POST, answered with one JSON
+"""The HTTP edge: every request passes an exact Host and Origin check here, every POST body
+is read here once, and a 2026-07-28 client's plain `tools/call` POST is answered with one JSON
 response without the SDK's streamable-HTTP machinery, through the same pipeline.
 
-A modern request stands alone (no session), so a POST whose body is one call the stdio fast
-lane would accept (see fastlane.py), whose headers agree with its body, and whose Host and
-Origin pass an exact check, is answered here. Anything else, including every request this
-lane would refuse, goes on to the SDK's app unchanged (its body replayed), so the answers to
-bad input are the SDK's own.
+- Host and Origin are parsed and matched exactly, for every path and method; a request that
+  fails is answered here (421 or 403, as the SDK answers), so the SDK's prefix match never
+  decides.
+- A POST body that is not JSON, not JSON-RPC, or holds text with no UTF-8 form is answered
+  here with JSON-RPC's error, the request's id where it has a valid one; the SDK would answer
+  some of these with nothing, and forward others to a server whose connection they break.
+- A request whose id is already in flight in its session is refused: the SDK keeps one
+  answer stream per id, and the first request would never get its answer.
+- A modern request stands alone (no session), so a POST whose body is one call the stdio fast
+  lane would accept (see fastlane.py) and whose headers agree with its body is answered here.
+Everything else goes on to the SDK's app (its body replayed).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper import jsonwire
 from toolkeeper.gateway.fastlane import PROTOCOL_VERSION_META, FastLane
+from toolkeeper.gateway.pipeline import ToolCall
+from toolkeeper.protocol import INVALID_REQUEST, Refusal, error_response, refusal, unreadable
 
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(\d{1,5}))?$")
 
@@ -35,9 +44,16 @@ class HostGuard:
         self.origins = frozenset(origins)
 
     def allows(self, host: str | None, origin: str | None) -> bool:
+        return self.problem(host, origin) is None
+
+    def problem(self, host: str | None, origin: str | None) -> tuple[int, str] | None:
+        """The HTTP status and text a request with these headers is refused with, as the SDK
+        words it; None if it may pass. No Origin (a client that is not a browser) passes."""
         if host is None or not self._host_allowed(host):
-            return False
-        return origin is None or self._origin_allowed(origin)
+            return 421, "Invalid Host header"
+        if origin and not self._origin_allowed(origin):
+            return 403, "Invalid Origin header"
+        return None
 
     def _host_allowed(self, host: str) -> bool:
         match = _HOST.match(host)
@@ -77,57 +93,91 @@ class HttpFastLane:
         self.path = path
         self.guard = guard
         self.max_bytes = max_bytes
+        # (session, id) of every request in flight on a session's POST; str(id), as the SDK keys them.
+        self.in_flight: set[tuple[str, str]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        problem = self.guard.problem(headers.get("host"), headers.get("origin"))
+        if problem is not None:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            else:
+                await _respond(send, problem[0], problem[1].encode(), b"text/plain; charset=utf-8")
+            return
         if (
-            "mcp-session-id" in headers
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or scope["path"] != self.path
             or not headers.get("content-type", "").lower().startswith("application/json")
-            or not _accepts_json(headers.get("accept", ""))
-            or not self.guard.allows(headers.get("host"), headers.get("origin"))
         ):
             await self.app(scope, receive, send)
             return
         body, complete = await self._read_body(receive)
-        call = None
-        message: Any = None
-        if complete:
-            try:
-                message = jsonwire.loads(body)
-            except ValueError:
-                message = None
-            if isinstance(message, dict):
-                call = self.lane.accept(message)
-        if call is None or not _headers_agree(headers, message):
+        if not complete:  # over the size limit, or the client left: the SDK's app answers that
             await self.app(scope, _replay(body, complete, receive), send)
             return
+        try:
+            message, surrogate_at = jsonwire.read(body)
+        except ValueError as exc:
+            refused: Refusal | None = unreadable(str(exc))
+        else:
+            refused = refusal(message, surrogate_at)
+        if refused is not None:
+            if refused.instead is None:
+                # A notification or response the session cannot take still gets an HTTP error.
+                answer = refused.answer or error_response(None, INVALID_REQUEST, refused.reason)
+                await _respond(send, 400, jsonwire.dumps(answer), b"application/json")
+                return
+            message, body = refused.instead, jsonwire.dumps(refused.instead)
+        session = headers.get("mcp-session-id")
+        if session is not None:
+            await self._in_session(scope, receive, send, session, message, body)
+            return
+        call = self.lane.accept(message) if _accepts_json(headers.get("accept", "")) else None
+        if call is None or not _headers_agree(headers, message):
+            await self.app(scope, _replay(body, True, receive), send)
+            return
+        await self._answer_fast(receive, send, message["id"], call)
+
+    async def _in_session(
+        self, scope: Scope, receive: Receive, send: Send, session: str, message: Any, body: bytes
+    ) -> None:
+        if "method" not in message or "id" not in message:
+            await self.app(scope, _replay(body, True, receive), send)
+            return
+        key = (session, str(message["id"]))
+        if key in self.in_flight:
+            answer = error_response(
+                message["id"],
+                INVALID_REQUEST,
+                f"Invalid Request: a request with id {message['id']!r} is still in flight in this session; "
+                "give each request an id of its own",
+            )
+            await _respond(send, 400, jsonwire.dumps(answer), b"application/json")
+            return
+        self.in_flight.add(key)
+        try:
+            await self.app(scope, _replay(body, True, receive), send)
+        finally:
+            self.in_flight.discard(key)
+
+    async def _answer_fast(self, receive: Receive, send: Send, request_id: Any, call: ToolCall) -> None:
         answering = asyncio.current_task()
         assert answering is not None
         leaving = asyncio.get_running_loop().create_task(_cancel_when_gone(receive, answering))
         try:
-            response = await self.lane.answer(message["id"], call)
+            response = await self.lane.answer(request_id, call)
         except asyncio.CancelledError:
             if not leaving.done() or answering.uncancel():
                 raise
             return  # the client gave up: so did the call, downstream, and nobody is left to answer
         finally:
             leaving.cancel()
-        data = jsonwire.dumps(response)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(data)).encode()),
-                    (b"x-accel-buffering", b"no"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": data})
+        await _respond(send, 200, jsonwire.dumps(response), b"application/json")
 
     async def _read_body(self, receive: Receive) -> tuple[bytes, bool]:
         """The body, and whether it is whole (False: over the size limit, or the client left;
@@ -145,6 +195,21 @@ class HttpFastLane:
                 return b"".join(chunks), False
             if not message.get("more_body", False):
                 return b"".join(chunks), True
+
+
+async def _respond(send: Send, status: int, body: bytes, content_type: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+                (b"x-accel-buffering", b"no"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def _accepts_json(accept: str) -> bool:

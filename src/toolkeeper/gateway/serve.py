@@ -97,10 +97,12 @@ async def serve_stdio(config: Config, store: Store) -> None:
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
         fast_lane = FastLane(gateway, server.server_info_stamp)
-        async with stdio_streams(fast_lane, stop_reading=stop_reading, wind_down=wind_down) as (
-            read_stream,
-            write_stream,
-        ):
+        async with stdio_streams(
+            fast_lane,
+            config.settings.stdio_max_message_bytes,
+            stop_reading=stop_reading,
+            wind_down=wind_down,
+        ) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
         tg.cancel_scope.cancel()
 
@@ -248,10 +250,12 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         host=host,
-        transport_security=security,
+        # The edge's HostGuard decides for every request, before the SDK sees it: the SDK's own
+        # check matches "localhost:" by prefix, so "localhost:80@evil.com" would pass it.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=max_bytes,
     )
-    # The fast lane sets X-Accel-Buffering on its own answers; everything else passes the SDK.
+    # The edge sets X-Accel-Buffering on its own answers; everything else passes the SDK.
     fast = HttpFastLane(
         NoProxyBuffering(app),
         FastLane(gateway, server.server_info_stamp, http=True),

@@ -26,6 +26,7 @@ from toolkeeper.gateway.pipeline import ToolCall
 from toolkeeper.protocol import (
     ANNOTATIONS_METHOD,
     INVALID_PARAMS,
+    INVALID_REQUEST,
     MISSING_CAPABILITY,
     RESOLUTION_EXTENSION,
     RESOLVE_METHOD,
@@ -223,6 +224,14 @@ def build_server(gateway: Gateway) -> GatewayServer:
     )
 
     async def gateway_middleware(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "initialize" and ctx.session.client_params is not None:
+            # The SDK would answer it again and switch the session's version mid-session; its
+            # state commits only if the chain succeeds, so refusing here leaves the session as is.
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"this session is already initialized (protocol version {ctx.protocol_version}); "
+                "a second initialize is refused and the version stays; open a new session to negotiate again",
+            )
         if not gateway.started.is_set() and ctx.request_id is not None and ctx.method != "ping":
             # A client may ask before the servers have connected (what the gateway lists, routes
             # and offers depends on them): every request but ping waits for start-up, here once.

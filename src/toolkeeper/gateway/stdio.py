@@ -21,14 +21,16 @@ import anyio
 import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from toolkeeper import jsonwire
+from toolkeeper.config.model import DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_ENV
 from toolkeeper.gateway.fastlane import FastLane, opens_modern
 from toolkeeper.gateway.pipeline import ToolCall
+from toolkeeper.protocol import INVALID_REQUEST, Refusal, error_response, refusal, unreadable
 
 logger = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # How long a stopping gateway waits for the answers to the requests in flight.
 ANSWER_GRACE_SECONDS = 1.0
 _ANSWER_POLL_SECONDS = 0.01
@@ -37,12 +39,15 @@ _ANSWER_POLL_SECONDS = 0.01
 @asynccontextmanager
 async def stdio_streams(
     fast_lane: FastLane | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     *,
     stop_reading: anyio.Event | None = None,
     wind_down: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """The SDK server's (read, write) streams over this process's stdin and stdout. With a
-    fast lane, the plain calls it accepts are answered there and never reach the SDK.
+    fast lane, the plain calls it accepts are answered there and never reach the SDK. Every
+    line that is not a message the SDK can take (too long, not JSON, not JSON-RPC, text with
+    no UTF-8 form) is answered here, as JSON-RPC asks, and the session reads on.
 
     The input ends when the client closes stdin or when `stop_reading` is set. Then `wind_down`
     runs (the gateway cancels its calls in flight), and the requests read so far get their
@@ -50,7 +55,7 @@ async def stdio_streams(
     (it would cancel its handlers, and their answers would only say "Connection closed")."""
     loop = asyncio.get_running_loop()
     wire_in, wire_out = os.dup(0), os.dup(1)
-    reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES)
+    reader = asyncio.StreamReader(limit=max_message_bytes)
     in_file = os.fdopen(wire_in, "rb", buffering=0)
     out_file = os.fdopen(wire_out, "wb", buffering=0)
     try:
@@ -134,6 +139,69 @@ async def stdio_streams(
         in_flight[message["id"]] = task
         return True
 
+    too_long = Refusal(
+        reason=f"a line over {max_message_bytes} bytes",
+        answer=error_response(
+            None,
+            INVALID_REQUEST,
+            f"Invalid Request: a message longer than {max_message_bytes} bytes was skipped unread; the "
+            f"limit is the setting toolkeeper.stdio.maxMessageBytes (or {MAX_MESSAGE_BYTES_ENV})",
+        ),
+    )
+
+    async def refuse(refusal: Refusal, line: bytes) -> None:
+        logger.debug("the client sent %s; refused: %.200r", refusal.reason, line)
+        if refusal.answer is not None:
+            writer.write(jsonwire.dumps(refusal.answer) + b"\n")
+            await writer.drain()
+
+    async def read_lines() -> None:
+        while True:
+            try:
+                line = await jsonwire.read_line(reader)
+            except jsonwire.LineTooLong:
+                logger.warning("the client sent a message over %d bytes; it was refused", max_message_bytes)
+                await refuse(too_long, b"")
+                continue
+            except ConnectionError:
+                return
+            if not line:
+                return
+            if not line.strip():
+                continue
+            try:
+                message, surrogate_at = jsonwire.read(line)
+            except ValueError as exc:
+                await refuse(unreadable(str(exc)), line)
+                continue
+            refused = refusal(message, surrogate_at)
+            if refused is not None:
+                await refuse(refused, line)
+                if refused.instead is None:
+                    continue
+                message = refused.instead
+            elif await take_fast(message):
+                continue
+            try:
+                parsed = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
+            except ValidationError as exc:
+                problem = exc.errors()[0]
+                where = ".".join(str(part) for part in problem["loc"])
+                await refuse(
+                    Refusal(
+                        reason=f"{where}: {problem['msg']}",
+                        # What the envelope check let through but the SDK's models refuse.
+                        answer=error_response(
+                            message["id"], INVALID_REQUEST, f"Invalid Request: {where}: {problem['msg']}"
+                        )
+                        if "method" in message and "id" in message
+                        else None,
+                    ),
+                    line,
+                )
+                continue
+            await incoming_send.send(SessionMessage(parsed))
+
     async def read_messages() -> None:
         async with incoming_send:
             async with anyio.create_task_group() as reading:
@@ -144,7 +212,7 @@ async def stdio_streams(
                         reading.cancel_scope.cancel()
 
                     reading.start_soon(stop_when_asked)
-                await jsonwire.relay_lines(reader, incoming_send, take_fast, "the client")
+                await read_lines()
                 reading.cancel_scope.cancel()
             if wind_down is not None:
                 await wind_down()
