@@ -17,7 +17,19 @@ from typing import Any, Literal
 import anyio
 import mcp_types as types
 import pytest
-from conftest import MODES, PY, ROOT, controllable, eventually, gateway_client, write_config
+from conftest import (
+    MODES,
+    PY,
+    ROOT,
+    controllable,
+    eventually,
+    free_port,
+    gateway_client,
+    spawn,
+    stop,
+    wait_port,
+    write_config,
+)
 from mcp import Client, StdioServerParameters
 from mcp.client.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated
 from mcp.shared.exceptions import MCPError
@@ -503,3 +515,34 @@ async def test_a_server_that_asks_through_its_session_works_with_the_default_pro
 
 async def _lists(client: Client, name: str) -> bool:
     return name in {tool.name for tool in (await client.list_tools()).tools}
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_http_server_that_asks_through_its_session_is_moved_to_the_handshake_era(tmp_path, mode):
+    """Over HTTP "auto" starts in 2026-07-28 (its calls take the faster lane there). The first
+    call that asks through the session fails with a message to call again, and from then on the
+    server is spoken to in the handshake era, where every call works."""
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    port = free_port()
+    server = spawn(
+        [PY, str(ROOT / "tests" / "servers" / "session_api.py"), "--http", str(port)], cwd=tmp_path
+    )
+    try:
+        wait_port(port)
+        entry = {"type": "http", "url": f"http://127.0.0.1:{port}/mcp", "prefix": ""}
+        config = write_config(tmp_path, {"s": entry})
+        async with gateway_client(config, mode, elicitation_callback=elicit) as gateway:
+            await eventually(lambda: _lists(gateway, "ask_name"))
+            first = await call_or_error(gateway, "ask_name", {})
+            assert ran_into_refusal(first, "call the tool again"), first
+
+            async def works() -> bool:
+                outcome = await call_or_error(gateway, "ask_name", {})
+                return not isinstance(outcome, MCPError) and only_text(outcome) == "accept: Ada"
+
+            await eventually(works)
+    finally:
+        stop(server)

@@ -5,6 +5,8 @@ so behind the gateway it must be spoken to in that era by default."""
 
 from __future__ import annotations
 
+import sys
+
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel
@@ -32,4 +34,7 @@ async def sample(prompt: str, ctx: Context) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()

@@ -14,6 +14,7 @@ gateway's clients.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -54,6 +55,9 @@ CONNECTION_CLOSED = -32000
 # A downstream resolution is a preflight: it must never hold up a decision for long.
 RESOLVE_TIMEOUT = 5.0
 REQUEST_TIMEOUT = -32001
+INTERNAL_ERROR = -32603
+# What the SDK's server says when a tool asks through its session on the 2026-07-28 wire.
+NO_BACK_CHANNEL = "no back-channel for server-initiated requests"
 INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 CONNECT_TIMEOUT = 30.0
@@ -122,11 +126,14 @@ class McpConnection:
         self._listen_acknowledged = anyio.Event()
         # The log level last asked of a handshake-era server (None: never asked).
         self.log_level: str | None = None
-        # `"protocol": "auto"` tries the handshake era first: there everything every SDK's servers
-        # do works, their own requests during a call included (many SDK 2.x servers ask through
-        # the session, which has no back-channel on the 2026-07-28 wire). A server that refuses
-        # the handshake is asked in the newer era on the next attempt.
-        self._handshake_first = True
+        # `"protocol": "auto"`: a stdio server is spoken to in the handshake era if it speaks it.
+        # There everything every SDK's servers do works, their own requests during a call included
+        # (many SDK 2.x servers ask through the session, which has no back-channel on the
+        # 2026-07-28 wire), and its calls cost the same in both eras. An HTTP server is spoken to
+        # in 2026-07-28, whose calls take the raw lane, until it asks something it can only ask
+        # in the handshake era (see `_needs_back_channel`). A server that refuses the era it was
+        # asked in is asked in the other on the next attempt.
+        self._handshake_first = config.transport != "http"
         # Once the gateway is stopping: why. Calls are refused from then on, and those in flight
         # (each under one of `_calls`) are cancelled.
         self._stopping: str | None = None
@@ -545,8 +552,37 @@ class McpConnection:
         level the caller wants this call's log messages at (a modern server is asked per call)."""
         what = f"the call to '{name}'"
         with self._stoppable(what) as call:
-            return await self._call_tool(name, arguments, meta, on_progress, extra, log_level)
+            try:
+                result = await self._call_tool(name, arguments, meta, on_progress, extra, log_level)
+            except MCPError as exc:
+                self._needs_back_channel(name, exc.error.message)
+                raise
+            if result.get("isError") is True:
+                self._needs_back_channel(name, json.dumps(result.get("content"), ensure_ascii=False))
+            return result
         raise Unavailable(self._shutting_down(what, call))
+
+    def _needs_back_channel(self, name: str, error: str) -> None:
+        """A server reached in 2026-07-28 under "auto" whose call failed because it tried to ask
+        the client through its session: it is reconnected in the handshake era, where that works,
+        and the caller is told to call again (the call may have done part of its work, so the
+        gateway does not repeat it on its own)."""
+        if self.config.protocol != "auto" or self.era != "modern" or NO_BACK_CHANNEL not in error:
+            return
+        self._handshake_first = True
+        self._lost.set()
+        logger.warning(
+            "server %r: '%s' asked the client something through its session, which works only in "
+            "the handshake era; reconnecting in that era",
+            self.name,
+            name,
+        )
+        raise MCPError(
+            code=INTERNAL_ERROR,
+            message=f"server '{self.name}' tried to ask the client something during '{name}', which it "
+            "can do only in the handshake era; toolkeeper is reconnecting to it in that era: call the "
+            "tool again in a moment",
+        )
 
     async def _call_tool(
         self,
