@@ -166,14 +166,17 @@ def gateway_env(home: Path) -> dict[str, str]:
 
 class StdioWire:
     def __init__(self, config: Path, home: Path) -> None:
-        self.process = subprocess.Popen(
-            [PY, "-m", "toolkeeper", "serve", "--config", str(config)],
-            cwd=config.parent,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=gateway_env(home),
-        )
+        # The gateway's log, for the message of a failure (what it was doing meanwhile).
+        self.log = config.parent / "gateway.log"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [PY, "-m", "toolkeeper", "serve", "--config", str(config)],
+                cwd=config.parent,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env={**gateway_env(home), "TOOLKEEPER_LOG_LEVEL": "DEBUG"},
+            )
         self.sentinels = itertools.count(1)
 
     def send(self, line: str) -> None:
@@ -191,7 +194,11 @@ class StdioWire:
             and (also is ABSENT or any(a.get("id") == also for a in seen))
         ):
             ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            assert ready, f"no answer within {ANSWER_WITHIN}s; answered so far: {[a.get('id') for a in seen]}"
+            assert ready, (
+                f"no answer within {ANSWER_WITHIN}s; answered so far: {[a.get('id') for a in seen]}; "
+                "the gateway's log ends with:\n"
+                + "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+            )
             line = self.process.stdout.readline()
             assert line, "the gateway closed stdout (it is gone)"
             message = json.loads(line)
