@@ -178,6 +178,7 @@ class StdioWire:
                 env={**gateway_env(home), "TOOLKEEPER_LOG_LEVEL": "DEBUG"},
             )
         self.sentinels = itertools.count(1)
+        self._pending = b""  # what was read from the gateway's stdout past the last whole line
 
     def send(self, line: str) -> None:
         assert self.process.stdin is not None
@@ -193,18 +194,29 @@ class StdioWire:
             any(a.get("id") == sentinel for a in seen)
             and (also is ABSENT or any(a.get("id") == also for a in seen))
         ):
-            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            line = self._next_line(deadline, seen)
+            message = json.loads(line)
+            if "method" not in message:
+                seen.append(message)
+        return seen
+
+    def _next_line(self, deadline: float, seen: list[dict[str, Any]]) -> bytes:
+        """The next line the gateway wrote. Read from the pipe itself: a buffered reader may
+        already hold the next line while `select` says the pipe has nothing more."""
+        assert self.process.stdout is not None
+        pipe = self.process.stdout.fileno()
+        while b"\n" not in self._pending:
+            ready, _, _ = select.select([pipe], [], [], max(0.0, deadline - time.monotonic()))
             assert ready, (
                 f"no answer within {ANSWER_WITHIN}s; answered so far: {[a.get('id') for a in seen]}; "
                 "the gateway's log ends with:\n"
                 + "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
             )
-            line = self.process.stdout.readline()
-            assert line, "the gateway closed stdout (it is gone)"
-            message = json.loads(line)
-            if "method" not in message:
-                seen.append(message)
-        return seen
+            chunk = os.read(pipe, 1 << 16)
+            assert chunk, "the gateway closed stdout (it is gone)"
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line
 
     def good_call(self, request_id: str) -> dict[str, Any]:
         params = {"name": "ctl__echo", "arguments": {"text": request_id}, "_meta": ENVELOPE}
