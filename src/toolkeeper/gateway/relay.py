@@ -101,9 +101,19 @@ class Caller:
     # cannot be asked anything).
     ctx: ServerRequestContext[Any] | None
     # Who answers what the server asks during this call: a legacy client's connection, or the
-    # call's exchange (a modern client's calls each stand alone). None: nobody can.
+    # call's `Exchange` when a modern client is asked by round trips (a modern client's calls
+    # each stand alone). None: nobody can.
     answerer: object | None = None
-    exchange: Exchange | None = None  # set when a modern client must be asked by round trips
+
+    @property
+    def exchange(self) -> Exchange | None:
+        return self.answerer if isinstance(self.answerer, Exchange) else None
+
+    @property
+    def party(self) -> object:
+        """Whose call this is, as far as the server's messages go: its answerer, or the call
+        itself when nobody can answer."""
+        return self.answerer if self.answerer is not None else self
 
     def can_answer(self, method: str) -> bool:
         if self.exchange is not None:
@@ -174,8 +184,7 @@ class ServerCalls:
     def mixed(self) -> bool:
         """Whether calls of several clients are in flight: then nobody can tell whose a message
         from the server is."""
-        keys = {id(c.answerer if c.answerer is not None else c) for c in self.running}
-        return len(keys) > 1
+        return len({id(c.party) for c in self.running}) > 1
 
 
 @dataclass(eq=False)
@@ -364,7 +373,7 @@ class Relay:
                 digest=call_hash(downstream.name, name, arguments, ""),
                 capabilities=ctx.session.client_capabilities,
             )
-            caller = Caller(ctx, exchange, exchange)
+            caller = Caller(ctx, exchange)
 
             async def run_exchange() -> None:
                 try:
