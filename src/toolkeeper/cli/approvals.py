@@ -17,6 +17,7 @@ from toolkeeper.cli.common import (
     JsonOption,
     app,
     err,
+    json_argument,
     load,
     new_table,
     out,
@@ -233,13 +234,7 @@ def approvals_add_rule(
     demo: bool = DemoOption,
 ) -> None:
     """Add an approval rule of your own (after the existing ones)."""
-    try:
-        parsed = json.loads(rule)
-    except json.JSONDecodeError as exc:
-        err.print(
-            f"error: the rule is not valid JSON ({exc.msg} at column {exc.colno}): {rule}", markup=False
-        )
-        raise typer.Exit(1) from None
+    parsed = json_argument(rule, "the rule")
     rule_id = run_service(
         load(config, demo), lambda s: s.add_rule(json.dumps(parsed), scope="", origin=BY_CLI), kind="policy"
     )

@@ -191,6 +191,15 @@ def run_service(
     return result
 
 
+def json_argument(text: str, what: str) -> Any:
+    """A command-line argument read as JSON; exit 1 naming `what` if it is not."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        err.print(f"error: {what} is not valid JSON ({exc.msg} at column {exc.colno}): {text}", markup=False)
+        raise typer.Exit(1) from None
+
+
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, ensure_ascii=False))
 

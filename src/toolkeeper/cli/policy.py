@@ -16,6 +16,7 @@ from toolkeeper.cli.common import (
     WaitOption,
     app,
     err,
+    json_argument,
     load,
     new_table,
     out,
@@ -23,7 +24,6 @@ from toolkeeper.cli.common import (
     print_warnings,
     run_service,
 )
-from toolkeeper.cli.rules import _json_argument
 
 policy_app = typer.Typer(
     help="The approval policy: what it decides for a call, and how each tool's calls are confirmed.",
@@ -53,7 +53,7 @@ def policy_explain(
     """What the policy decides for a call with these arguments (allow, ask or deny), the rule or
     setting that made the decision, why, and the four hints it used with their sources. Nothing is
     called; rules given for one client session are not considered."""
-    parsed = _json_argument(arguments, "the arguments")
+    parsed = json_argument(arguments, "the arguments")
     result = run_service(
         load(config, demo), lambda s: s.explain(tool, parsed), live=True, wait=wait, kind="policy"
     )

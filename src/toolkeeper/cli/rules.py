@@ -21,6 +21,7 @@ from toolkeeper.cli.common import (
     WaitOption,
     app,
     err,
+    json_argument,
     load,
     new_table,
     out,
@@ -37,14 +38,6 @@ rules_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(rules_app, name="rules")
-
-
-def _json_argument(text: str, what: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        err.print(f"error: {what} is not valid JSON ({exc.msg} at column {exc.colno}): {text}", markup=False)
-        raise typer.Exit(1) from None
 
 
 def _print_rules(result: dict[str, Any]) -> None:
@@ -81,7 +74,7 @@ def rules_add(
 ) -> None:
     """Add a rule after the tool's existing ones. `when` takes `argument` (or a JSON `pointer`) and
     one of `equals`, `in`, `matches` (a regular expression), `present`."""
-    parsed = _json_argument(rule, "the rule")
+    parsed = json_argument(rule, "the rule")
     result = run_service(
         load(config, demo), lambda s: s.add(tool, parsed), live=True, wait=wait, kind="rules"
     )
@@ -111,7 +104,7 @@ def rules_test(
 ) -> None:
     """Resolve the hints for these arguments, as `tools/resolve` would, and say which source decided:
     the server itself, a rule, or the static hints. Nothing is called."""
-    parsed = _json_argument(arguments, "the arguments")
+    parsed = json_argument(arguments, "the arguments")
     result = run_service(
         load(config, demo), lambda s: s.test(tool, parsed), live=True, wait=wait, kind="rules"
     )
@@ -142,7 +135,7 @@ def resolve_command(
     when there are none. Options go before TOOL.
 
     Example: toolkeeper resolve --demo files__manage_files '{"path": "a", "action": "read"}'"""
-    parsed = _json_argument(arguments, "the arguments")
+    parsed = json_argument(arguments, "the arguments")
     setup_logging("WARNING")
     if command and command[0] == "--":  # after TOOL and ARGS, click keeps the separator
         command = command[1:]
