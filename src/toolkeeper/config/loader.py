@@ -413,19 +413,18 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
                 f"{where}: unknown setting 'toolkeeper.{key}'. Allowed: {', '.join(sorted(SETTINGS_KEYS))}."
             )
 
+    def source(path: str, env_name: str) -> str:
+        """Where a setting's value comes from, as messages name it: the environment wins."""
+        return f"environment variable {env_name}" if env_name in env else f"{where}: toolkeeper.{path}"
+
     def setting(key: str, env_name: str, kind: type, default: Any) -> Any:
-        if env_name in env:
-            value: Any = env[env_name]
-            source = f"environment variable {env_name}"
-        elif key in raw:
-            value = raw[key]
-            source = f"{where}: toolkeeper.{key}"
-        else:
+        if env_name not in env and key not in raw:
             return default
+        value: Any = env[env_name] if env_name in env else raw[key]
         if isinstance(value, str) and kind is not str:
-            value = _coerce(value, kind, source)
+            value = _coerce(value, kind, source(key, env_name))
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"{source} must be a {kind.__name__}, got {value!r}.")
+            raise ConfigError(f"{source(key, env_name)} must be a {kind.__name__}, got {value!r}.")
         return value
 
     http = raw.get("http", {})
@@ -448,11 +447,10 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
     stdio = raw.get("stdio", {})
     if not isinstance(stdio, dict) or set(stdio) - {"maxMessageBytes"}:
         raise ConfigError(f'{where}: toolkeeper.stdio must look like {{"maxMessageBytes": 4194304}}.')
+    max_message_source = source("stdio.maxMessageBytes", MAX_MESSAGE_BYTES_ENV)
     if MAX_MESSAGE_BYTES_ENV in env:
-        max_message_source = f"environment variable {MAX_MESSAGE_BYTES_ENV}"
         max_message = _coerce(env[MAX_MESSAGE_BYTES_ENV], int, max_message_source)
     else:
-        max_message_source = f"{where}: toolkeeper.stdio.maxMessageBytes"
         max_message = stdio.get("maxMessageBytes", DEFAULT_MAX_MESSAGE_BYTES)
     if isinstance(max_message, bool) or not isinstance(max_message, int) or max_message < 1024:
         raise ConfigError(
@@ -476,10 +474,10 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
         )
 
     def seconds(key: str, env_name: str, default: float) -> float:
-        source = f"environment variable {env_name}" if env_name in env else f"{where}: toolkeeper.{key}"
-        value = _coerce(env[env_name], float, source) if env_name in env else raw.get(key, default)
+        named = source(key, env_name)
+        value = _coerce(env[env_name], float, named) if env_name in env else raw.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(f"{source} must be a number of seconds above 0, got {value!r}.")
+            raise ConfigError(f"{named} must be a number of seconds above 0, got {value!r}.")
         return float(value)
 
     retention = setting(
