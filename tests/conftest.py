@@ -22,6 +22,26 @@ ROOT = Path(__file__).resolve().parent.parent
 CONTROLLABLE = str(ROOT / "tests" / "servers" / "controllable.py")
 PY = sys.executable
 MODES = ["legacy", "2026-07-28"]
+# Every request method the gateway serves to clients.
+SERVED_METHODS = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "tools/resolve",
+    "tools/annotations",
+    "server/discover",
+    "subscriptions/listen",
+]
 
 
 @pytest.fixture

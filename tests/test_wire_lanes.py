@@ -15,7 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, ROOT, controllable, free_port, spawn_http_gateway, stop, wait_port, write_config
+from conftest import (
+    PY,
+    ROOT,
+    SERVED_METHODS,
+    controllable,
+    free_port,
+    spawn_http_gateway,
+    stop,
+    wait_port,
+    write_config,
+)
 
 from toolkeeper.gateway.http_fastlane import HostGuard
 
@@ -446,25 +456,6 @@ def test_the_exact_host_and_origin_check_decides_for_every_http_request(tmp_path
         gateway.close()
 
 
-SERVED_METHODS = [
-    "initialize",
-    "ping",
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "logging/setLevel",
-    "tools/resolve",
-    "tools/annotations",
-    "server/discover",
-    "subscriptions/listen",
-]
 # (line, the error code, the id the answer carries)
 MALFORMED = [
     *[

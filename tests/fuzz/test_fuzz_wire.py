@@ -24,7 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, ROOT, controllable, free_port, stop, wait_port, write_config
+from conftest import (
+    PY,
+    ROOT,
+    SERVED_METHODS,
+    controllable,
+    free_port,
+    spawn_http_gateway,
+    stop,
+    wait_port,
+    write_config,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -50,24 +60,10 @@ ENVELOPE = {
     "io.modelcontextprotocol/clientCapabilities": {},
     "io.modelcontextprotocol/clientInfo": {"name": "fuzz", "version": "1"},
 }
-# Every method the gateway serves but subscriptions/listen, whose answer is a stream held open.
+# Every method the gateway serves but subscriptions/listen, whose answer is a stream held open,
+# the client notifications it takes, and one it does not know.
 METHODS = [
-    "initialize",
-    "ping",
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "logging/setLevel",
-    "tools/resolve",
-    "tools/annotations",
-    "server/discover",
+    *(method for method in SERVED_METHODS if method != "subscriptions/listen"),
     "notifications/initialized",
     "notifications/cancelled",
     "no/such-method",
@@ -161,6 +157,15 @@ def gateway_env(home: Path) -> dict[str, str]:
     }
 
 
+def warm_up(wire: StdioWire | HttpWire) -> None:
+    """Wait until a good call works: the downstream server is up and listed."""
+    for attempt in range(200):
+        answer = wire.good_call(f"warm-{attempt}")
+        if "result" in answer and not answer["result"].get("isError"):
+            return
+        time.sleep(0.1)
+
+
 # --- stdio ---
 
 
@@ -230,11 +235,7 @@ def stdio_wire(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StdioWire]:
     folder = tmp_path_factory.mktemp("fuzz-stdio")
     wire = StdioWire(write_config(folder, {"ctl": controllable()}), folder / "home")
     try:
-        for attempt in range(200):
-            answer = wire.good_call(f"warm-{attempt}")
-            if "result" in answer and not answer["result"].get("isError"):
-                break
-            time.sleep(0.1)
+        warm_up(wire)
         yield wire
     finally:
         stop(wire.process)
@@ -282,25 +283,7 @@ def test_a_good_call_over_stdio_still_works_after_the_fuzzing(stdio_wire: StdioW
 class HttpWire:
     def __init__(self, config: Path, home: Path) -> None:
         self.port = free_port()
-        self.process = subprocess.Popen(
-            [
-                PY,
-                "-m",
-                "toolkeeper",
-                "serve",
-                "--config",
-                str(config),
-                "--transport",
-                "http",
-                "--port",
-                str(self.port),
-            ],
-            cwd=config.parent,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=gateway_env(home),
-        )
+        self.process = spawn_http_gateway(config, self.port, env=gateway_env(home))
         wait_port(self.port)
         self.session: dict[str, str] = {}
 
@@ -377,11 +360,7 @@ def http_wire(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpWire]:
     folder = tmp_path_factory.mktemp("fuzz-http")
     wire = HttpWire(write_config(folder, {"ctl": controllable()}), folder / "home")
     try:
-        for attempt in range(200):
-            answer = wire.good_call(f"warm-{attempt}")
-            if "result" in answer and not answer["result"].get("isError"):
-                break
-            time.sleep(0.1)
+        warm_up(wire)
         wire.open_session()
         yield wire
     finally:
