@@ -87,6 +87,15 @@ class InProcessDownstream:
     async def resolve_hints(self, name: str, arguments: dict[str, Any], method: str) -> dict[str, Any]:
         raise NotImplementedError
 
+    async def roots_changed(self) -> None: ...
+
+    def stop_calls(self, reason: str) -> int:
+        return 0
+
+    @property
+    def calls_in_flight(self) -> int:
+        return 0
+
 
 class RefuseDeletes:
     """A decide stage: no delete runs."""

@@ -114,6 +114,16 @@ class Downstream(Protocol):
         """The source's own argument-specific hints (`tools/resolve` or `tools/annotations`)."""
         ...
 
+    def stop_calls(self, reason: str) -> int:
+        """The gateway is stopping (`reason`): refuse calls from now on and cancel those in
+        flight, each caller told why. How many were in flight."""
+        ...
+
+    @property
+    def calls_in_flight(self) -> int:
+        """Calls not yet returned to their callers."""
+        ...
+
 
 class DownstreamListener(Protocol):
     """What the gateway hears from its downstreams."""

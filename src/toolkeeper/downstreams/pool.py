@@ -43,14 +43,13 @@ class DownstreamPool:
     def stop_calls(self, reason: str) -> int:
         """The gateway is stopping: every server refuses calls from now on, and the calls in
         flight are cancelled, each caller told why. How many were in flight."""
-        return sum(d.stop_calls(reason) for d in self.downstreams.values() if isinstance(d, McpConnection))
+        return sum(downstream.stop_calls(reason) for downstream in self.downstreams.values())
 
     async def calls_ended(self, timeout: float) -> bool:
         """Wait until the calls `stop_calls` cancelled have returned to their callers, at most
         `timeout`."""
-        connections = [d for d in self.downstreams.values() if isinstance(d, McpConnection)]
         with anyio.move_on_after(timeout):
-            while any(c.calls_in_flight for c in connections):
+            while any(downstream.calls_in_flight for downstream in self.downstreams.values()):
                 await anyio.sleep(CALLS_ENDED_POLL_SECONDS)
             return True
         return False
