@@ -20,8 +20,8 @@ import secrets
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Mapping
-from contextlib import closing
+from collections.abc import Iterator, Mapping
+from contextlib import closing, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -122,25 +122,23 @@ class BackupService:
 
     def _sqlite_backup(self, target: Path) -> dict[str, int]:
         assert self.store.path is not None
-        partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
         try:
-            with closing(sqlite3.connect(self.store.path, timeout=SQLITE_BUSY_SECONDS)) as src:
-                with closing(sqlite3.connect(partial)) as dst:
-                    # One step: the copy is one consistent moment of the store, log included.
-                    src.backup(dst)
-                    # A backup is one file: no write-ahead log beside it.
-                    dst.execute("PRAGMA journal_mode=DELETE")
-                    counts = {
-                        t.name: int(dst.execute(f'SELECT COUNT(*) FROM "{t.name}"').fetchone()[0])
-                        for t in TABLES
-                    }
-            os.replace(partial, target)
+            with (
+                _whole_or_nothing(target) as partial,
+                closing(sqlite3.connect(self.store.path, timeout=SQLITE_BUSY_SECONDS)) as src,
+                closing(sqlite3.connect(partial)) as dst,
+            ):
+                # One step: the copy is one consistent moment of the store, log included.
+                src.backup(dst)
+                # A backup is one file: no write-ahead log beside it.
+                dst.execute("PRAGMA journal_mode=DELETE")
+                counts = {
+                    t.name: int(dst.execute(f'SELECT COUNT(*) FROM "{t.name}"').fetchone()[0]) for t in TABLES
+                }
         except sqlite3.Error as exc:
             raise StoreError(f"Cannot back up the store {self.store.label}: {exc}.") from None
         except OSError as exc:
             raise ServiceError(f"Cannot write the backup {target}: {exc.strerror or exc}.") from None
-        finally:
-            partial.unlink(missing_ok=True)
         return counts
 
 
@@ -306,11 +304,19 @@ async def _advance_sequences(conn: Any) -> None:
 
 
 def _write_atomically(target: Path, content: bytes) -> None:
-    partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
     try:
-        partial.write_bytes(content)
-        os.replace(partial, target)
+        with _whole_or_nothing(target) as partial:
+            partial.write_bytes(content)
     except OSError as exc:
         raise ServiceError(f"Cannot write the backup {target}: {exc.strerror or exc}.") from None
+
+
+@contextmanager
+def _whole_or_nothing(target: Path) -> Iterator[Path]:
+    """A file to write beside `target` that takes its place only once the block ends well."""
+    partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
+    try:
+        yield partial
+        os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
