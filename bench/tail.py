@@ -4,9 +4,10 @@ each timed, and the slowest listed with when they happened.
     python bench/tail.py                 # through toolkeeper, 3,000 calls
     python bench/tail.py --direct        # the echo server alone, for comparison
     python bench/tail.py --calls 10000 --protocol 2026-07-28
+    python bench/tail.py --src /tmp/old/src  # an older commit's source (a git worktree of it)
 
 Periodic slow calls (every N calls, or every S seconds) point at a batch job in the gateway: the
-audit writer flushes every 200 records, for instance. Medians and p99 here are for finding
+audit writer's write every half second, for instance. Medians and p99 here are for finding
 causes; the figures to report come from bench/run.py, which repeats and alternates.
 """
 
@@ -42,7 +43,7 @@ async def measure(args: argparse.Namespace, workdir: Path) -> list[tuple[float, 
         config = workdir / "toolkeeper.json"
         config.write_text(json.dumps({"mcpServers": {"echo": entry}}))
         env = {
-            "PYTHONPATH": str(SRC),
+            "PYTHONPATH": str(args.src),
             "TOOLKEEPER_HOME": str(workdir / "home"),
             "TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU": "false",
         }
@@ -73,6 +74,7 @@ def main() -> None:
     parser.add_argument("--mode", default="auto", help="the client's era: auto, legacy or 2026-07-28")
     parser.add_argument("--protocol", default="auto", help="the era toolkeeper speaks to the echo server")
     parser.add_argument("--slowest", type=int, default=30, help="how many of the slowest calls to list")
+    parser.add_argument("--src", type=Path, default=SRC, help="the toolkeeper source tree to run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="toolkeeper-tail-") as workdir:
         timings = anyio.run(measure, args, Path(workdir))

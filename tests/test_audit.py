@@ -303,6 +303,22 @@ async def test_a_record_the_database_rejects_does_not_hold_up_the_others(
         assert "rejected and dropped" in caplog.text
 
 
+async def test_a_record_that_cannot_become_a_row_loses_only_itself(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with Store(f"sqlite:///{tmp_path / 'audit.db'}") as store:
+        writer = AuditWriter(store, 30)
+        writer.add(a_record(detail="before"))
+        writer.add(a_record(arguments_sha256={"not json": object()}, detail="broken"))
+        writer.add(a_record(detail="after"))
+        await anyio.sleep(0)
+        await anyio.sleep(0)  # two turns of the loop: the rows are made, not yet written
+        assert writer.waiting == 2 and not await rows(store)
+        assert await writer.flush() is True
+        assert [row.detail for row in await rows(store)] == ["before", "after"]
+        assert "cannot record a call of 'ctl__echo'" in caplog.text
+
+
 async def test_bad_filters_name_the_value_and_the_accepted_forms() -> None:
     service = AuditService(Store("sqlite://"))  # refused before the store is touched
     for filters, words in (
@@ -351,7 +367,7 @@ async def test_a_record_says_what_was_decided_and_how_the_call_ended() -> None:
         1500,
     )
     assert (denied["outcome"], denied["detail"]) == ("not_run", "echo writes")
-    assert denied["hints"] == {"readOnlyHint": {"value": False, "source": "pin"}}
+    assert denied["hints"] == (("readOnlyHint", False, "pin"),)
     unanswered = finished(
         decision=DecisionRecord(verdict, Decision.DENY, "confirm mode always", outcome="timeout"),
         result={"content": [], "isError": True},
@@ -361,7 +377,7 @@ async def test_a_record_says_what_was_decided_and_how_the_call_ended() -> None:
     resolved = finished(
         resolution=Resolution(MappingProxyType({"readOnlyHint": True}), "rule", "rule 1"), result={}
     )
-    assert resolved["hints"] == {"readOnlyHint": {"value": True, "source": "rule"}}
+    assert resolved["hints"] == (("readOnlyHint", True, "rule"),)
     allowed = finished(result={"content": []})
     assert (allowed["decision"], allowed["decided_by"], allowed["outcome"]) == ("allow", "no policy", "ok")
     # The stage hands the arguments on as they are; the writer digests and encodes them.

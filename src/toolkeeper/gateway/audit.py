@@ -2,23 +2,25 @@
 
 Two halves, so the call path never waits for the store:
 
-- `AuditLog`, a record stage of the pipeline, turns the finished call into a record and appends
-  it to the writer's buffer: no I/O, no serialisation beyond the arguments' digest (and the
-  arguments themselves when `auditArguments` is on).
-- `AuditWriter`, a task of the running gateway, writes what is waiting every half second (or
-  sooner once a batch is full), one transaction per batch, without bumping the store revision:
-  an audit record is no reason for a gateway to reload its state. When the store refuses
-  (read-only, locked, full, unreachable) it says so once, keeps the records (up to a bound,
-  then the oldest go, counted) and writes them when the store takes them again. It also deletes
-  records older than `auditRetentionDays`, at start and then daily.
+- `AuditLog`, a record stage of the pipeline, turns the finished call into a record and hands it
+  to the writer: no I/O, no serialisation.
+- `AuditWriter` makes the record into a row once the call's answer has left (the digest, the
+  JSON, the text the columns take), so neither the call nor a later write waits for that. A
+  task of the running gateway writes the rows waiting every half second (or sooner once a batch
+  is full), one transaction per batch, without bumping the store revision: an audit record is
+  no reason for a gateway to reload its state. When the store refuses (read-only, locked, full,
+  unreachable) it says so once, keeps the records (up to a bound, then the oldest go, counted)
+  and writes them when the store takes them again. It also deletes records older than
+  `auditRetentionDays`, at start and then daily.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import time
-import uuid
 from collections import deque
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -45,8 +47,10 @@ SHUTDOWN_FLUSH_SECONDS = 3.0
 RETENTION_EVERY_SECONDS = 24 * 3600.0
 RETENTION_RETRY_SECONDS = 3600.0
 
-# Keyed by the columns of the `audit_log` table. On the call path `at` is a POSIX timestamp and
-# `id` is left out: the writer makes both (a uuid4 costs more than the rest of the record).
+# Keyed by the columns of the `audit_log` table. On the call path `at` is a POSIX timestamp,
+# `hints` a tuple and `id` is left out: the writer makes the datetime, the JSON and the id (the
+# ids of the records made together come from one read of the system's random source; a uuid4
+# each cost more than the rest of the record).
 Record = dict[str, Any]
 
 
@@ -67,23 +71,50 @@ class AuditWriter:
         self.batch_size = batch_size
         self.max_waiting = max_waiting
         self.flush_seconds = flush_seconds
-        self._waiting: deque[Record] = deque()
+        self._plan: audit_rows.RowPlan | None = None  # known once the store is open
+        self._unmade: list[Record] = []  # made into rows once their calls have been answered
+        self._waiting: deque[audit_rows.StoreRow] = deque()  # rows for the next write, oldest first
         self._batch_ready = anyio.Event()
         self._refused_since: float | None = None  # when the store began refusing records
         self.dropped = 0  # records dropped since the store began refusing them
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        return len(self._unmade) + len(self._waiting)
 
     def add(self, record: Record) -> None:
-        """Keep a record for the next write. Called on the call path: no I/O, nothing awaited."""
-        waiting = self._waiting
-        if len(waiting) >= self.max_waiting:
-            waiting.popleft()
+        """Keep a record for the next write. Called on the call path, before the call is answered:
+        no I/O, nothing awaited; the row is made once the answer has left."""
+        if self.waiting >= self.max_waiting:
+            if self._waiting:
+                self._waiting.popleft()
+            else:
+                self._unmade.pop(0)
             self._drop(1)
-        waiting.append(record)
-        if len(waiting) >= self.batch_size and self._refused_since is None:
+        self._unmade.append(record)
+        if len(self._unmade) == 1:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # no loop runs here: the next flush makes the rows
+            # Two turns on: the call's answer is written at the end of the next turn, and the
+            # rows wait until it has left.
+            loop.call_soon(loop.call_soon, self._make_rows)
+
+    def _make_rows(self) -> None:
+        records, self._unmade = self._unmade, []
+        if not records:
+            return
+        if self._plan is None:
+            self._plan = audit_rows.row_plan(self.store.engine.dialect)
+        plan = self._plan
+        fresh_ids = os.urandom(16 * len(records)).hex()  # one system call for all of them
+        for index, record in enumerate(records):
+            try:
+                self._waiting.append(plan.row(_values(record, fresh_ids[32 * index : 32 * index + 32])))
+            except Exception:  # noqa: BLE001 - one record that cannot become a row loses only itself
+                logger.exception("audit log: cannot record a call of %r", record.get("exposed_name"))
+        if len(self._waiting) >= self.batch_size and self._refused_since is None:
             self._batch_ready.set()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -110,8 +141,8 @@ class AuditWriter:
             if self._refused_since is None:
                 with anyio.move_on_after(SHUTDOWN_FLUSH_SECONDS, shield=True):
                     await self.flush()
-            if self._waiting or self.dropped:
-                lost = f"{len(self._waiting)} records could not be written before the gateway stopped"
+            if self.waiting or self.dropped:
+                lost = f"{self.waiting} records could not be written before the gateway stopped"
                 if self.dropped:
                     lost += f", and {self.dropped} older ones were dropped while the store refused them"
                 logger.error("audit log: %s; they are lost", lost)
@@ -121,6 +152,7 @@ class AuditWriter:
         refused: the records stay and the next flush tries again. Records that arrive during
         the writes wait for the next flush: under steady calls a flush that chased them would
         commit a few records at a time, back to back, and a commit costs far more than a record."""
+        self._make_rows()
         left = len(self._waiting)
         while left > 0 and self._waiting:
             count = min(self.batch_size, left, len(self._waiting))
@@ -161,11 +193,12 @@ class AuditWriter:
             logger.info("audit log: deleted %d records older than %d days", removed, self.retention_days)
         return removed
 
-    async def _write(self, batch: list[Record]) -> None:
+    async def _write(self, batch: list[audit_rows.StoreRow]) -> None:
+        assert self._plan is not None  # rows were made with it
         async with self.store.write(bump_revision=False) as conn:
-            await audit_rows.insert_batch(conn, [_row(record) for record in batch])
+            await audit_rows.insert_rows(conn, self._plan, batch)
 
-    async def _write_one_by_one(self, batch: list[Record]) -> bool:
+    async def _write_one_by_one(self, batch: list[audit_rows.StoreRow]) -> bool:
         """Write a batch the database rejected for something in it record by record, dropping
         only the records it rejects. False when the store itself refused (the rest wait again)."""
         for index, record in enumerate(batch):
@@ -176,9 +209,10 @@ class AuditWriter:
                     self._put_back(batch[index:])
                     self._refused(exc)
                     return False
+                assert self._plan is not None
                 logger.error(
                     "audit log: the record of a call of %r was rejected and dropped: %s",
-                    record.get("exposed_name"),
+                    self._plan.value(record, "exposed_name"),
                     exc,
                 )
             except BaseException:
@@ -186,7 +220,7 @@ class AuditWriter:
                 raise
         return True
 
-    def _put_back(self, batch: list[Record]) -> None:
+    def _put_back(self, batch: list[audit_rows.StoreRow]) -> None:
         self._waiting.extendleft(reversed(batch))
         overflow = len(self._waiting) - self.max_waiting
         for _ in range(max(overflow, 0)):
@@ -230,35 +264,18 @@ class AuditWriter:
             logger.warning("audit log: the store takes records again after %.0f s; none were lost", seconds)
 
 
-def _storable(value: Any) -> Any:
-    """Text the database can hold: a lone surrogate (valid in JSON, not in UTF-8) is escaped."""
-    if isinstance(value, str) and not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode()
-    return value
-
-
-def _row(record: Record) -> Record:
-    """A record as the table holds it (off the call path: JSON is encoded here, and text is cut
-    to its column's length, which PostgreSQL enforces: a client may call any name it likes)."""
-    # Kept on the waiting record, so a batch written again after a failure keeps its ids.
-    record.setdefault("id", uuid.uuid4().hex)
-    arguments = record["arguments_sha256"]
-    if not isinstance(arguments, str):  # not yet digested (a batch written again already is)
-        record["arguments_sha256"] = arguments_digest(arguments)
-        if record["arguments"] is not None:
-            record["arguments"] = _arguments_text(record["arguments"])
-    row = {key: _storable(value) for key, value in record.items()}
-    row["at"] = datetime.fromtimestamp(record["at"], UTC)
-    if row["hints"] is not None:
-        row["hints"] = json.dumps(row["hints"], ensure_ascii=False)
-    for column, length in audit_rows.TEXT_LIMITS.items():
-        value = row.get(column)
-        if isinstance(value, str) and len(value) > length:
-            row[column] = value[: length - 1] + "…"
-    return row
+def _values(record: Record, fresh_id: str) -> Record:
+    """A record's values as the table's columns take them (off the call path: the digest and the
+    JSON are made here; the store cuts and escapes the text)."""
+    values = dict(record)
+    values.setdefault("id", fresh_id)
+    values["arguments_sha256"] = arguments_digest(record["arguments_sha256"])
+    if record["arguments"] is not None:
+        values["arguments"] = _arguments_text(record["arguments"])
+    values["at"] = datetime.fromtimestamp(record["at"], UTC)
+    if values["hints"] is not None:
+        values["hints"] = _hints_text(values["hints"])
+    return values
 
 
 class AuditLog:
@@ -324,19 +341,37 @@ def _arguments_text(arguments: dict[str, Any]) -> str:
         return json.dumps(arguments, sort_keys=True, separators=(",", ":"))
 
 
-def _hints(call: ToolCall) -> dict[str, Any] | None:
+# (hint, value, source) for each hint; a tuple so the writer can remember its JSON.
+HintsHeld = tuple[tuple[str, bool, str | None], ...]
+
+
+def _hints(call: ToolCall) -> HintsHeld | None:
     """The hints that held for the call and where each came from: the policy's view when a
     decide stage ran, else the resolved hints, else none were worked out."""
     if call.decision is not None:
         verdict = call.decision.verdict
-        return {
-            name: {"value": value, "source": verdict.sources.get(name)}
-            for name, value in verdict.hints.items()
-        }
+        sources = verdict.sources
+        return tuple((name, value, sources.get(name)) for name, value in verdict.hints.items())
     if call.resolution is not None:
         source = call.resolution.source
-        return {name: {"value": value, "source": source} for name, value in call.resolution.hints.items()}
+        return tuple((name, value, source) for name, value in call.resolution.hints.items())
     return None
+
+
+_HINTS_ENCODER = json.JSONEncoder(ensure_ascii=False)
+_hints_texts: dict[HintsHeld, str] = {}  # a tool's calls mostly hold the same hints
+
+
+def _hints_text(hints: HintsHeld) -> str:
+    """The hints column: {hint: {"value": …, "source": …}} as JSON."""
+    text = _hints_texts.get(hints)
+    if text is None:
+        if len(_hints_texts) >= 1024:
+            _hints_texts.clear()
+        text = _hints_texts[hints] = _HINTS_ENCODER.encode(
+            {name: {"value": value, "source": source} for name, value, source in hints}
+        )
+    return text
 
 
 def _outcome(call: ToolCall) -> tuple[str, str | None]:

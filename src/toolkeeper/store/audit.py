@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, String, and_, delete, insert, or_, select
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Dialect, Row
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.store.db import StoreError
 from toolkeeper.store.tables import audit_log
-
-# The longest text each length-limited column takes (PostgreSQL refuses longer; SQLite does not).
-TEXT_LIMITS = {
-    column.name: column.type.length
-    for column in audit_log.columns
-    if isinstance(column.type, String) and column.type.length
-}
 
 
 def rejected_record(exc: BaseException) -> bool:
@@ -28,10 +22,86 @@ def rejected_record(exc: BaseException) -> bool:
     return isinstance(exc.__cause__, IntegrityError | DataError) or not isinstance(exc, StoreError)
 
 
-async def insert_batch(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Rows keyed by column name, written with one statement."""
+# A row as the driver takes it: values in the statement's order, or keyed by column name for a
+# driver whose placeholders are named.
+StoreRow = tuple[Any, ...] | dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """How values keyed by column name become a row this kind of database takes, and the one
+    statement that inserts such rows.
+
+    The rows go to the driver as they are, through a statement compiled once: SQLAlchemy's own
+    handling of each row's parameters cost more than the rest of the write, and the gateway's
+    audit writer runs this on the event loop that serves calls."""
+
+    sql: str
+    columns: tuple[str, ...]  # in the order of the statement's placeholders
+    limits: tuple[int | None, ...]  # the longest text each column takes (PostgreSQL refuses longer)
+    # The database's own conversions (a datetime as text for SQLite), one per column or None.
+    processors: tuple[Callable[[Any], Any] | None, ...]
+    positional: bool
+
+    def row(self, values: Mapping[str, Any]) -> StoreRow:
+        out = []
+        for column, limit, process in zip(self.columns, self.limits, self.processors, strict=True):
+            value = values.get(column)
+            if isinstance(value, str):
+                value = _storable_text(value, limit)
+            if process is not None:
+                value = process(value)
+            out.append(value)
+        return tuple(out) if self.positional else dict(zip(self.columns, out, strict=True))
+
+    def value(self, row: StoreRow, column: str) -> Any:
+        return row[self.columns.index(column)] if isinstance(row, tuple) else row[column]
+
+
+def _storable_text(value: str, limit: int | None) -> str:
+    """Text the column can hold: a lone surrogate (valid in JSON, not in UTF-8) is escaped, and
+    text longer than the column takes is cut (a client may call any name it likes)."""
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "backslashreplace").decode()
+    if limit is not None and len(value) > limit:
+        value = value[: limit - 1] + "…"
+    return value
+
+
+_row_plans: dict[tuple[str, str, str], RowPlan] = {}
+
+
+def row_plan(dialect: Dialect) -> RowPlan:
+    # Keyed by kind, not by the dialect object: every store (and every test) makes its own.
+    key = (dialect.name, dialect.driver, dialect.paramstyle)
+    plan = _row_plans.get(key)
+    if plan is None:
+        plan = _row_plans[key] = _compile_row_plan(dialect)
+    return plan
+
+
+def _compile_row_plan(dialect: Dialect) -> RowPlan:
+    compiled = insert(audit_log).compile(dialect=dialect)
+    if compiled.positional:
+        columns = tuple(compiled.positiontup or ())
+    else:
+        columns = tuple(column.name for column in audit_log.columns)
+    limits = []
+    processors = []
+    for name in columns:
+        column_type = audit_log.columns[name].type
+        limits.append(column_type.length if isinstance(column_type, String) and column_type.length else None)
+        processors.append(column_type.dialect_impl(dialect).bind_processor(dialect))
+    return RowPlan(compiled.string, columns, tuple(limits), tuple(processors), compiled.positional)
+
+
+async def insert_rows(conn: AsyncConnection, plan: RowPlan, rows: Sequence[StoreRow]) -> None:
+    """Rows made by `plan.row`, written with one statement."""
     if rows:
-        await conn.execute(insert(audit_log), [dict(row) for row in rows])
+        await conn.exec_driver_sql(plan.sql, list(rows))
 
 
 def _tool_matches(tool: str) -> ColumnElement[bool]:
