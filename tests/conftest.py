@@ -127,14 +127,23 @@ def wait_port(port: int, timeout: float = 20.0) -> None:
 def spawn(
     args: list[str], cwd: Path, env: dict[str, str] | None = None, **kw: Any
 ) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        args,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=kw.pop("stderr", subprocess.DEVNULL),
-        **kw,
+    for stream in ("stdin", "stdout", "stderr"):
+        kw.setdefault(stream, subprocess.DEVNULL)
+    return subprocess.Popen(args, cwd=cwd, env={**os.environ, **(env or {})}, **kw)
+
+
+def spawn_stdio_gateway(
+    config: Path, *extra: str, env: dict[str, str] | None = None, stderr: Any = subprocess.DEVNULL
+) -> subprocess.Popen[bytes]:
+    """`toolkeeper serve` over stdio in the config's folder, from this checkout's source, spoken
+    to through its pipes."""
+    return spawn(
+        [PY, "-m", "toolkeeper", "serve", "--config", str(config), *extra],
+        cwd=config.parent,
+        env={"PYTHONPATH": str(ROOT / "src"), **(env or {})},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
     )
 
 
@@ -177,36 +186,22 @@ async def eventually(predicate: Any, timeout: float = 20.0, interval: float = 0.
             await anyio.sleep(interval)
 
 
-def server_everything_entry() -> dict[str, Any] | None:
-    """The npm reference server over stdio, installed by the test script into .test-deps."""
-    local = (
-        ROOT
-        / ".test-deps"
-        / "node_modules"
-        / "@modelcontextprotocol"
-        / "server-everything"
-        / "dist"
-        / "index.js"
-    )
+def _npm_server(package: str, *args: str) -> dict[str, Any] | None:
+    """A server entry for `@modelcontextprotocol/<package>` over stdio, installed by the test
+    script into .test-deps; None when it or node is missing."""
+    script = ROOT / ".test-deps" / "node_modules" / "@modelcontextprotocol" / package / "dist" / "index.js"
     node = shutil.which("node")
-    if node and local.exists():
-        return {"command": node, "args": [str(local), "stdio"]}
+    if node and script.exists():
+        return {"command": node, "args": [str(script), *args]}
     return None
+
+
+def server_everything_entry() -> dict[str, Any] | None:
+    """The npm reference server over stdio."""
+    return _npm_server("server-everything", "stdio")
 
 
 def server_filesystem_entry(*directories: Path) -> dict[str, Any] | None:
-    """The npm filesystem server over stdio, allowed `directories` on its command line;
-    installed by the test script into .test-deps."""
-    local = (
-        ROOT
-        / ".test-deps"
-        / "node_modules"
-        / "@modelcontextprotocol"
-        / "server-filesystem"
-        / "dist"
-        / "index.js"
-    )
-    node = shutil.which("node")
-    if node and local.exists():
-        return {"command": node, "args": [str(local), *map(str, directories)], "prefix": ""}
-    return None
+    """The npm filesystem server over stdio, allowed `directories` on its command line."""
+    entry = _npm_server("server-filesystem", *map(str, directories))
+    return None if entry is None else {**entry, "prefix": ""}

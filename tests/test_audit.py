@@ -228,7 +228,7 @@ async def test_a_stopping_writer_does_not_wait_for_a_store_that_refuses(
     attempts: list[int] = []
     write = writer._write
 
-    async def counted_write(batch: list[dict[str, Any]]) -> None:
+    async def counted_write(batch: list[Any]) -> None:
         attempts.append(len(batch))
         await write(batch)
 

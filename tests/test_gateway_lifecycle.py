@@ -12,7 +12,16 @@ import anyio
 import mcp_types as types
 import psutil
 import pytest
-from conftest import MODES, PY, controllable, eventually, free_port, gateway_client, write_config
+from conftest import (
+    MODES,
+    PY,
+    controllable,
+    eventually,
+    free_port,
+    gateway_client,
+    spawn_stdio_gateway,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -96,17 +105,6 @@ async def test_crash_and_restart_are_seen_as_two_list_changes(tmp_path, mode):
         assert changes.count == 2
 
 
-def start_gateway(config, *extra: str, **kw) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [PY, "-m", "toolkeeper", "serve", "--config", str(config), *extra],
-        cwd=config.parent,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        **kw,
-    )
-
-
 def wait_for_children(pid: int, count: int) -> list[psutil.Process]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -120,7 +118,7 @@ def wait_for_children(pid: int, count: int) -> list[psutil.Process]:
 def assert_no_orphans(config, stop_gateway, *extra: str, children_count: int = 2) -> None:
     """Start the gateway, wait for its children, stop it with `stop_gateway`, and check that
     every child is gone (not running, not a zombie) shortly after."""
-    gateway = start_gateway(config, *extra)
+    gateway = spawn_stdio_gateway(config, *extra)
     try:
         children = wait_for_children(gateway.pid, children_count)
         time.sleep(0.5)

@@ -8,7 +8,6 @@ suite), not speed benchmarks."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -18,7 +17,14 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from conftest import PY, ROOT, controllable, free_port, spawn_http_gateway, wait_port, write_config
+from conftest import (
+    controllable,
+    free_port,
+    spawn_http_gateway,
+    spawn_stdio_gateway,
+    wait_port,
+    write_config,
+)
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
@@ -157,14 +163,7 @@ class StdioGateway:
 
     def __init__(self, config: Path, log: Path) -> None:
         with log.open("wb") as log_file:
-            self.process = subprocess.Popen(
-                [PY, "-m", "toolkeeper", "serve", "--config", str(config)],
-                cwd=config.parent,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log_file,
-                env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "TOOLKEEPER_LOG_LEVEL": "INFO"},
-            )
+            self.process = spawn_stdio_gateway(config, env={"TOOLKEEPER_LOG_LEVEL": "INFO"}, stderr=log_file)
 
     def send(self, message: dict[str, Any]) -> None:
         assert self.process.stdin is not None

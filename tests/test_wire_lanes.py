@@ -5,9 +5,7 @@ result carries, what happens before `initialize`) is checked on the raw messages
 from __future__ import annotations
 
 import json
-import os
 import select
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -16,12 +14,11 @@ from typing import Any
 
 import pytest
 from conftest import (
-    PY,
-    ROOT,
     SERVED_METHODS,
     controllable,
     free_port,
     spawn_http_gateway,
+    spawn_stdio_gateway,
     stop,
     wait_port,
     write_config,
@@ -42,14 +39,7 @@ class StdioGateway:
     """A gateway process spoken to in JSON lines."""
 
     def __init__(self, config: Path) -> None:
-        self.process = subprocess.Popen(
-            [PY, "-m", "toolkeeper", "serve", "--config", str(config)],
-            cwd=config.parent,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-        )
+        self.process = spawn_stdio_gateway(config)
 
     def send(self, message: dict[str, Any] | str) -> None:
         assert self.process.stdin is not None

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import select
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,12 +24,12 @@ from typing import Any
 
 import pytest
 from conftest import (
-    PY,
     ROOT,
     SERVED_METHODS,
     controllable,
     free_port,
     spawn_http_gateway,
+    spawn_stdio_gateway,
     stop,
     wait_port,
     write_config,
@@ -174,13 +173,8 @@ class StdioWire:
         # The gateway's log, for the message of a failure (what it was doing meanwhile).
         self.log = config.parent / "gateway.log"
         with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [PY, "-m", "toolkeeper", "serve", "--config", str(config)],
-                cwd=config.parent,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env={**gateway_env(home), "TOOLKEEPER_LOG_LEVEL": "DEBUG"},
+            self.process = spawn_stdio_gateway(
+                config, env={**gateway_env(home), "TOOLKEEPER_LOG_LEVEL": "DEBUG"}, stderr=log
             )
         self.sentinels = itertools.count(1)
         self._pending = b""  # what was read from the gateway's stdout past the last whole line
