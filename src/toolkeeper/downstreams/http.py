@@ -32,7 +32,7 @@ from toolkeeper.downstreams.raw import (
     RawLane,
     learn_stamp,
 )
-from toolkeeper.protocol import INTERNAL_ERROR
+from toolkeeper.protocol import INTERNAL_ERROR, error_response
 
 MAX_IDLE_CONNECTIONS = 16
 # How long a stream whose answer was taken may take to end before its connection is dropped.
@@ -167,7 +167,7 @@ class HttpLink:
         )
         if answer is None:
             message = f"the server answered HTTP {status} without a JSON-RPC response to the call"
-            return {"jsonrpc": "2.0", "id": request_id, "error": {"code": INTERNAL_ERROR, "message": message}}
+            return error_response(request_id, INTERNAL_ERROR, message)
         return answer
 
     async def _finish(

@@ -43,9 +43,6 @@ class HostGuard:
         self.hosts = frozenset(hosts)
         self.origins = frozenset(origins)
 
-    def allows(self, host: str | None, origin: str | None) -> bool:
-        return self.problem(host, origin) is None
-
     def problem(self, host: str | None, origin: str | None) -> tuple[int, str] | None:
         """The HTTP status and text a request with these headers is refused with, as the SDK
         words it; None if it may pass. No Origin (a client that is not a browser) passes."""
@@ -106,7 +103,7 @@ class HttpFastLane:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             else:
-                await _respond(send, problem[0], problem[1].encode(), b"text/plain; charset=utf-8")
+                await respond(send, problem[0], problem[1].encode(), b"text/plain; charset=utf-8")
             return
         if (
             scope["type"] != "http"
@@ -130,7 +127,7 @@ class HttpFastLane:
             if refused.instead is None:
                 # A notification or response the session cannot take still gets an HTTP error.
                 answer = refused.answer or error_response(None, INVALID_REQUEST, refused.reason)
-                await _respond(send, 400, jsonwire.dumps(answer), b"application/json")
+                await respond(send, 400, jsonwire.dumps(answer), b"application/json")
                 return
             message, body = refused.instead, jsonwire.dumps(refused.instead)
         session = headers.get("mcp-session-id")
@@ -157,7 +154,7 @@ class HttpFastLane:
                 f"Invalid Request: a request with id {message['id']!r} is still in flight in this session; "
                 "give each request an id of its own",
             )
-            await _respond(send, 400, jsonwire.dumps(answer), b"application/json")
+            await respond(send, 400, jsonwire.dumps(answer), b"application/json")
             return
         self.in_flight.add(key)
         try:
@@ -177,7 +174,7 @@ class HttpFastLane:
             return  # the client gave up: so did the call, downstream, and nobody is left to answer
         finally:
             leaving.cancel()
-        await _respond(send, 200, jsonwire.dumps(response), b"application/json")
+        await respond(send, 200, jsonwire.dumps(response), b"application/json")
 
     async def _read_body(self, receive: Receive) -> tuple[bytes, bool]:
         """The body, and whether it is whole (False: over the size limit, or the client left;
@@ -197,7 +194,8 @@ class HttpFastLane:
                 return b"".join(chunks), True
 
 
-async def _respond(send: Send, status: int, body: bytes, content_type: bytes) -> None:
+async def respond(send: Send, status: int, body: bytes, content_type: bytes) -> None:
+    """A whole response of the edge's own, never buffered by a proxy in between."""
     await send(
         {
             "type": "http.response.start",

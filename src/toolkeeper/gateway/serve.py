@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolkeeper.config.model import Config
 from toolkeeper.gateway.core import Gateway
 from toolkeeper.gateway.fastlane import FastLane
-from toolkeeper.gateway.http_fastlane import HostGuard, HttpFastLane
+from toolkeeper.gateway.http_fastlane import HostGuard, HttpFastLane, respond
 from toolkeeper.gateway.server import build_server
 from toolkeeper.gateway.stdio import stdio_streams
 from toolkeeper.store import Store
@@ -160,14 +160,7 @@ class ClosableStreams:
             return
         with suppress(Exception):  # the client may be gone already
             if not started:
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 503,
-                        "headers": [(b"content-type", b"text/plain; charset=utf-8")],
-                    }
-                )
-                await send({"type": "http.response.body", "body": b"the gateway is shutting down\n"})
+                await respond(send, 503, b"the gateway is shutting down\n", b"text/plain; charset=utf-8")
             else:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 
