@@ -184,6 +184,12 @@ class Store:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
+        async with self._connected() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _connected(self) -> AsyncIterator[AsyncConnection]:
+        """A connection whose failures, connecting or after, come out as store errors."""
         step = _Step()
         async with self._translate_errors(step), self.engine.connect() as conn:
             step.doing = "a statement"
@@ -206,9 +212,7 @@ class Store:
 
     @asynccontextmanager
     async def _transaction(self, bump_revision: bool) -> AsyncIterator[AsyncConnection]:
-        step = _Step()
-        async with self._translate_errors(step), self.engine.connect() as conn:
-            step.doing = "a statement"
+        async with self._connected() as conn:
             # SQLite: take the write lock up front, so two writers queue instead of one failing
             # when both try to upgrade a read lock.
             conn = await conn.execution_options(sqlite_begin="BEGIN IMMEDIATE")
