@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import select
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -14,9 +15,12 @@ from typing import Any
 
 import pytest
 from conftest import (
+    PY,
+    ROOT,
     SERVED_METHODS,
     controllable,
     free_port,
+    spawn,
     spawn_http_gateway,
     spawn_stdio_gateway,
     stop,
@@ -641,3 +645,37 @@ def test_a_second_initialize_is_refused_and_the_version_stays_over_stdio_and_htt
         assert "error" in http.rpc(call, mcp_protocol_version="2025-06-18")
     finally:
         http.close()
+
+
+@pytest.mark.parametrize("stdin_kind", ["a file", "/dev/null"])
+def test_a_gateway_reading_a_file_and_writing_a_file_answers_every_line_as_over_pipes(
+    tmp_path: Path, stdin_kind: str
+) -> None:
+    """`toolkeeper serve < requests.jsonl > answers.jsonl`: the event loop cannot drive files
+    as pipes (libuv's loop aborted the process), so they are copied through pipes."""
+    config = write_config(tmp_path, {"ctl": controllable()})
+    requests = tmp_path / "requests.jsonl"
+    listing = {"jsonrpc": "2.0", "method": "tools/list", "params": {"_meta": ENVELOPE}}
+    requests.write_text(f"{json.dumps({**listing, 'id': 1})}\nnot json\n{json.dumps({**listing, 'id': 2})}\n")
+    answers = tmp_path / "answers.jsonl"
+    source = requests if stdin_kind == "a file" else Path("/dev/null")
+    with source.open("rb") as stdin, answers.open("wb") as stdout:
+        process = spawn(
+            [PY, "-m", "toolkeeper", "serve", "--config", str(config)],
+            cwd=tmp_path,
+            env={"PYTHONPATH": str(ROOT / "src")},
+            stdin=stdin,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+        )
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr.decode()[-2000:]
+    assert b"the client closed stdin" in stderr
+    got = [json.loads(line) for line in answers.read_text().splitlines()]
+    if stdin_kind == "/dev/null":
+        assert got == []
+        return
+    by_id = {message.get("id"): message for message in got}
+    assert len(got) == 3, got
+    assert by_id[None]["error"]["code"] == -32700
+    assert all(isinstance(by_id[i]["result"]["tools"], list) for i in (1, 2)), got

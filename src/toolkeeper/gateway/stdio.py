@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
@@ -34,6 +35,43 @@ logger = logging.getLogger(__name__)
 # How long a stopping gateway waits for the answers to the requests in flight.
 ANSWER_GRACE_SECONDS = 1.0
 _ANSWER_POLL_SECONDS = 0.01
+# How long a stopping gateway waits for its last answers to reach a file it writes to.
+COPY_OUT_SECONDS = 5.0
+
+
+def _pipe_like(fd: int) -> bool:
+    """Whether the event loop can drive `fd` as a pipe: a pipe, a socket or a terminal."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
+
+
+def _bridge(fd: int, copiers: list[threading.Thread], *, into_loop: bool) -> int:
+    """The end of a new pipe that stands in for `fd` (owned here), with a thread copying between
+    them: from `fd` into the pipe for stdin, from the pipe into `fd` for stdout."""
+    read_end, write_end = os.pipe()
+    source, target, kept = (fd, write_end, read_end) if into_loop else (read_end, fd, write_end)
+    name = "stdin copier" if into_loop else "stdout copier"
+    copier = threading.Thread(target=_copy, args=(source, target), name=name, daemon=True)
+    copier.start()
+    copiers.append(copier)
+    return kept
+
+
+def _copy(source: int, target: int) -> None:
+    """Until `source` ends or `target` is gone; then both are closed (which ends the pipe)."""
+    try:
+        while chunk := os.read(source, 65536):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(target, view) :]
+    except OSError as exc:
+        logger.debug("stdio copy ended: %s", exc)
+    finally:
+        os.close(source)
+        os.close(target)
 
 
 @asynccontextmanager
@@ -54,23 +92,17 @@ async def stdio_streams(
     answers, for ANSWER_GRACE_SECONDS at most, before the SDK session sees the end of its input
     (it would cancel its handlers, and their answers would only say "Connection closed")."""
     loop = asyncio.get_running_loop()
-    wire_in, wire_out = os.dup(0), os.dup(1)
+    # A file or /dev/null (`serve < requests.jsonl > answers.jsonl`) is copied through a pipe by
+    # a thread: the loop's pipe support refuses such files (libuv's aborts the process), and this
+    # way every line is read and answered as from a client's pipe.
+    copiers: list[threading.Thread] = []
+    wire_in = os.dup(0) if _pipe_like(0) else _bridge(os.dup(0), copiers, into_loop=True)
+    wire_out = os.dup(1) if _pipe_like(1) else _bridge(os.dup(1), copiers, into_loop=False)
     reader = asyncio.StreamReader(limit=max_message_bytes)
     in_file = os.fdopen(wire_in, "rb", buffering=0)
     out_file = os.fdopen(wire_out, "wb", buffering=0)
-    try:
-        in_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), in_file)
-        out_transport, out_protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, out_file
-        )
-    except (ValueError, OSError) as exc:
-        # Not a pipe (a regular file, say): the SDK's threaded transport handles anything.
-        in_file.close()
-        out_file.close()
-        logger.debug("stdio is not a pipe (%s); using the SDK's threaded stdio transport", exc)
-        async with stdio_server() as streams:
-            yield streams
-        return
+    in_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), in_file)
+    out_transport, out_protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, out_file)
     writer = jsonwire.LineWriter(asyncio.StreamWriter(out_transport, out_protocol, reader, loop))
     saved_stdout = os.dup(1)
     os.dup2(2, 1)
@@ -239,3 +271,9 @@ async def stdio_streams(
         os.dup2(saved_stdout, 1)
         os.close(saved_stdout)
         sys.stdout = sys.__stdout__
+        # The last answers may still be on their way to the file (shielded: a stopping gateway
+        # is the usual reason to be here).
+        with anyio.CancelScope(shield=True):
+            for copier in copiers:
+                if copier.name == "stdout copier":
+                    await anyio.to_thread.run_sync(copier.join, COPY_OUT_SECONDS)
