@@ -7,8 +7,10 @@ Every job spawns fresh processes with the official SDK client, client-side respo
 the echo server beside this file: over stdio (`mcp.Client(stdio_client(StdioServerParameters(...)),
 mode=...)`) for figures 1-5, over streamable HTTP (`mcp.Client("http://127.0.0.1:PORT/mcp", ...)`,
 echo server and gateway each on a free local port) for figure 6.
-Direct and gateway jobs are interleaved and repeated; the table shows the median of the repeats and
-the ratio through/direct. Ratios only mean something within one run. See bench/README.md.
+The direct session and the one through the gateway are open together, and their c=1 calls take
+turns call by call, so that the machine's noise falls on both alike; every job is repeated, and
+the table shows the median of the repeats and the ratio through/direct. Ratios only mean
+something within one run. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -360,15 +362,49 @@ async def run_session(
             raise TimeoutError(msg)
         return out
     except Exception as e:
-        tails = [stderr_tail(errlog)] + [p.tail() for p in processes or []]
-        tail = " || ".join(t for t in tails if t)
-        raise JobError(describe(e) + (f" [stderr: {tail}]" if tail else "")) from e
+        failed = side_failure(e)
+        if failed is None:
+            raise JobError(describe(e) + _stderr_note(errlog, processes)) from e
+        if failed.kind == target.kind and not failed.with_stderr:
+            failed.message += _stderr_note(errlog, processes)
+            failed.with_stderr = True
+        raise failed from None
     finally:
         errlog.close()
 
 
+def _stderr_note(errlog: Any, processes: list[Spawned] | None) -> str:
+    tails = [stderr_tail(errlog)] + [p.tail() for p in processes or []]
+    tail = " || ".join(t for t in tails if t)
+    return f" [stderr: {tail}]" if tail else ""
+
+
 class JobError(Exception):
     pass
+
+
+class SideFailed(Exception):
+    """One side of a job (direct or gateway) failed; the job runs again without it."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.with_stderr = False
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def side_failure(exc: BaseException) -> SideFailed | None:
+    """The SideFailed in `exc`, also when task groups on its way out wrapped it in a group."""
+    if isinstance(exc, SideFailed):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            if (found := side_failure(sub)) is not None:
+                return found
+    return None
 
 
 # --------------------------------------------------------------------------- measurements
@@ -383,7 +419,7 @@ async def time_calls(client: Client, tool: str, n: int, concurrency: int) -> tup
             s = now()
             r = await client.call_tool(tool, {"text": TEXT})
             lat.append(now() - s)
-            if r.is_error or not r.content or getattr(r.content[0], "text", None) != TEXT:
+            if not good_result(r):
                 bad.append(repr(r)[:200])
 
     base, extra = divmod(n, concurrency)
@@ -398,34 +434,115 @@ async def time_calls(client: Client, tool: str, n: int, concurrency: int) -> tup
     return lat, wall
 
 
-def call_body(args, *, c1: bool = True, c8: bool = True, lists: int = 0):
-    async def body(sess: Session) -> dict[str, Any]:
-        res: dict[str, Any] = {}
-        if lists:
-            samples = []
-            gc.collect()
-            for _ in range(lists):
+def good_result(r: Any) -> bool:
+    return not r.is_error and bool(r.content) and getattr(r.content[0], "text", None) == TEXT
+
+
+async def interleaved_calls(sides: dict[str, tuple[Client, str]], n: int) -> dict[str, list[float]]:
+    """`n` sequential calls on each session, taking turns call by call (the side that goes first
+    alternates), so that whatever else the machine does meanwhile falls on every side alike. Timed
+    one after the other, a slow second on a noisy machine could land on one side only and decide a
+    p99 ratio by itself."""
+    kinds = list(sides)
+    lat: dict[str, list[float]] = {kind: [] for kind in kinds}
+    gc.collect()
+    for i in range(n):
+        for kind in kinds if i % 2 == 0 else reversed(kinds):
+            client, tool = sides[kind]
+            with side(kind):
                 s = now()
-                tools = await list_all(sess.client)
-                samples.append(now() - s)
-                if len(tools) != len(sess.tools):
-                    raise RuntimeError(f"tools/list returned {len(tools)} tools, first saw {len(sess.tools)}")
-            res["list_ms"] = statistics.median(samples) * 1e3
-        if c1 or c8:
-            tool = pick_tool([t.name for t in sess.tools], TOOL)
-            res["tool"] = tool
-            await time_calls(sess.client, tool, args.warmup, 1)
-        if c1:
-            lat, _ = await time_calls(sess.client, tool, args.calls, 1)
-            lat.sort()
-            res["call_us_median"] = statistics.median(lat) * 1e6
-            res["call_us_p99"] = pct(lat, 0.99) * 1e6
+                r = await client.call_tool(tool, {"text": TEXT})
+                lat[kind].append(now() - s)
+                if not good_result(r):
+                    raise RuntimeError(f"bad call result: {repr(r)[:200]}")
+    return lat
+
+
+@contextmanager
+def side(kind: str) -> Iterator[None]:
+    """Errors inside are this side's (the job goes on without it)."""
+    try:
+        yield
+    except Exception as e:
+        failed = side_failure(e)
+        if failed is not None:
+            raise failed from None
+        raise SideFailed(kind, describe(e)) from e
+
+
+def calls_body(args, *, c8: bool = True, lists: int = 0):
+    """The measurements over the sessions open together, keyed by kind (direct, gateway): listings,
+    then c=1 calls interleaved between the sessions, then throughput one session at a time."""
+
+    async def body(sessions: dict[str, Session]) -> dict[str, dict[str, Any]]:
+        res: dict[str, dict[str, Any]] = {kind: {} for kind in sessions}
+        tools: dict[str, str] = {}
+        for kind, sess in sessions.items():
+            with side(kind):
+                if lists:
+                    res[kind]["list_ms"] = await median_listing(sess, lists) * 1e3
+                tools[kind] = res[kind]["tool"] = pick_tool([t.name for t in sess.tools], TOOL)
+                await time_calls(sess.client, tools[kind], args.warmup, 1)
+        lat = await interleaved_calls({k: (sessions[k].client, tools[k]) for k in sessions}, args.calls)
+        for kind, values in lat.items():
+            values.sort()
+            res[kind]["call_us_median"] = statistics.median(values) * 1e6
+            res[kind]["call_us_p99"] = pct(values, 0.99) * 1e6
         if c8:
-            lat, wall = await time_calls(sess.client, tool, args.calls, args.concurrency)
-            res["calls_per_s"] = len(lat) / wall
+            for kind, sess in sessions.items():
+                with side(kind):
+                    lat8, wall = await time_calls(sess.client, tools[kind], args.calls, args.concurrency)
+                res[kind]["calls_per_s"] = len(lat8) / wall
         return res
 
     return body
+
+
+async def median_listing(sess: Session, lists: int) -> float:
+    samples = []
+    gc.collect()
+    for _ in range(lists):
+        s = now()
+        tools = await list_all(sess.client)
+        samples.append(now() - s)
+        if len(tools) != len(sess.tools):
+            raise RuntimeError(f"tools/list returned {len(tools)} tools, first saw {len(sess.tools)}")
+    return statistics.median(samples)
+
+
+# Opens the session of one kind and runs a body inside it: run_session or http_session.
+OpenSession = Callable[[str, Callable[[Session], Awaitable[dict[str, Any]]]], Awaitable[dict[str, Any]]]
+
+
+async def run_together(
+    open_session: OpenSession,
+    kinds: tuple[str, ...],
+    body: Callable[..., Awaitable[dict[str, dict[str, Any]]]],
+) -> dict[str, dict[str, Any]]:
+    """Open the sessions of `kinds` one inside the other, in that order (each start-up is timed
+    while the sessions opened before it sit idle), and run `body` over all of them. Per kind: the
+    session's own figures (start-up) and the body's. A side that fails raises SideFailed."""
+
+    async def open_from(index: int, opened: dict[str, Session]) -> dict[str, dict[str, Any]]:
+        if index == len(kinds):
+            return await body(opened)
+        kind = kinds[index]
+        inner: dict[str, dict[str, Any]] = {}
+
+        async def inside(sess: Session) -> dict[str, Any]:
+            inner.update(await open_from(index + 1, {**opened, kind: sess}))
+            return {}
+
+        try:
+            own = await open_session(kind, inside)
+        except Exception as e:
+            failed = side_failure(e)
+            if failed is not None:
+                raise failed from None
+            raise SideFailed(kind, str(e) if isinstance(e, JobError) else describe(e)) from e
+        return {**inner, kind: {**own, **inner.get(kind, {})}}
+
+    return await open_from(0, {})
 
 
 async def direct_many(args) -> dict[str, Any]:
@@ -527,7 +644,8 @@ DEFINITIONS: list[tuple[set[int], str]] = [
     (
         {1, 2},
         "1-2. one echo server with 3 tools; direct = client → echo server, toolkeeper = client → toolkeeper"
-        " → the same echo server. {calls} calls per figure after {warmup} warm-up calls; c=8 means {conc}"
+        " → the same echo server, both sessions open together. {calls} calls per figure after {warmup}"
+        " warm-up calls, at c=1 taking turns with the other side call by call; c=8 means {conc}"
         " concurrent callers on one session, calls/s = calls / wall time.",
     ),
     (
@@ -558,77 +676,85 @@ DEFINITIONS: list[tuple[set[int], str]] = [
 
 @dataclass
 class Job:
-    name: str
-    kind: str  # direct | gateway
-    run: Callable[[], Awaitable[dict[str, Any]]]
-    # result key -> metric key
-    produces: dict[str, str]
+    names: dict[str, str]  # kind (direct, gateway) -> the name the progress lines and errors show
+    # Runs the sides named, opened in that order; results by kind. Raises SideFailed.
+    run: Callable[[tuple[str, ...]], Awaitable[dict[str, dict[str, Any]]]]
+    produces: dict[str, dict[str, str]]  # kind -> (result key -> metric key)
     transport: str = "stdio"
     figures: set[int] = field(default_factory=set)  # figure groups this job feeds
 
 
-def make_jobs(args, workdir: Path) -> list[tuple[Job, Job | None]]:
+def make_jobs(args, workdir: Path) -> list[Job]:
     gw_small_cfg = gateway_config({"echo": SMALL_TOOLS}, workdir, args.downstream_protocol)
     gw_big_cfg = gateway_config(
         {f"echo{i}": BIG_TOOLS_EACH for i in range(BIG_SERVERS)}, workdir, args.downstream_protocol
     )
-    direct_small = Target("direct 1×3", "direct", echo_params(SMALL_TOOLS), SMALL_TOOLS)
-    direct_big = Target("direct 1×500", "direct", echo_params(BIG_TOTAL), BIG_TOTAL)
-    gw_small = Target(
-        "toolkeeper 1×3", "gateway", gateway_params(gw_small_cfg, args.gateway_cmd), SMALL_TOOLS
-    )
-    gw_big = Target("toolkeeper 10×50", "gateway", gateway_params(gw_big_cfg, args.gateway_cmd), BIG_TOTAL)
-
-    def session_job(name, target, body, produces):
-        return Job(name, target.kind, lambda: run_session(target, args.mode, args.timeout, body), produces)
-
     small = {
-        "startup_ms": "startup_1",
-        "call_us_median": "call_median",
-        "call_us_p99": "call_p99",
-        "calls_per_s": "calls_per_s",
+        "direct": Target("direct 1×3", "direct", echo_params(SMALL_TOOLS), SMALL_TOOLS),
+        "gateway": Target(
+            "toolkeeper 1×3", "gateway", gateway_params(gw_small_cfg, args.gateway_cmd), SMALL_TOOLS
+        ),
     }
-    a = session_job("direct 1×3", direct_small, call_body(args), small)
-    b = session_job("toolkeeper 1×3", gw_small, call_body(args), small)
-    c = session_job(
-        "direct 1×500",
-        direct_big,
-        call_body(args, c8=False, lists=args.lists),
-        {"list_ms": "list_ms", "call_us_median": "call_median_many"},
+    big = {
+        "direct": Target("direct 1×500", "direct", echo_params(BIG_TOTAL), BIG_TOTAL),
+        "gateway": Target(
+            "toolkeeper 10×50", "gateway", gateway_params(gw_big_cfg, args.gateway_cmd), BIG_TOTAL
+        ),
+    }
+
+    def stdio_job(targets: dict[str, Target], body, produces, figures) -> Job:
+        def open_session(kind: str, inside) -> Awaitable[dict[str, Any]]:
+            return run_session(targets[kind], args.mode, args.timeout, inside)
+
+        return Job(
+            {kind: t.label for kind, t in targets.items()},
+            lambda kinds: run_together(open_session, kinds, body),
+            produces,
+            figures=figures,
+        )
+
+    calls = {"call_us_median": "call_median", "call_us_p99": "call_p99", "calls_per_s": "calls_per_s"}
+    small_job = stdio_job(
+        small, calls_body(args), {kind: {"startup_ms": "startup_1", **calls} for kind in small}, {1, 2, 4, 5}
+    )  # 5: the growth line compares with figure 1
+    big_job = stdio_job(
+        big,
+        calls_body(args, c8=False, lists=args.lists),
+        {
+            "direct": {"list_ms": "list_ms", "call_us_median": "call_median_many"},
+            "gateway": {
+                "startup_ms": "startup_10",
+                "list_ms": "list_ms",
+                "call_us_median": "call_median_many",
+            },
+        },
+        {3, 4, 5},
     )
-    d = session_job(
-        "toolkeeper 10×50",
-        gw_big,
-        call_body(args, c8=False, lists=args.lists),
-        {"startup_ms": "startup_10", "list_ms": "list_ms", "call_us_median": "call_median_many"},
+
+    async def many_alone(kinds: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        with side("direct"):
+            return {"direct": await direct_many(args)}
+
+    many_job = Job(
+        {"direct": "direct 10×50"}, many_alone, {"direct": {"startup_ms": "startup_10"}}, figures={4}
     )
-    e = Job("direct 10×50", "direct", lambda: direct_many(args), {"startup_ms": "startup_10"})
-    http = {
+
+    def open_http(kind: str, inside) -> Awaitable[dict[str, Any]]:
+        return http_session(args, kind, workdir, inside)
+
+    http_calls = {
         "call_us_median": "http_call_median",
         "call_us_p99": "http_call_p99",
         "calls_per_s": "http_calls_per_s",
     }
-    f, g = (
-        Job(
-            f"{'direct' if kind == 'direct' else 'toolkeeper'} http 1×3",
-            kind,
-            lambda kind=kind: http_session(args, kind, workdir, call_body(args)),
-            http,
-            transport="http",
-        )
-        for kind in ("direct", "gateway")
+    http_job = Job(
+        {"direct": "direct http 1×3", "gateway": "toolkeeper http 1×3"},
+        lambda kinds: run_together(open_http, kinds, calls_body(args)),
+        {"direct": http_calls, "gateway": http_calls},
+        transport="http",
+        figures={6},
     )
-    for job in (a, b):
-        job.figures = {1, 2, 4, 5}  # 5: the growth line compares with figure 1
-    c.figures = {3, 5}
-    d.figures = {3, 4, 5}
-    e.figures = {4}
-    f.figures = g.figures = {6}
-    return [
-        (x, y)
-        for x, y in [(a, b), (c, d), (e, None), (f, g)]
-        if (x.figures | (y.figures if y else set())) & args.only
-    ]
+    return [job for job in (small_job, big_job, many_job, http_job) if job.figures & args.only]
 
 
 # --------------------------------------------------------------------------- report
@@ -770,39 +896,45 @@ async def run_all(args) -> int:
     failed: set[str] = set()
     t_start = now()
     with tempfile.TemporaryDirectory(prefix="toolkeeper-bench-") as tmp:
-        pairs = make_jobs(args, Path(tmp))
+        jobs = make_jobs(args, Path(tmp))
         for rep in range(args.repeat):
-            order: list[Job] = []
-            for d, g in pairs:
-                pair = [d, g] if rep % 2 == 0 else [g, d]
-                order.extend(j for j in pair if j is not None)
-            for job in order:
-                if job.name in failed:
-                    continue
+            for job in jobs:
+                # Every other repeat the other side opens first, so neither always starts alone.
+                kinds = [kind for kind, name in job.names.items() if name not in failed]
+                if rep % 2:
+                    kinds.reverse()
                 t = now()
-                try:
-                    res = await job.run()
-                except JobError as e:
-                    failed.add(job.name)
-                    errors.setdefault(job.kind, {})[job.name] = str(e)
-                    log(f"[{rep + 1}/{args.repeat}] {job.name:<19} FAILED: {e}")
-                    continue
-                if res.get("protocol"):
-                    # "direct" / "gateway" for stdio (as before figure 6), "direct http" / "gateway http"
-                    key = job.kind if job.transport == "stdio" else f"{job.kind} {job.transport}"
-                    protocol.setdefault(key, res["protocol"])
-                for rkey, mkey in job.produces.items():
-                    if rkey in res:
-                        runs[job.kind].setdefault(mkey, []).append(res[rkey])
-                details.append(
-                    {"repeat": rep + 1, "job": job.name, "kind": job.kind, "transport": job.transport, **res}
-                )
-                shown = ", ".join(
-                    f"{k}={fmt(v) if isinstance(v, float) else v}"
-                    for k, v in res.items()
-                    if k not in ("protocol", "tool", "list_attempts")
-                )
-                log(f"[{rep + 1}/{args.repeat}] {job.name:<19} {now() - t:5.1f} s  {shown}")
+                results: dict[str, dict[str, Any]] = {}
+                while kinds:
+                    try:
+                        results = await job.run(tuple(kinds))
+                        break
+                    except SideFailed as e:
+                        # Measured again without the side that failed: the other's figures still count.
+                        name = job.names[e.kind]
+                        failed.add(name)
+                        errors.setdefault(e.kind, {})[name] = e.message
+                        log(f"[{rep + 1}/{args.repeat}] {name:<19} FAILED: {e.message}")
+                        kinds.remove(e.kind)
+                took = now() - t
+                for kind, res in results.items():
+                    if res.get("protocol"):
+                        # "direct" / "gateway" for stdio, "direct http" / "gateway http"
+                        key = kind if job.transport == "stdio" else f"{kind} {job.transport}"
+                        protocol.setdefault(key, res["protocol"])
+                    for rkey, mkey in job.produces[kind].items():
+                        if rkey in res:
+                            runs[kind].setdefault(mkey, []).append(res[rkey])
+                    name = job.names[kind]
+                    details.append(
+                        {"repeat": rep + 1, "job": name, "kind": kind, "transport": job.transport, **res}
+                    )
+                    shown = ", ".join(
+                        f"{k}={fmt(v) if isinstance(v, float) else v}"
+                        for k, v in res.items()
+                        if k not in ("protocol", "tool", "list_attempts")
+                    )
+                    log(f"[{rep + 1}/{args.repeat}] {name:<19} {took:5.1f} s  {shown}")
                 await anyio.sleep(args.settle)
     import mcp
 
