@@ -133,16 +133,21 @@ def spawn(
 
 
 def spawn_stdio_gateway(
-    config: Path, *extra: str, env: dict[str, str] | None = None, stderr: Any = subprocess.DEVNULL
+    config: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    stdin: Any = subprocess.PIPE,
+    stdout: Any = subprocess.PIPE,
+    stderr: Any = subprocess.DEVNULL,
 ) -> subprocess.Popen[bytes]:
     """`toolkeeper serve` over stdio in the config's folder, from this checkout's source, spoken
-    to through its pipes."""
+    to through its pipes (or given files instead)."""
     return spawn(
         [PY, "-m", "toolkeeper", "serve", "--config", str(config), *extra],
         cwd=config.parent,
         env={"PYTHONPATH": str(ROOT / "src"), **(env or {})},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
+        stdin=stdin,
+        stdout=stdout,
         stderr=stderr,
     )
 

@@ -15,12 +15,9 @@ from typing import Any
 
 import pytest
 from conftest import (
-    PY,
-    ROOT,
     SERVED_METHODS,
     controllable,
     free_port,
-    spawn,
     spawn_http_gateway,
     spawn_stdio_gateway,
     stop,
@@ -660,14 +657,7 @@ def test_a_gateway_reading_a_file_and_writing_a_file_answers_every_line_as_over_
     answers = tmp_path / "answers.jsonl"
     source = requests if stdin_kind == "a file" else Path("/dev/null")
     with source.open("rb") as stdin, answers.open("wb") as stdout:
-        process = spawn(
-            [PY, "-m", "toolkeeper", "serve", "--config", str(config)],
-            cwd=tmp_path,
-            env={"PYTHONPATH": str(ROOT / "src")},
-            stdin=stdin,
-            stdout=stdout,
-            stderr=subprocess.PIPE,
-        )
+        process = spawn_stdio_gateway(config, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE)
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr.decode()[-2000:]
     assert b"the client closed stdin" in stderr

@@ -48,16 +48,15 @@ def _pipe_like(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
 
 
-def _bridge(fd: int, copiers: list[threading.Thread], *, into_loop: bool) -> int:
-    """The end of a new pipe that stands in for `fd` (owned here), with a thread copying between
+def _bridge(fd: int, *, into_loop: bool) -> tuple[int, threading.Thread]:
+    """The end of a new pipe that stands in for `fd` (owned here), and the thread copying between
     them: from `fd` into the pipe for stdin, from the pipe into `fd` for stdout."""
     read_end, write_end = os.pipe()
     source, target, kept = (fd, write_end, read_end) if into_loop else (read_end, fd, write_end)
     name = "stdin copier" if into_loop else "stdout copier"
     copier = threading.Thread(target=_copy, args=(source, target), name=name, daemon=True)
     copier.start()
-    copiers.append(copier)
-    return kept
+    return kept, copier
 
 
 def _copy(source: int, target: int) -> None:
@@ -95,9 +94,12 @@ async def stdio_streams(
     # A file or /dev/null (`serve < requests.jsonl > answers.jsonl`) is copied through a pipe by
     # a thread: the loop's pipe support refuses such files (libuv's aborts the process), and this
     # way every line is read and answered as from a client's pipe.
-    copiers: list[threading.Thread] = []
-    wire_in = os.dup(0) if _pipe_like(0) else _bridge(os.dup(0), copiers, into_loop=True)
-    wire_out = os.dup(1) if _pipe_like(1) else _bridge(os.dup(1), copiers, into_loop=False)
+    wire_in = os.dup(0) if _pipe_like(0) else _bridge(os.dup(0), into_loop=True)[0]
+    out_copier: threading.Thread | None = None
+    if _pipe_like(1):
+        wire_out = os.dup(1)
+    else:
+        wire_out, out_copier = _bridge(os.dup(1), into_loop=False)
     reader = asyncio.StreamReader(limit=max_message_bytes)
     in_file = os.fdopen(wire_in, "rb", buffering=0)
     out_file = os.fdopen(wire_out, "wb", buffering=0)
@@ -271,9 +273,8 @@ async def stdio_streams(
         os.dup2(saved_stdout, 1)
         os.close(saved_stdout)
         sys.stdout = sys.__stdout__
-        # The last answers may still be on their way to the file (shielded: a stopping gateway
-        # is the usual reason to be here).
-        with anyio.CancelScope(shield=True):
-            for copier in copiers:
-                if copier.name == "stdout copier":
-                    await anyio.to_thread.run_sync(copier.join, COPY_OUT_SECONDS)
+        if out_copier is not None:
+            # The last answers may still be on their way to the file (shielded: a stopping
+            # gateway is the usual reason to be here).
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(out_copier.join, COPY_OUT_SECONDS)
