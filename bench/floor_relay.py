@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 
 
 async def relay(command: str, args: list[str], env: dict[str, str]) -> None:
@@ -45,7 +46,7 @@ async def relay(command: str, args: list[str], env: dict[str, str]) -> None:
 def main() -> None:
     if len(sys.argv) != 2:
         sys.exit("usage: floor_relay.py CONFIG (a toolkeeper config; its first server is relayed)")
-    servers = json.loads(open(sys.argv[1], encoding="utf-8").read())["mcpServers"]
+    servers = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))["mcpServers"]
     entry = next(iter(servers.values()))
     coroutine = relay(entry["command"], [str(a) for a in entry.get("args", [])], entry.get("env", {}))
     try:  # the event loop toolkeeper runs on, where it is installed

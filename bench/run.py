@@ -533,13 +533,8 @@ async def run_together(
             inner.update(await open_from(index + 1, {**opened, kind: sess}))
             return {}
 
-        try:
+        with side(kind):
             own = await open_session(kind, inside)
-        except Exception as e:
-            failed = side_failure(e)
-            if failed is not None:
-                raise failed from None
-            raise SideFailed(kind, str(e) if isinstance(e, JobError) else describe(e)) from e
         return {**inner, kind: {**own, **inner.get(kind, {})}}
 
     return await open_from(0, {})
