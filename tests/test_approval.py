@@ -400,7 +400,7 @@ async def test_demo_manage_files_reads_straight_away_and_asks_before_deleting(tm
 
 
 def test_a_sealed_state_holds_only_for_its_client_its_call_and_once() -> None:
-    from toolkeeper.gateway.seal import TokenSeal
+    from toolkeeper.relay.seal import TokenSeal
 
     seal = TokenSeal()
     token = seal.issue("http:session-a", "hash-1", 60)

@@ -27,9 +27,11 @@ from toolkeeper.annotations.resolve import Resolution
 from toolkeeper.catalog import build_catalog
 from toolkeeper.catalog.catalog import ServerTools
 from toolkeeper.errors import ErrorKind, ServiceError
-from toolkeeper.gateway.audit import AuditLog, AuditWriter
-from toolkeeper.gateway.config_tools import BY_NAME
-from toolkeeper.gateway.pipeline import ClientIdentity, ToolCall
+from toolkeeper.faces.mcp.config_tools import BY_NAME, BoundConfigTool
+from toolkeeper.pipeline.audit import AuditLog
+from toolkeeper.pipeline.audit_writer import AuditWriter
+from toolkeeper.pipeline.call import ClientIdentity, ToolCall
+from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.policy.binding import arguments_digest
 from toolkeeper.policy.model import Decision, DecisionRecord, Verdict
 from toolkeeper.services.audit import AuditService, parse_since
@@ -151,7 +153,12 @@ def a_record(name: str = "ctl__echo", *, at: datetime | None = None, **columns: 
     call = ToolCall(
         name, {"name": name, "arguments": {"text": "hi"}}, False, client=ClientIdentity("t", "1", "s")
     )
-    call.target = tool if name == "ctl__echo" else BY_NAME.get(name)
+    # Only the target's identity is recorded: no downstream, relay or host is reached.
+    config_tool = BY_NAME.get(name)
+    if name == "ctl__echo":
+        call.target = DownstreamTool(tool, None, None)  # type: ignore[arg-type]
+    elif config_tool is not None:
+        call.target = BoundConfigTool(config_tool, None)  # type: ignore[arg-type]
     call.result = {"content": []}
     record = AuditLog(AuditWriter(Store("sqlite://"), 30), keep_arguments=False).record(call)
     if at is not None:
@@ -176,7 +183,7 @@ async def test_records_wait_while_the_store_refuses_and_are_written_when_it_take
     path = tmp_path / "audit.db"
     store = await Store(f"sqlite:///{path}").open()
     writer = AuditWriter(store, 30, batch_size=3, max_waiting=5)
-    caplog.set_level(logging.WARNING, logger="toolkeeper.gateway.audit")
+    caplog.set_level(logging.WARNING, logger="toolkeeper.pipeline.audit_writer")
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
     try:
@@ -340,9 +347,10 @@ async def test_bad_filters_name_the_value_and_the_accepted_forms() -> None:
 
 def finished(**fields: Any) -> dict[str, Any]:
     call = ToolCall("ctl__echo", {"name": "ctl__echo", "arguments": {"text": "hi"}}, True)
-    call.target = build_catalog(
+    tool = build_catalog(
         [ServerTools("ctl", "ctl", True, [{"name": "echo", "inputSchema": {"type": "object"}}])]
     ).tools[0]
+    call.target = DownstreamTool(tool, None, None)  # type: ignore[arg-type]
     for name, value in fields.items():
         setattr(call, name, value)
     return AuditLog(AuditWriter(Store("sqlite://"), 30), keep_arguments=True).record(call)

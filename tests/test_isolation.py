@@ -323,7 +323,7 @@ async def test_a_tool_that_needs_what_the_client_lacks_says_so(tmp_path, mode):
 
 
 def test_the_intersection_of_roots_keeps_the_deeper_of_nested_folders_and_only_shared_uris() -> None:
-    from toolkeeper.gateway.roots import intersect
+    from toolkeeper.relay.roots import intersect
 
     def roots(*uris: str) -> list[dict[str, Any]]:
         return [{"uri": uri} for uri in uris]

@@ -12,10 +12,11 @@ from mcp import Client
 
 from toolkeeper.config.model import Config, GatewaySettings, ServerConfig
 from toolkeeper.downstreams.base import Downstream, DownstreamListener, State, Unavailable
-from toolkeeper.gateway.core import Gateway
-from toolkeeper.gateway.fastlane import FastLane
-from toolkeeper.gateway.pipeline import Forward, Pipeline, ToolCall, standard_pipeline
-from toolkeeper.gateway.server import build_server
+from toolkeeper.edge.fastlane import FastLane
+from toolkeeper.faces.mcp.server import build_server
+from toolkeeper.pipeline.call import ToolCall
+from toolkeeper.pipeline.stages import Forward, Pipeline, standard_pipeline
+from toolkeeper.runtime.gateway import Gateway
 
 pytestmark = pytest.mark.anyio
 

@@ -20,8 +20,8 @@ from toolkeeper.annotations.rules import RuleError, parse_rule
 from toolkeeper.cli.common import EXIT_CODES
 from toolkeeper.cli.common import NEXT_STEPS as CLI_NEXT_STEPS
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError, http_status
-from toolkeeper.gateway.config_tools import NEXT_STEPS as MCP_NEXT_STEPS
-from toolkeeper.gateway.config_tools import refusal
+from toolkeeper.faces.mcp.config_tools import NEXT_STEPS as MCP_NEXT_STEPS
+from toolkeeper.faces.mcp.config_tools import refusal
 from toolkeeper.services import Services, build_services
 from toolkeeper.store import Store, StoreError
 from toolkeeper.toolsets.model import ToolRef, ToolsetError, check_toolset_name, resolve

@@ -244,7 +244,7 @@ async def test_a_read_only_store_file_is_a_tool_error_over_mcp(tmp_path: Path, m
                 assert "read-only" in result.content[0].text and str(db) in result.content[0].text
     logged = log.read_text()
     assert "Traceback" not in logged
-    assert f"ERROR   toolkeeper.gateway.config_tools: build-toolset: The store {db}" in logged
+    assert f"ERROR   toolkeeper.faces.mcp.config_tools: build-toolset: The store {db}" in logged
 
 
 # -- 12: a database that accepts and never answers ----------------------------------------

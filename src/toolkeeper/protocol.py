@@ -45,6 +45,11 @@ class Refusal:
     instead: dict[str, Any] | None = None
 
 
+def error_result(text: str) -> dict[str, Any]:
+    """A tool error result: the text tells the model (or person) what went wrong and what to do."""
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
 def valid_id(value: Any) -> bool:
     """MCP request ids are strings or integers (never null, fractions, objects or booleans)."""
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))

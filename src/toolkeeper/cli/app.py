@@ -78,7 +78,7 @@ def serve(
     from toolkeeper.downstreams.stdio import spawn_early, stop_early
 
     spawn_early(loaded)
-    from toolkeeper.gateway.serve import serve_http, serve_stdio
+    from toolkeeper.edge.serve import serve_http, serve_stdio
 
     async def main() -> None:
         async with await open_store(loaded) as store:

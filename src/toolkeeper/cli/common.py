@@ -20,8 +20,9 @@ from toolkeeper.annotations.effective import Annotator, policies_from
 from toolkeeper.config import Config, ConfigError, load_config
 from toolkeeper.config.loader import demo_config_path
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
-from toolkeeper.gateway.core import Gateway
+from toolkeeper.faces.mcp.config_tools import ConfigMenu
 from toolkeeper.log import setup_logging
+from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services import Services, build_services
 from toolkeeper.store import Store, StoreError
 
@@ -89,7 +90,7 @@ async def open_store(config: Config) -> Store:
 @asynccontextmanager
 async def running_gateway(config: Config, wait: float, store: Store | None = None) -> AsyncIterator[Gateway]:
     """Connect every server (as `serve` would), wait up to `wait` seconds for them, stop on exit."""
-    gateway = Gateway(config, store)
+    gateway = Gateway(config, store, menu=ConfigMenu)
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
         with anyio.move_on_after(wait):

@@ -250,7 +250,7 @@ def _declared_tools(config: Config, wait: float) -> list[dict[str, Any]]:
 
 
 def _builtin_tools() -> list[dict[str, Any]]:
-    from toolkeeper.gateway.config_tools import BY_NAME
+    from toolkeeper.faces.mcp.config_tools import BY_NAME
 
     return [tool.listed() for tool in BY_NAME.values()]
 

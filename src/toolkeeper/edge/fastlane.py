@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from toolkeeper.gateway.clients import client_from_meta
-from toolkeeper.gateway.pipeline import ToolCall, fast_lane_fits
+from toolkeeper.edge.clients import client_from_meta
+from toolkeeper.pipeline.call import ToolCall
+from toolkeeper.pipeline.stages import fast_lane_fits
 from toolkeeper.protocol import INTERNAL_ERROR, LOG_LEVEL_META, for_client_era
 
 if TYPE_CHECKING:
-    from toolkeeper.gateway.core import Gateway
+    from toolkeeper.runtime.gateway import Gateway
 
 logger = logging.getLogger(__name__)
 

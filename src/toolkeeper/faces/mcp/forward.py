@@ -12,8 +12,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from toolkeeper.downstreams.base import CallTimedOut, Downstream, Unavailable
-from toolkeeper.gateway.core import Gateway
 from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS, forwardable_meta
+from toolkeeper.runtime.gateway import Gateway
 
 logger = logging.getLogger(__name__)
 

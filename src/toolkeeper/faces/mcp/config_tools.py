@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from toolkeeper.annotations.hints import HINTS, PARAM_DESCRIPTION_MAX, TITLE_MAX
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
+from toolkeeper.protocol import error_result
+from toolkeeper.runtime.menu import Mode, ModeTools
 from toolkeeper.toolsets.model import (
     NAME_PATTERN,
     NOTE_NAME_MAX,
@@ -26,6 +28,8 @@ from toolkeeper.toolsets.model import (
 )
 
 if TYPE_CHECKING:
+    from toolkeeper.catalog import CatalogTool
+    from toolkeeper.pipeline.call import ToolCall
     from toolkeeper.services import Services
 
 logger = logging.getLogger(__name__)
@@ -43,9 +47,12 @@ class ConfigHost(Protocol):
     @property
     def mode_name(self) -> str: ...
 
-    def enter_configuration_mode(self) -> dict[str, Any]: ...
+    @property
+    def toolset_name(self) -> str | None: ...
 
-    def exit_configuration_mode(self) -> dict[str, Any]: ...
+    def set_mode(self, mode: Mode) -> bool:
+        """Switch to `mode`; whether anything changed."""
+        ...
 
 
 Handler = Callable[[ConfigHost, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -133,11 +140,6 @@ class ConfigTool:
             "content": [{"type": "text", "text": json.dumps(result, indent=2, ensure_ascii=False)}],
             "structuredContent": result,
         }
-
-
-def error_result(text: str) -> dict[str, Any]:
-    """A tool error result: the text tells the model (or person) what went wrong and what to do."""
-    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 # The next steps a service names, as the configuration tools take them.
@@ -300,11 +302,34 @@ async def _explain_policy(gateway: ConfigHost, args: dict[str, Any]) -> dict[str
 
 
 async def _enter(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
-    return gateway.enter_configuration_mode()
+    changed = gateway.set_mode(Mode.CONFIGURATION)
+    return {
+        "success": True,
+        "currentMode": Mode.CONFIGURATION.value,
+        "changed": changed,
+        "message": "Entered configuration mode. Configuration tools are now listed."
+        if changed
+        else "Already in configuration mode; nothing changed.",
+        "availableTools": [t.name for t in CONFIG_TOOLS],
+    }
 
 
 async def _exit(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
-    return gateway.exit_configuration_mode()
+    changed = gateway.set_mode(Mode.NORMAL)
+    toolset = gateway.toolset_name
+    message = "Returned to normal mode." if changed else "Already in normal mode; nothing changed."
+    message += (
+        f" Listing the tools of toolset '{toolset}'."
+        if toolset
+        else " No toolset is equipped, so only enter-configuration-mode is listed."
+    )
+    return {
+        "success": True,
+        "currentMode": Mode.NORMAL.value,
+        "changed": changed,
+        "equippedToolset": toolset,
+        "message": message,
+    }
 
 
 CONFIG_TOOLS: tuple[ConfigTool, ...] = (
@@ -647,3 +672,57 @@ ENTER_TOOL = ConfigTool(
 
 BY_NAME: dict[str, ConfigTool] = {t.name: t for t in (*CONFIG_TOOLS, ENTER_TOOL)}
 MODE_TOOLS = frozenset({ENTER, EXIT})
+
+
+@dataclass(frozen=True, slots=True)
+class BoundConfigTool:
+    """A configuration tool bound to the gateway it configures: a pipeline target."""
+
+    spec: ConfigTool
+    host: ConfigHost
+
+    @property
+    def exposed_name(self) -> str:
+        return self.spec.name
+
+    @property
+    def tool(self) -> CatalogTool | None:
+        return None  # the gateway's own: no downstream tool behind it
+
+    def needs_client(self, call: ToolCall) -> bool:
+        return False  # runs in-process
+
+    async def forward(self, call: ToolCall) -> dict[str, Any]:
+        return await self.spec.call(self.host, call.params.get("arguments"))
+
+    def listed(self) -> dict[str, Any]:
+        return self.spec.listed()
+
+
+class ConfigMenu:
+    """The configuration tools as the running gateway's menu (seed 001's modes): all of them in
+    configuration mode, only enter-configuration-mode beside the toolset's tools in normal mode,
+    and every one but the mode tools when the person turned the menu off."""
+
+    def __init__(self, host: ConfigHost) -> None:
+        bound = {name: BoundConfigTool(spec, host) for name, spec in BY_NAME.items()}
+        all_tools = tuple(bound[t.name] for t in CONFIG_TOOLS)
+        self._modes = {
+            None: ModeTools(before=tuple(t for t in all_tools if t.exposed_name not in MODE_TOOLS)),
+            # Entering the mode one is in is a harmless no-op, so it stays callable.
+            Mode.CONFIGURATION: ModeTools(before=all_tools, unlisted=(bound[ENTER],)),
+            Mode.NORMAL: ModeTools(after=(bound[ENTER],), unlisted=(bound[EXIT],)),
+        }
+
+    def names(self) -> frozenset[str]:
+        return frozenset(BY_NAME)
+
+    def in_mode(self, mode: Mode | None) -> ModeTools:
+        return self._modes[mode]
+
+    def why_hidden(self, name: str, mode: Mode | None) -> str | None:
+        if name not in BY_NAME:
+            return None
+        if mode is None and name in MODE_TOOLS:
+            return f"'{name}' is not available: configuration mode is off (enableConfigToolsMenu=false)."
+        return f"'{name}' is a configuration tool, listed only in configuration mode. Call {ENTER} first."

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from toolkeeper.gateway.pipeline import ClientIdentity
+from toolkeeper.pipeline.call import ClientIdentity
 
 CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
 STDIO_SESSION = f"stdio:{os.getpid()}"

@@ -27,18 +27,19 @@ from mcp.shared.exceptions import MCPError
 from toolkeeper.annotations.effective import EffectiveHints
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.config.model import GatewaySettings
-from toolkeeper.gateway.config_tools import error_result
-from toolkeeper.gateway.pipeline import ClientIdentity, PipelineHost, ToolCall
-from toolkeeper.gateway.seal import TokenSeal
+from toolkeeper.pipeline.call import ClientIdentity, ToolCall
+from toolkeeper.pipeline.stages import PipelineHost
 from toolkeeper.policy.binding import call_hash
 from toolkeeper.policy.model import Answer, ConfirmMode, Decision, DecisionRecord, Verdict
-from toolkeeper.protocol import declares
+from toolkeeper.protocol import declares, error_result
+from toolkeeper.relay.seal import TokenSeal
 from toolkeeper.services.approvals import HOLDER
 from toolkeeper.store import StoreError
 from toolkeeper.store.approvals import APPROVED, DENIED, EXPIRED, NOT_RUN, PENDING, PendingCall
 
 if TYPE_CHECKING:
     from toolkeeper.policy.decide import Policy
+    from toolkeeper.relay.relay import Relay
     from toolkeeper.services import Services
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,9 @@ class GateHost(PipelineHost, Protocol):
     def policy(self) -> Policy: ...
 
     @property
+    def relay(self) -> Relay: ...
+
+    @property
     def services(self) -> Services | None: ...
 
     @property
@@ -97,8 +101,8 @@ class ApprovalGate:
         self._memo: dict[tuple[str, str], tuple[EffectiveHints, Verdict]] = {}
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
-        tool = call.target
-        if not isinstance(tool, CatalogTool):
+        tool = call.target.tool if call.target is not None else None
+        if tool is None:
             verdict = Verdict(Decision.ALLOW, "the gateway's own configuration tool", "configuration tool")
             call.decision = DecisionRecord(verdict, Decision.ALLOW, verdict.made_by)
             return None

@@ -9,8 +9,8 @@ dict lookup. The store is read when something changed, never per request.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
@@ -25,22 +25,17 @@ from toolkeeper.config.model import Config, GatewaySettings
 from toolkeeper.downstreams.base import Downstream, ServerInput
 from toolkeeper.downstreams.connection import McpConnection
 from toolkeeper.downstreams.pool import Connect, DownstreamPool
-from toolkeeper.gateway.approval import ApprovalGate
-from toolkeeper.gateway.audit import AuditLog, AuditWriter
-from toolkeeper.gateway.config_tools import (
-    BY_NAME,
-    CONFIG_TOOLS,
-    ENTER,
-    ENTER_TOOL,
-    EXIT,
-    MODE_TOOLS,
-    ConfigTool,
-)
-from toolkeeper.gateway.notify import ClientNotifier
-from toolkeeper.gateway.pipeline import Pipeline, Target, standard_pipeline
-from toolkeeper.gateway.relay import Relay
+from toolkeeper.pipeline.approval import ApprovalGate
+from toolkeeper.pipeline.audit import AuditLog
+from toolkeeper.pipeline.audit_writer import AuditWriter
+from toolkeeper.pipeline.call import Target
+from toolkeeper.pipeline.stages import Pipeline, standard_pipeline
+from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.policy.decide import Policy
 from toolkeeper.protocol import RESOLUTION_EXTENSION
+from toolkeeper.relay.notify import ClientNotifier
+from toolkeeper.relay.relay import Relay
+from toolkeeper.runtime.menu import Menu, Mode
 from toolkeeper.services import build_services
 from toolkeeper.services.toolsets import Change
 from toolkeeper.store import Store, StoreError
@@ -52,11 +47,6 @@ STARTUP_GRACE_SECONDS = 15.0
 # How often the gateway looks for changes other processes (the CLI, a replica) made to the store.
 STORE_POLL_SECONDS = 1.0
 TRUNCATED = "\n[… truncated]"
-
-
-class Mode(StrEnum):
-    NORMAL = "normal"
-    CONFIGURATION = "configuration"
 
 
 @dataclass(frozen=True)
@@ -71,7 +61,12 @@ class View:
 
 class Gateway:
     def __init__(
-        self, config: Config, store: Store | None = None, *, connect: Connect = McpConnection
+        self,
+        config: Config,
+        store: Store | None = None,
+        *,
+        connect: Connect = McpConnection,
+        menu: Callable[[Gateway], Menu] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -87,6 +82,8 @@ class Gateway:
         self.annotator = Annotator(policies_from(config))
         # The approval policy: the settings alone until the store's modes and rules are loaded.
         self.policy = Policy.from_config(config)
+        # The gateway's own tools, a face's (the configuration tools): made once, bound to this gateway.
+        self.menu = menu(self) if menu else None
         self.services = (
             build_services(
                 store,
@@ -242,23 +239,19 @@ class Gateway:
         listing: list[dict[str, Any]] = []
         routes: dict[str, Target] = {}
         refinable: set[str] = set()
+        shadowing = self.menu.names() if self.menu else frozenset()
+        toolset = self.toolset
+        scope = toolset.name if toolset else None
 
-        def add_config(tools: tuple[ConfigTool, ...]) -> None:
+        def add_downstream(tools: Iterable[CatalogTool]) -> None:
             for tool in tools:
-                listing.append(tool.listed())
-                routes[tool.name] = tool
-
-        def add_downstream(tools: Any) -> None:
-            toolset = self.toolset
-            scope = toolset.name if toolset else None
-            for tool in tools:
-                if tool.exposed_name in BY_NAME:
+                if tool.exposed_name in shadowing:
                     logger.warning(
                         "%s: hidden behind the configuration tool of the same name", tool.namespaced_name
                     )
                     continue
                 # Routed even while its server is away, so a call says so instead of "unknown tool".
-                routes[tool.exposed_name] = tool
+                routes[tool.exposed_name] = DownstreamTool(tool, self.pool[tool.server], self.relay)
                 if not tool.available:
                     continue
                 entry = self.annotator.listed(tool, scope)
@@ -273,30 +266,33 @@ class Gateway:
                     entry["description"] = describe_with_notes(entry.get("description"), notes)
                 listing.append(entry)
 
-        downstream = toolset_tools(self.toolset, self.catalog) if self.toolset else self.catalog.tools
-        if self.store is None:
+        if self.store is None or self.menu is None:
             add_downstream(self.catalog.tools)
-        elif not self.menu_enabled:
-            # Seed 001's legacy behaviour: configuration and working tools together, no mode tools.
-            add_config(tuple(t for t in CONFIG_TOOLS if t.name not in MODE_TOOLS))
-            add_downstream(downstream)
-        elif self.mode is Mode.CONFIGURATION:
-            add_config(CONFIG_TOOLS)
-            routes[ENTER] = ENTER_TOOL  # callable, as a harmless no-op, though not listed
         else:
-            if self.toolset:
-                add_downstream(downstream)
-            add_config((ENTER_TOOL,))
-            routes[EXIT] = BY_NAME[EXIT]
+            mode = self._menu_mode
+            own = self.menu.in_mode(mode)
+            for target in own.before:
+                listing.append(target.listed())
+                routes[target.exposed_name] = target
+            # Seed 001: a downstream's tools are listed in normal mode, or always without the menu.
+            if mode is None or (mode is Mode.NORMAL and toolset):
+                add_downstream(toolset_tools(toolset, self.catalog) if toolset else self.catalog.tools)
+            for target in own.after:
+                listing.append(target.listed())
+                routes[target.exposed_name] = target
+            for target in own.unlisted:
+                routes[target.exposed_name] = target
         # One assignment: a request never sees a listing and routes from different moments.
         self.view = View(listing, MappingProxyType(routes), frozenset(refinable))
         self._static: dict[str, tuple[EffectiveHints, Resolution]] = {}
 
+    @property
+    def _menu_mode(self) -> Mode | None:
+        """The mode the menu lists for: None when the person turned the menu off."""
+        return self.mode if self.menu_enabled else None
+
     def lookup(self, exposed_name: str) -> Target | None:
         return self.view.routes.get(exposed_name)
-
-    def downstream_of(self, tool: CatalogTool) -> Downstream:
-        return self.pool[tool.server]
 
     def effective_hints(self, tool: CatalogTool) -> EffectiveHints:
         """The tool's effective hints under the equipped toolset, computed once per view."""
@@ -323,7 +319,7 @@ class Gateway:
             return static
         ask_server = None
         if method is not None:
-            downstream = self.downstream_of(tool)
+            downstream = self.pool[tool.server]
 
             async def ask_server() -> dict[str, Any]:
                 return await downstream.resolve_hints(tool.name, arguments, method)
@@ -332,13 +328,9 @@ class Gateway:
 
     def why_hidden(self, name: str) -> str:
         """For a name the current view does not route: which mode (if any) would show it."""
-        if name in BY_NAME:
-            if not self.menu_enabled and name in MODE_TOOLS:
-                return f"'{name}' is not available: configuration mode is off (enableConfigToolsMenu=false)."
-            return (
-                f"'{name}' is a configuration tool, listed only in configuration mode. "
-                "Call enter-configuration-mode first."
-            )
+        reason = self.menu.why_hidden(name, self._menu_mode) if self.menu else None
+        if reason is not None:
+            return reason
         tool = self.catalog.by_exposed.get(name)
         if tool is None:
             return f"Unknown tool '{name}'. Call tools/list for the tools this gateway exposes now."
@@ -361,36 +353,8 @@ class Gateway:
 
     # -- modes -----------------------------------------------------------------------------
 
-    def enter_configuration_mode(self) -> dict[str, Any]:
-        changed = self._set_mode(Mode.CONFIGURATION)
-        return {
-            "success": True,
-            "currentMode": Mode.CONFIGURATION.value,
-            "changed": changed,
-            "message": "Entered configuration mode. Configuration tools are now listed."
-            if changed
-            else "Already in configuration mode; nothing changed.",
-            "availableTools": [t.name for t in CONFIG_TOOLS],
-        }
-
-    def exit_configuration_mode(self) -> dict[str, Any]:
-        changed = self._set_mode(Mode.NORMAL)
-        toolset = self.toolset.name if self.toolset else None
-        message = "Returned to normal mode." if changed else "Already in normal mode; nothing changed."
-        message += (
-            f" Listing the tools of toolset '{toolset}'."
-            if toolset
-            else " No toolset is equipped, so only enter-configuration-mode is listed."
-        )
-        return {
-            "success": True,
-            "currentMode": Mode.NORMAL.value,
-            "changed": changed,
-            "equippedToolset": toolset,
-            "message": message,
-        }
-
-    def _set_mode(self, mode: Mode) -> bool:
+    def set_mode(self, mode: Mode) -> bool:
+        """Switch to `mode`; whether anything changed."""
         # Explicit targets, never a toggle: repeating a call changes nothing.
         if self.mode is mode:
             return False

@@ -16,40 +16,20 @@ docs/architecture.md describes the flow.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import anyio
 from mcp.shared.exceptions import MCPError
 
 from toolkeeper.annotations.resolve import Resolution, ResolveError
 from toolkeeper.catalog import CatalogTool
-from toolkeeper.downstreams.base import CallTimedOut, Unavailable
-from toolkeeper.gateway.config_tools import ConfigHost, ConfigTool, error_result
-from toolkeeper.policy.model import DecisionRecord
-from toolkeeper.protocol import (
-    CAPABILITY_FOR_REQUEST,
-    INVALID_PARAMS,
-    check_input_requests,
-    declares,
-)
-
-if TYPE_CHECKING:
-    from mcp.server.context import ServerRequestContext
-
-    from toolkeeper.downstreams.base import Downstream
-    from toolkeeper.gateway.relay import Relay
-
-Target = CatalogTool | ConfigTool
+from toolkeeper.pipeline.call import Target, ToolCall
+from toolkeeper.protocol import INVALID_PARAMS
 
 
-class PipelineHost(ConfigHost, Protocol):
+class PipelineHost(Protocol):
     """What the stages use of the running gateway."""
-
-    @property
-    def relay(self) -> Relay: ...
 
     def lookup(self, exposed_name: str) -> Target | None:
         """The target of a name in the current view."""
@@ -59,55 +39,7 @@ class PipelineHost(ConfigHost, Protocol):
         """For a name the view does not route: which mode, if any, lists it."""
         ...
 
-    def downstream_of(self, tool: CatalogTool) -> Downstream: ...
-
     async def resolve(self, tool: CatalogTool, arguments: Any) -> Resolution: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ClientIdentity:
-    """Who made a call: the client's own name and version, and the connection or session it
-    came on (a stdio connection, an HTTP session id), which scopes "for this session" answers."""
-
-    name: str | None
-    version: str | None
-    session: str
-
-    def label(self) -> str:
-        who = (
-            f"{self.name} {self.version}" if self.name and self.version else self.name or "an unnamed client"
-        )
-        return f"{who} ({self.session})"
-
-
-UNKNOWN_CLIENT = ClientIdentity(None, None, "unknown")
-
-
-@dataclass(slots=True, eq=False)
-class ToolCall:
-    """One `tools/call` on its way through the pipeline."""
-
-    name: str  # the exposed name the client called
-    params: dict[str, Any]  # the request's params as the client sent them (wire form)
-    modern: bool  # whether the client speaks the 2026-07-28 era
-    # The SDK's request context, when the SDK's handler drives the call: the relay needs it
-    # for a call during which the server may talk back to this client (progress, questions).
-    ctx: ServerRequestContext[Any, Any] | None = None
-    # The client's declared capabilities in wire form, when the fast lane drives the call.
-    capabilities: dict[str, Any] | None = None
-    client: ClientIdentity = UNKNOWN_CLIENT
-    target: Target | None = None
-    resolution: Resolution | None = None
-    decision: DecisionRecord | None = None  # set by the decide stage
-    result: dict[str, Any] | None = None
-    error: BaseException | None = None
-    started: float = field(default_factory=time.monotonic)
-    extra: dict[str, Any] = field(default_factory=dict)  # what stages leave for later stages
-
-    @property
-    def arguments(self) -> dict[str, Any]:
-        arguments = self.params.get("arguments")
-        return arguments if isinstance(arguments, dict) else {}
 
 
 class Stage(Protocol):
@@ -186,9 +118,10 @@ class Resolve(_StageDefaults):
         self.gateway = gateway
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
-        if isinstance(call.target, CatalogTool):
+        tool = call.target.tool if call.target is not None else None
+        if tool is not None:
             try:
-                call.resolution = await self.gateway.resolve(call.target, call.params.get("arguments", {}))
+                call.resolution = await self.gateway.resolve(tool, call.params.get("arguments", {}))
             except ResolveError as exc:  # arguments that do not fit the tool's schema
                 raise MCPError(code=exc.code, message=str(exc), data=exc.data) from None
         return None
@@ -202,45 +135,19 @@ class AllowAll(_StageDefaults):
 
 
 class Forward(_StageDefaults):
-    """Run a configuration tool, or forward the call to the tool's downstream."""
-
-    def __init__(self, gateway: PipelineHost) -> None:
-        self.gateway = gateway
+    """Run the call where its target runs it: the gateway's own tool in-process, a downstream's
+    tool on its downstream."""
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
-        target = call.target
-        if isinstance(target, ConfigTool):
-            return await target.call(self.gateway, call.params.get("arguments"))
-        assert target is not None, "the find stage runs first"
-        downstream = self.gateway.downstream_of(target)
-        try:
-            if call.ctx is not None:
-                return await self.gateway.relay.call(
-                    call.ctx, downstream, target.name, call.params, call.client.session
-                )
-            if downstream.era == "legacy":
-                result = await self.gateway.relay.plain_call(
-                    downstream, target.name, call.params.get("arguments"), call.params.get("_meta")
-                )
-            else:
-                result = await downstream.call_tool(
-                    target.name, call.params.get("arguments"), meta=call.params.get("_meta")
-                )
-        except (Unavailable, CallTimedOut) as exc:
-            if isinstance(exc, CallTimedOut):
-                call.extra["timed_out"] = True  # the audit log tells a timeout from a tool's error
-            return error_result(f"{target.exposed_name}: {exc}")
-        if result.get("resultType") == "input_required":
-            # Only modern clients take this path, and they answer a modern server themselves.
-            check_input_requests(result, call.capabilities or {})
-        return result
+        assert call.target is not None, "the find stage runs first"
+        return await call.target.forward(call)
 
 
 def standard_pipeline(
     gateway: PipelineHost, decide: Stage | None = None, record: Sequence[Stage] = ()
 ) -> Pipeline:
     """find → resolve (if needed) → decide → forward → record."""
-    later: list[Stage] = [decide or AllowAll(), Forward(gateway), *record]
+    later: list[Stage] = [decide or AllowAll(), Forward(), *record]
     stages: list[Stage] = [Find(gateway)]
     if any(stage.needs_hints for stage in later):
         stages.append(Resolve(gateway))
@@ -248,14 +155,7 @@ def standard_pipeline(
 
 
 def fast_lane_fits(call: ToolCall, gateway: PipelineHost) -> bool:
-    """Whether a call without a request context can be forwarded: nothing the downstream might
-    send back during the call needs a way to reach the client (a legacy server may ask a
-    client that declared sampling, elicitation or roots)."""
+    """Whether a call can be run without a request context: nothing its target may send back
+    during the call needs a way to reach the client."""
     target = gateway.lookup(call.name)
-    if not isinstance(target, CatalogTool):
-        return target is not None  # configuration tools run in-process
-    downstream = gateway.downstream_of(target)
-    if downstream.era == "modern":
-        return True
-    capabilities = call.capabilities or {}
-    return not any(declares(capabilities, method) for method in CAPABILITY_FOR_REQUEST)
+    return target is not None and not target.needs_client(call)

@@ -26,8 +26,8 @@ from pydantic import ValidationError
 
 from toolkeeper import jsonwire
 from toolkeeper.config.model import DEFAULT_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_ENV
-from toolkeeper.gateway.fastlane import FastLane, opens_modern
-from toolkeeper.gateway.pipeline import ToolCall
+from toolkeeper.edge.fastlane import FastLane, opens_modern
+from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.protocol import INVALID_REQUEST, Refusal, error_response, refusal, unreadable
 
 logger = logging.getLogger(__name__)

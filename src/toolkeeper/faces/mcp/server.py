@@ -18,11 +18,9 @@ from pydantic import ValidationError
 
 from toolkeeper import __version__
 from toolkeeper.annotations.resolve import ResolveError
-from toolkeeper.catalog import CatalogTool
-from toolkeeper.gateway import forward
-from toolkeeper.gateway.clients import client_of
-from toolkeeper.gateway.core import Gateway
-from toolkeeper.gateway.pipeline import ToolCall
+from toolkeeper.edge.clients import client_of
+from toolkeeper.faces.mcp import forward
+from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.protocol import (
     ANNOTATIONS_METHOD,
     INVALID_PARAMS,
@@ -36,6 +34,7 @@ from toolkeeper.protocol import (
     flag_resolvable,
     for_client_era,
 )
+from toolkeeper.runtime.gateway import Gateway
 
 logger = logging.getLogger(__name__)
 # The gateway passes deprecated features (logging, roots, subscribe) on for servers and clients
@@ -176,11 +175,12 @@ def build_server(gateway: Gateway) -> GatewayServer:
                     logger.debug("unsubscribing %s after a listen stream ended: %s", uri, exc)
 
     async def resolved(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
-        tool = gateway.lookup(params.name)
-        if not isinstance(tool, CatalogTool) or params.name not in gateway.view.refinable:
+        target = gateway.lookup(params.name)
+        tool = target.tool if target is not None else None
+        if tool is None or params.name not in gateway.view.refinable:
             why = (
                 gateway.why_hidden(params.name)
-                if tool is None
+                if target is None
                 else f"'{params.name}' is not flagged dynamicAnnotations: its hints do not depend on its "
                 "arguments (use its static annotations)."
             )

@@ -27,8 +27,8 @@ from mcp.shared.inbound import decode_header_value
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper import jsonwire
-from toolkeeper.gateway.fastlane import PROTOCOL_VERSION_META, FastLane
-from toolkeeper.gateway.pipeline import ToolCall
+from toolkeeper.edge.fastlane import PROTOCOL_VERSION_META, FastLane
+from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.protocol import INVALID_REQUEST, Refusal, error_response, refusal, unreadable
 
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(\d{1,5}))?$")

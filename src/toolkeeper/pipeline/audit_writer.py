@@ -1,17 +1,11 @@
-"""The audit log: one record per `tools/call`, the configuration tools' included, however it ended.
-
-Two halves, so the call path never waits for the store:
-
-- `AuditLog`, a record stage of the pipeline, turns the finished call into a record and hands it
-  to the writer: no I/O, no serialisation.
-- `AuditWriter` makes the record into a row once the call's answer has left (the digest, the
-  JSON, the text the columns take), so neither the call nor a later write waits for that. A
-  task of the running gateway writes the rows waiting every half second (or sooner once a batch
-  is full), one transaction per batch, without bumping the store revision: an audit record is
-  no reason for a gateway to reload its state. When the store refuses (read-only, locked, full,
-  unreachable) it says so once, keeps the records (up to a bound, then the oldest go, counted)
-  and writes them when the store takes them again. It also deletes records older than
-  `auditRetentionDays`, at start and then daily.
+"""The audit log's writer: makes each call's record into a row once the call's answer has left
+(the digest, the JSON, the text the columns take), so neither the call nor a later write waits
+for that. A task of the running gateway writes the rows waiting every half second (or sooner
+once a batch is full), one transaction per batch, without bumping the store revision: an audit
+record is no reason for a gateway to reload its state. When the store refuses (read-only,
+locked, full, unreachable) it says so once, keeps the records (up to a bound, then the oldest
+go, counted) and writes them when the store takes them again. It also deletes records older
+than `auditRetentionDays`, at start and then daily.
 """
 
 from __future__ import annotations
@@ -23,16 +17,11 @@ import os
 import time
 from collections import deque
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
-from mcp.shared.exceptions import MCPError
 
-from toolkeeper.catalog import CatalogTool
-from toolkeeper.gateway.config_tools import ConfigTool
-from toolkeeper.gateway.pipeline import ToolCall
 from toolkeeper.policy.binding import arguments_digest, canonical_json
-from toolkeeper.policy.model import Decision
 from toolkeeper.store import Store, StoreError
 from toolkeeper.store import audit as audit_rows
 
@@ -52,6 +41,9 @@ RETENTION_RETRY_SECONDS = 3600.0
 # ids of the records made together come from one read of the system's random source; a uuid4
 # each cost more than the rest of the record).
 Record = dict[str, Any]
+
+
+HintsHeld = tuple[tuple[str, bool, str | None], ...]
 
 
 class AuditWriter:
@@ -278,60 +270,6 @@ def _values(record: Record, fresh_id: str) -> Record:
     return values
 
 
-class AuditLog:
-    """The record stage: hands every finished call's record to the writer."""
-
-    after_result: ClassVar[bool] = True
-    needs_hints: ClassVar[bool] = False
-
-    def __init__(self, writer: AuditWriter, *, keep_arguments: bool) -> None:
-        self.writer = writer
-        self.keep_arguments = keep_arguments
-
-    async def run(self, call: ToolCall) -> dict[str, Any] | None:
-        try:
-            record = self.record(call)
-        except Exception:  # noqa: BLE001 - recording must never fail the call it records
-            logger.exception("audit log: cannot record a call of %r", call.name)
-            return None
-        self.writer.add(record)
-        return None
-
-    def record(self, call: ToolCall) -> Record:
-        elapsed = time.monotonic() - call.started
-        target = call.target
-        server = tool = ref_id = None
-        if isinstance(target, CatalogTool):
-            server, tool, ref_id = target.server, target.name, target.ref_id
-        elif isinstance(target, ConfigTool):
-            tool = target.name
-        arguments = call.arguments
-        decision = call.decision
-        outcome, detail = _outcome(call)
-        return {
-            "at": time.time() - elapsed,
-            "client_name": call.client.name,
-            "client_version": call.client.version,
-            "client_session": call.client.session,
-            "exposed_name": call.name,
-            "server": server,
-            "tool": tool,
-            "ref_id": ref_id,
-            # The arguments as the call had them; the writer digests (and, if asked, keeps) them
-            # off the call path.
-            "arguments_sha256": arguments,
-            "arguments": arguments if self.keep_arguments else None,
-            "hints": _hints(call),
-            "decision": decision.final.value if decision else Decision.ALLOW.value,
-            "decided_by": decision.decided_by if decision else "no policy",
-            "channel": decision.channel if decision else None,
-            "wait_ms": decision.wait_ms if decision else None,
-            "outcome": outcome,
-            "detail": detail,
-            "latency_ms": round(elapsed * 1000),
-        }
-
-
 def _arguments_text(arguments: dict[str, Any]) -> str:
     """The canonical JSON of the arguments, as text the database can hold."""
     encoded = canonical_json(arguments)
@@ -342,22 +280,6 @@ def _arguments_text(arguments: dict[str, Any]) -> str:
 
 
 # (hint, value, source) for each hint; a tuple so the writer can remember its JSON.
-HintsHeld = tuple[tuple[str, bool, str | None], ...]
-
-
-def _hints(call: ToolCall) -> HintsHeld | None:
-    """The hints that held for the call and where each came from: the policy's view when a
-    decide stage ran, else the resolved hints, else none were worked out."""
-    if call.decision is not None:
-        verdict = call.decision.verdict
-        sources = verdict.sources
-        return tuple((name, value, sources.get(name)) for name, value in verdict.hints.items())
-    if call.resolution is not None:
-        source = call.resolution.source
-        return tuple((name, value, source) for name, value in call.resolution.hints.items())
-    return None
-
-
 _HINTS_ENCODER = json.JSONEncoder(ensure_ascii=False)
 _hints_texts: dict[HintsHeld, str] = {}  # a tool's calls mostly hold the same hints
 
@@ -372,31 +294,3 @@ def _hints_text(hints: HintsHeld) -> str:
             {name: {"value": value, "source": source} for name, value, source in hints}
         )
     return text
-
-
-def _outcome(call: ToolCall) -> tuple[str, str | None]:
-    """How the call ended, and the detail a person reading the log needs."""
-    decision = call.decision
-    if decision is not None and (decision.final is Decision.DENY or decision.outcome):
-        return "not_run", decision.outcome or decision.verdict.reason
-    error = call.error
-    if error is not None:
-        if isinstance(error, MCPError):
-            return "protocol_error", error.message
-        if isinstance(error, anyio.get_cancelled_exc_class()):
-            return "cancelled", None
-        return "error", f"{type(error).__name__}: {error}"
-    result = call.result or {}
-    if call.extra.get("timed_out"):
-        return "timeout", _first_text(result)
-    if result.get("isError") is True:
-        return "isError", None
-    return "ok", None
-
-
-def _first_text(result: dict[str, Any]) -> str | None:
-    content = result.get("content")
-    if isinstance(content, list) and content and isinstance(content[0], dict):
-        text = content[0].get("text")
-        return text if isinstance(text, str) else None
-    return None

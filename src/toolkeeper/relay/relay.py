@@ -38,8 +38,6 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from toolkeeper.downstreams.base import Downstream, ProgressCallback, ServerInput
-from toolkeeper.gateway.roots import ClientRoots
-from toolkeeper.gateway.seal import TokenSeal
 from toolkeeper.policy.binding import call_hash
 from toolkeeper.protocol import (
     CAPABILITY_FOR_REQUEST,
@@ -51,6 +49,8 @@ from toolkeeper.protocol import (
     check_input_requests,
     undeclared_message,
 )
+from toolkeeper.relay.roots import ClientRoots
+from toolkeeper.relay.seal import TokenSeal
 from toolkeeper.sdk_private import connection_of
 
 logger = logging.getLogger(__name__)

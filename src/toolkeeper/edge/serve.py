@@ -22,11 +22,12 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.config.model import Config
-from toolkeeper.gateway.core import Gateway
-from toolkeeper.gateway.fastlane import FastLane
-from toolkeeper.gateway.http_fastlane import HostGuard, HttpFastLane, respond
-from toolkeeper.gateway.server import build_server
-from toolkeeper.gateway.stdio import stdio_streams
+from toolkeeper.edge.fastlane import FastLane
+from toolkeeper.edge.http_fastlane import HostGuard, HttpFastLane, respond
+from toolkeeper.edge.stdio import stdio_streams
+from toolkeeper.faces.mcp.config_tools import ConfigMenu
+from toolkeeper.faces.mcp.server import build_server
+from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.store import Store
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ async def _collect_garbage_once_up(gateway: Gateway) -> None:
 
 async def serve_stdio(config: Config, store: Store) -> None:
     """Serve one client on stdin and stdout until it closes stdin or a signal stops the gateway."""
-    gateway = Gateway(config, store)
+    gateway = Gateway(config, store, menu=ConfigMenu)
     server = build_server(gateway)
     stop_reading = anyio.Event()
     reason = "the client closed stdin"
@@ -236,7 +237,7 @@ class NoProxyBuffering:
 
 
 async def serve_http(config: Config, store: Store, host: str, port: int) -> None:
-    gateway = Gateway(config, store)
+    gateway = Gateway(config, store, menu=ConfigMenu)
     server = build_server(gateway)
     security = transport_security(config, host)
     max_bytes = config.settings.http_max_request_bytes

@@ -1,1 +1,0 @@
-"""The gateway: what MCP clients connect to."""

@@ -1,0 +1,117 @@
+"""The audit log's record stage: one record per `tools/call`, the configuration tools' included,
+however it ended. It turns the finished call into a record and hands it to the writer
+(`audit_writer.py`): no I/O, no serialisation, so the call path never waits for the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, ClassVar
+
+import anyio
+from mcp.shared.exceptions import MCPError
+
+from toolkeeper.pipeline.audit_writer import AuditWriter, HintsHeld, Record
+from toolkeeper.pipeline.call import ToolCall
+from toolkeeper.policy.model import Decision
+
+logger = logging.getLogger(__name__)
+
+
+class AuditLog:
+    """The record stage: hands every finished call's record to the writer."""
+
+    after_result: ClassVar[bool] = True
+    needs_hints: ClassVar[bool] = False
+
+    def __init__(self, writer: AuditWriter, *, keep_arguments: bool) -> None:
+        self.writer = writer
+        self.keep_arguments = keep_arguments
+
+    async def run(self, call: ToolCall) -> dict[str, Any] | None:
+        try:
+            record = self.record(call)
+        except Exception:  # noqa: BLE001 - recording must never fail the call it records
+            logger.exception("audit log: cannot record a call of %r", call.name)
+            return None
+        self.writer.add(record)
+        return None
+
+    def record(self, call: ToolCall) -> Record:
+        elapsed = time.monotonic() - call.started
+        target = call.target
+        server = tool = ref_id = None
+        if target is not None:
+            # The gateway's own tools have no server and no refId: the name they were called by.
+            catalog_tool = target.tool
+            if catalog_tool is not None:
+                server, tool, ref_id = catalog_tool.server, catalog_tool.name, catalog_tool.ref_id
+            else:
+                tool = target.exposed_name
+        arguments = call.arguments
+        decision = call.decision
+        outcome, detail = _outcome(call)
+        return {
+            "at": time.time() - elapsed,
+            "client_name": call.client.name,
+            "client_version": call.client.version,
+            "client_session": call.client.session,
+            "exposed_name": call.name,
+            "server": server,
+            "tool": tool,
+            "ref_id": ref_id,
+            # The arguments as the call had them; the writer digests (and, if asked, keeps) them
+            # off the call path.
+            "arguments_sha256": arguments,
+            "arguments": arguments if self.keep_arguments else None,
+            "hints": _hints(call),
+            "decision": decision.final.value if decision else Decision.ALLOW.value,
+            "decided_by": decision.decided_by if decision else "no policy",
+            "channel": decision.channel if decision else None,
+            "wait_ms": decision.wait_ms if decision else None,
+            "outcome": outcome,
+            "detail": detail,
+            "latency_ms": round(elapsed * 1000),
+        }
+
+
+def _hints(call: ToolCall) -> HintsHeld | None:
+    """The hints that held for the call and where each came from: the policy's view when a
+    decide stage ran, else the resolved hints, else none were worked out."""
+    if call.decision is not None:
+        verdict = call.decision.verdict
+        sources = verdict.sources
+        return tuple((name, value, sources.get(name)) for name, value in verdict.hints.items())
+    if call.resolution is not None:
+        source = call.resolution.source
+        return tuple((name, value, source) for name, value in call.resolution.hints.items())
+    return None
+
+
+def _outcome(call: ToolCall) -> tuple[str, str | None]:
+    """How the call ended, and the detail a person reading the log needs."""
+    decision = call.decision
+    if decision is not None and (decision.final is Decision.DENY or decision.outcome):
+        return "not_run", decision.outcome or decision.verdict.reason
+    error = call.error
+    if error is not None:
+        if isinstance(error, MCPError):
+            return "protocol_error", error.message
+        if isinstance(error, anyio.get_cancelled_exc_class()):
+            return "cancelled", None
+        return "error", f"{type(error).__name__}: {error}"
+    result = call.result or {}
+    if call.extra.get("timed_out"):
+        return "timeout", _first_text(result)
+    if result.get("isError") is True:
+        return "isError", None
+    return "ok", None
+
+
+def _first_text(result: dict[str, Any]) -> str | None:
+    content = result.get("content")
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        text = content[0].get("text")
+        return text if isinstance(text, str) else None
+    return None

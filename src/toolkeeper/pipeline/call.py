@@ -1,0 +1,85 @@
+"""One `tools/call` on its way through the pipeline, and who made it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+
+    from toolkeeper.annotations.resolve import Resolution
+    from toolkeeper.catalog import CatalogTool
+    from toolkeeper.policy.model import DecisionRecord
+
+
+class Target(Protocol):
+    """What an exposed name stands for in the view: a downstream's tool, or one of the gateway's
+    own (a face's configuration tools). The stages read these members; none asks which kind of
+    target it has."""
+
+    @property
+    def exposed_name(self) -> str: ...
+
+    @property
+    def tool(self) -> CatalogTool | None:
+        """The downstream tool behind the name: its hints are resolved, the policy decides on it
+        and the audit log names it. None for the gateway's own tools, which act only on the
+        gateway's own state: no hints to resolve, nothing to gate."""
+        ...
+
+    def needs_client(self, call: ToolCall) -> bool:
+        """Whether something may have to reach the client during this call (a question from a
+        handshake-era server), so that only a driver with a request context can run it."""
+        ...
+
+    async def forward(self, call: ToolCall) -> dict[str, Any]:
+        """Run the call: the downstream's result (raw JSON) or a tool error result."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClientIdentity:
+    """Who made a call: the client's own name and version, and the connection or session it
+    came on (a stdio connection, an HTTP session id), which scopes "for this session" answers."""
+
+    name: str | None
+    version: str | None
+    session: str
+
+    def label(self) -> str:
+        who = (
+            f"{self.name} {self.version}" if self.name and self.version else self.name or "an unnamed client"
+        )
+        return f"{who} ({self.session})"
+
+
+UNKNOWN_CLIENT = ClientIdentity(None, None, "unknown")
+
+
+@dataclass(slots=True, eq=False)
+class ToolCall:
+    """One `tools/call` on its way through the pipeline."""
+
+    name: str  # the exposed name the client called
+    params: dict[str, Any]  # the request's params as the client sent them (wire form)
+    modern: bool  # whether the client speaks the 2026-07-28 era
+    # The SDK's request context, when the SDK's handler drives the call: the relay needs it
+    # for a call during which the server may talk back to this client (progress, questions).
+    ctx: ServerRequestContext[Any, Any] | None = None
+    # The client's declared capabilities in wire form, when the fast lane drives the call.
+    capabilities: dict[str, Any] | None = None
+    client: ClientIdentity = UNKNOWN_CLIENT
+    target: Target | None = None
+    resolution: Resolution | None = None
+    decision: DecisionRecord | None = None  # set by the decide stage
+    result: dict[str, Any] | None = None
+    error: BaseException | None = None
+    started: float = field(default_factory=time.monotonic)
+    extra: dict[str, Any] = field(default_factory=dict)  # what stages leave for later stages
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        arguments = self.params.get("arguments")
+        return arguments if isinstance(arguments, dict) else {}

@@ -1,0 +1,57 @@
+"""A downstream's tool as a pipeline target: the catalog tool, bound to the downstream that
+serves it and the relay that carries what that downstream sends back during a call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from toolkeeper.catalog import CatalogTool
+from toolkeeper.downstreams.base import CallTimedOut, Downstream, Unavailable
+from toolkeeper.pipeline.call import ToolCall
+from toolkeeper.protocol import CAPABILITY_FOR_REQUEST, check_input_requests, declares, error_result
+from toolkeeper.relay.relay import Relay
+
+
+@dataclass(frozen=True, slots=True)
+class DownstreamTool:
+    """Made when the view is rebuilt, one per routed catalog tool, so a call finds its
+    downstream with the same dict lookup that finds the tool."""
+
+    tool: CatalogTool
+    downstream: Downstream
+    relay: Relay
+
+    @property
+    def exposed_name(self) -> str:
+        return self.tool.exposed_name
+
+    def needs_client(self, call: ToolCall) -> bool:
+        # A 2026-07-28 server's questions come back inside its result; a handshake-era server
+        # may ask a client that declared sampling, elicitation or roots during the call.
+        if self.downstream.era == "modern":
+            return False
+        capabilities = call.capabilities or {}
+        return any(declares(capabilities, method) for method in CAPABILITY_FOR_REQUEST)
+
+    async def forward(self, call: ToolCall) -> dict[str, Any]:
+        name, downstream = self.tool.name, self.downstream
+        try:
+            if call.ctx is not None:
+                return await self.relay.call(call.ctx, downstream, name, call.params, call.client.session)
+            if downstream.era == "legacy":
+                result = await self.relay.plain_call(
+                    downstream, name, call.params.get("arguments"), call.params.get("_meta")
+                )
+            else:
+                result = await downstream.call_tool(
+                    name, call.params.get("arguments"), meta=call.params.get("_meta")
+                )
+        except (Unavailable, CallTimedOut) as exc:
+            if isinstance(exc, CallTimedOut):
+                call.extra["timed_out"] = True  # the audit log tells a timeout from a tool's error
+            return error_result(f"{self.tool.exposed_name}: {exc}")
+        if result.get("resultType") == "input_required":
+            # Only modern clients take this path, and they answer a modern server themselves.
+            check_input_requests(result, call.capabilities or {})
+        return result
