@@ -62,3 +62,62 @@ def test_no_import_cycles() -> None:
         if name not in state:
             visit(name, [name])
     assert cycles == [], "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+# Each layer, left to right as in docs/architecture.md: a folder may import the folders to its
+# left, never those to its right.
+LAYERS = (
+    "config",
+    "downstreams",
+    "catalog",
+    "annotations",
+    "toolsets",
+    "policy",
+    "store",
+    "services",
+    "relay",
+    "pipeline",
+    "runtime",
+    "faces",
+    "edge",
+    "cli",
+)
+# Modules every layer may use: the protocol's vocabulary, the error kinds, logging, the SDK seam.
+FOUNDATION = {"toolkeeper", "toolkeeper.errors", "toolkeeper.jsonwire", "toolkeeper.log", "toolkeeper.protocol"}
+FOUNDATION |= {"toolkeeper.sdk_private"}
+# Outside the flow: the entry point wires everything; the demo servers stand alone.
+ENTRY = {"toolkeeper.__main__"}
+STANDALONE = "demo"
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_layers_import_only_to_their_left() -> None:
+    paths = {module_name(p): p for p in (SRC / "toolkeeper").rglob("*.py") if "migrations" not in p.parts}
+    known = set(paths)
+    rank = {layer: index for index, layer in enumerate(LAYERS)}
+    wrong: list[str] = []
+    for name, path in sorted(paths.items()):
+        if name in ENTRY or name in FOUNDATION:
+            continue
+        layer = layer_of(name)
+        for dep in sorted(imports_of(path, known)):
+            dep_layer = layer_of(dep)
+            if dep in FOUNDATION or dep_layer == layer:
+                continue
+            if layer == STANDALONE or dep_layer == STANDALONE:
+                wrong.append(f"{name} -> {dep} (the demo servers stand alone)")
+            elif layer not in rank or dep_layer not in rank:
+                wrong.append(f"{name} -> {dep} (a folder missing from LAYERS)")
+            elif rank[dep_layer] > rank[layer]:
+                wrong.append(f"{name} -> {dep} ({layer} is left of {dep_layer})")
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_layer_table_matches_the_architecture_page() -> None:
+    page = (SRC.parent / "docs" / "architecture.md").read_text()
+    flow = next(line for line in page.splitlines() if line.startswith("layers:"))
+    assert tuple(flow.removeprefix("layers:").split()) == LAYERS
