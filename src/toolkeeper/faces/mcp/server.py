@@ -127,8 +127,9 @@ the edge knows how its transports tell clients apart, and the fast lanes name th
 
 @dataclass(frozen=True, slots=True)
 class McpFace:
-    """What the SDK server's handlers answer from: the running gateway, how to name a request's
-    client, and the gateway's own `serverInfo` stamp for modern results."""
+    """The SDK server's handlers and middleware, as methods of what they answer from: the running
+    gateway, how to name a request's client, and the gateway's own `serverInfo` stamp for modern
+    results."""
 
     gateway: Gateway
     identify: IdentifyClient
