@@ -12,6 +12,7 @@ from mcp import Client
 
 from toolkeeper.config.model import Config, GatewaySettings, ServerConfig
 from toolkeeper.downstreams.base import Downstream, DownstreamListener, State, Unavailable
+from toolkeeper.edge.clients import client_of
 from toolkeeper.edge.fastlane import FastLane
 from toolkeeper.faces.mcp.server import build_server
 from toolkeeper.pipeline.call import ToolCall
@@ -149,7 +150,7 @@ async def test_an_added_stage_refuses_a_tool_and_a_real_client_sees_it(mode: str
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
         await gateway.started.wait()
-        async with Client(build_server(gateway), mode=mode) as client:
+        async with Client(build_server(gateway, client_of), mode=mode) as client:
             listed = {tool.name for tool in (await client.list_tools()).tools}
             assert listed == {"notes__read_note", "notes__delete_note"}
 

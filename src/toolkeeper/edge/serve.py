@@ -22,6 +22,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.config.model import Config
+from toolkeeper.edge.clients import client_of
 from toolkeeper.edge.fastlane import FastLane
 from toolkeeper.edge.http_fastlane import HostGuard, HttpFastLane, respond
 from toolkeeper.edge.stdio import stdio_streams
@@ -79,7 +80,7 @@ async def _collect_garbage_once_up(gateway: Gateway) -> None:
 async def serve_stdio(config: Config, store: Store) -> None:
     """Serve one client on stdin and stdout until it closes stdin or a signal stops the gateway."""
     gateway = Gateway(config, store, menu=ConfigMenu)
-    server = build_server(gateway)
+    server = build_server(gateway, client_of)
     stop_reading = anyio.Event()
     reason = "the client closed stdin"
 
@@ -238,7 +239,7 @@ class NoProxyBuffering:
 
 async def serve_http(config: Config, store: Store, host: str, port: int) -> None:
     gateway = Gateway(config, store, menu=ConfigMenu)
-    server = build_server(gateway)
+    server = build_server(gateway, client_of)
     security = transport_security(config, host)
     max_bytes = config.settings.http_max_request_bytes
     app = server.streamable_http_app(

@@ -5,6 +5,7 @@ not know, so these take the raw path, like `tools/call`)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp_types as types
@@ -16,6 +17,10 @@ from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS, forwardable_meta
 from toolkeeper.runtime.gateway import Gateway
 
 logger = logging.getLogger(__name__)
+
+# A forwarded request's route: the gateway, the request's context and its params in wire form,
+# to the owning server's result as it came.
+Route = Callable[[Gateway, ServerRequestContext[Any], dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def _uri(params: dict[str, Any]) -> str:
@@ -137,7 +142,7 @@ async def set_log_level(gateway: Gateway, ctx: ServerRequestContext[Any], level:
 
 
 # Requests whose results are handed back as the server sent them, by method.
-RAW_ROUTES = {
+RAW_ROUTES: dict[str, Route] = {
     "resources/read": read_resource,
     "prompts/get": get_prompt,
     "completion/complete": complete,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import mcp_types as types
@@ -13,14 +16,12 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from toolkeeper import __version__
 from toolkeeper.annotations.resolve import ResolveError
-from toolkeeper.edge.clients import client_of
 from toolkeeper.faces.mcp import forward
-from toolkeeper.pipeline.call import ToolCall
+from toolkeeper.pipeline.call import ClientIdentity, ToolCall
 from toolkeeper.protocol import (
     ANNOTATIONS_METHOD,
     INVALID_PARAMS,
@@ -34,6 +35,7 @@ from toolkeeper.protocol import (
     flag_resolvable,
     for_client_era,
 )
+from toolkeeper.relay.relay import is_modern
 from toolkeeper.runtime.gateway import Gateway
 
 logger = logging.getLogger(__name__)
@@ -118,47 +120,64 @@ def with_server_instructions(gateway: Gateway) -> str:
     )
 
 
-def is_modern(ctx: ServerRequestContext[Any]) -> bool:
-    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+IdentifyClient = Callable[[ServerRequestContext[Any], Mapping[str, Any]], ClientIdentity]
+"""Names the client of a request the SDK's handler took, from its request context and params:
+the edge knows how its transports tell clients apart, and the fast lanes name them the same way."""
 
 
-def build_server(gateway: Gateway) -> GatewayServer:
-    server_info: dict[str, Any] = {}  # the gateway's serverInfo stamp, filled once the server exists
+@dataclass(frozen=True, slots=True)
+class McpFace:
+    """The SDK server's handlers and middleware, as methods of what they answer from: the running
+    gateway, how to name a request's client, and the gateway's own `serverInfo` stamp for modern
+    results."""
 
-    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
-        return {"resultType": "complete", "tools": gateway.listing}
+    gateway: Gateway
+    identify: IdentifyClient
+    # One per server: it holds the open listen streams.
+    listen_handler: ListenHandler
+    server_info: dict[str, Any] = field(default_factory=dict)  # filled once the server exists
 
-    async def run_call(ctx: ServerRequestContext[Any], params: dict[str, Any]) -> dict[str, Any]:
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> Any:
+        return {"resultType": "complete", "tools": self.gateway.listing}
+
+    async def run_call(self, ctx: ServerRequestContext[Any], params: dict[str, Any]) -> dict[str, Any]:
         modern = is_modern(ctx)
-        call = ToolCall(params["name"], params, modern, ctx=ctx, client=client_of(ctx, params))
-        result = await gateway.pipeline.run(call)
-        return for_client_era(result, modern, server_info)
+        call = ToolCall(params["name"], params, modern, ctx=ctx, client=self.identify(ctx, params))
+        result = await self.gateway.pipeline.run(call)
+        return for_client_era(result, modern, self.server_info)
 
-    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
-        return await run_call(ctx, _wire(params))
+    async def call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+        return await self.run_call(ctx, _wire(params))
 
-    async def list_resources(ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return {"resultType": "complete", "resources": list(gateway.offerings.resources)}
+    async def list_resources(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
+        return {"resultType": "complete", "resources": list(self.gateway.offerings.resources)}
 
-    async def list_resource_templates(ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return {"resultType": "complete", "resourceTemplates": list(gateway.offerings.resource_templates)}
+    async def list_resource_templates(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
+        return {
+            "resultType": "complete",
+            "resourceTemplates": list(self.gateway.offerings.resource_templates),
+        }
 
-    async def list_prompts(ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return {"resultType": "complete", "prompts": list(gateway.offerings.prompts)}
+    async def list_prompts(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
+        return {"resultType": "complete", "prompts": list(self.gateway.offerings.prompts)}
 
-    def validated(route: Any) -> Any:
-        # The SDK's validated path (params that were not a plain object) ends in the same route.
-        async def handler(ctx: ServerRequestContext[Any], params: Any) -> Any:
-            return await route(gateway, ctx, _wire(params))
+    async def validated(self, route: forward.Route, ctx: ServerRequestContext[Any], params: Any) -> Any:
+        """The SDK's validated path (params that were not a plain object) ends in the same route."""
+        return await route(self.gateway, ctx, _wire(params))
 
-        return handler
+    async def set_logging_level(
+        self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
+    ) -> Any:
+        return await forward.set_log_level(self.gateway, ctx, params.level)
 
-    async def set_logging_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> Any:
-        return await forward.set_log_level(gateway, ctx, params.level)
-
-    async def listen(ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams) -> Any:
+    async def listen(
+        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> Any:
         # A modern client subscribes to resources on its listen stream: hold those downstream
         # subscriptions for as long as the stream is open.
+        gateway = self.gateway
         held: list[tuple[Any, str]] = []
         try:
             for uri in params.notifications.resource_subscriptions or ():
@@ -166,7 +185,7 @@ def build_server(gateway: Gateway) -> GatewayServer:
                 if owner is not None:
                     await gateway.pool[owner].subscribe(uri)
                     held.append((gateway.pool[owner], uri))
-            return await listen_handler(ctx, params)
+            return await self.listen_handler(ctx, params)
         finally:
             for downstream, uri in held:
                 try:
@@ -174,7 +193,8 @@ def build_server(gateway: Gateway) -> GatewayServer:
                 except Exception as exc:  # the stream is over either way
                     logger.debug("unsubscribing %s after a listen stream ended: %s", uri, exc)
 
-    async def resolved(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
+    async def resolved(self, ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
+        gateway = self.gateway
         target = gateway.lookup(params.name)
         tool = target.tool if target is not None else None
         if tool is None or params.name not in gateway.view.refinable:
@@ -191,39 +211,17 @@ def build_server(gateway: Gateway) -> GatewayServer:
             raise MCPError(code=exc.code, message=str(exc), data=exc.data) from None
         return {"annotations": dict(resolution.hints)}
 
-    async def tools_resolve(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
+    async def tools_resolve(self, ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
         if not _client_resolves(ctx):
             raise MCPError(
                 code=MISSING_CAPABILITY,
                 message=f"tools/resolve needs the client capability extensions[{RESOLUTION_EXTENSION!r}]",
                 data={"requiredCapabilities": {"extensions": {RESOLUTION_EXTENSION: {}}}},
             )
-        result = await resolved(ctx, params)
+        result = await self.resolved(ctx, params)
         return {"resultType": "complete", "name": params.name, **result}
 
-    listen_handler = ListenHandler(gateway.notifier.bus)
-    server = GatewayServer(
-        "toolkeeper",
-        version=__version__,
-        title="toolkeeper MCP gateway",
-        instructions=INSTRUCTIONS,
-        # Lists change with server state, modes and toolsets, and a resource with its server: never cache.
-        cache_hints={method: CacheHint(ttl_ms=0, scope="private") for method in UNCACHED},
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        on_subscriptions_listen=listen,
-        on_list_resources=list_resources,
-        on_list_resource_templates=list_resource_templates,
-        on_read_resource=validated(forward.read_resource),
-        on_subscribe_resource=validated(forward.subscribe),
-        on_unsubscribe_resource=validated(forward.unsubscribe),
-        on_list_prompts=list_prompts,
-        on_get_prompt=validated(forward.get_prompt),
-        on_completion=validated(forward.complete),
-        on_set_logging_level=set_logging_level,
-    )
-
-    async def gateway_middleware(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+    async def middleware(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         if ctx.method == "initialize" and ctx.session.client_params is not None:
             # The SDK would answer it again and switch the session's version mid-session; its
             # state commits only if the chain succeeds, so refusing here leaves the session as is.
@@ -232,10 +230,10 @@ def build_server(gateway: Gateway) -> GatewayServer:
                 message=f"this session is already initialized (protocol version {ctx.protocol_version}); "
                 "a second initialize is refused and the version stays; open a new session to negotiate again",
             )
-        if not gateway.started.is_set() and ctx.request_id is not None and ctx.method != "ping":
+        if not self.gateway.started.is_set() and ctx.request_id is not None and ctx.method != "ping":
             # A client may ask before the servers have connected (what the gateway lists, routes
             # and offers depends on them): every request but ping waits for start-up, here once.
-            await gateway.started.wait()
+            await self.gateway.started.wait()
         # Calls and forwarded requests skip the SDK's result models (they would drop fields they
         # do not know, and cost a third of the gateway's time per call), but only once the SDK
         # has done what the protocol requires before a handler: a modern request's envelope was
@@ -245,22 +243,34 @@ def build_server(gateway: Gateway) -> GatewayServer:
         modern = is_modern(ctx)
         ready = modern or ctx.session.client_params is not None
         if ready and ctx.method == "tools/call" and _plain_call(ctx.params):
-            return await run_call(ctx, dict(ctx.params))  # type: ignore[arg-type]
+            return await self.run_call(ctx, dict(ctx.params))  # type: ignore[arg-type]
         raw_route = forward.RAW_ROUTES.get(ctx.method)
         if ready and raw_route is not None and isinstance(ctx.params, dict):
-            try:
-                forwarded = await raw_route(gateway, ctx, ctx.params)
-            except ValidationError as exc:
-                problem = exc.errors()[0]
-                where = ".".join(str(part) for part in problem["loc"])
-                raise MCPError(
-                    code=INVALID_PARAMS, message=f"invalid params for {ctx.method}: {where}: {problem['msg']}"
-                ) from None
-            if modern and ctx.method == "resources/read" and "ttlMs" not in forwarded:
-                # A modern client needs cache hints a legacy server never sends: never cache.
-                forwarded.update(ttlMs=0, cacheScope="private")
-            return for_client_era(forwarded, modern, server_info)
+            return await self.forward_raw(ctx, raw_route, ctx.params, modern=modern)
         result = await call_next(ctx)
+        self.after_sdk_answered(ctx, result)
+        return result
+
+    async def forward_raw(
+        self, ctx: ServerRequestContext[Any], route: forward.Route, params: dict[str, Any], *, modern: bool
+    ) -> dict[str, Any]:
+        """A forwarded request's result as its server sent it, with the fields of the client's era."""
+        try:
+            forwarded = await route(self.gateway, ctx, params)
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(part) for part in problem["loc"])
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"invalid params for {ctx.method}: {where}: {problem['msg']}"
+            ) from None
+        if modern and ctx.method == "resources/read" and "ttlMs" not in forwarded:
+            # A modern client needs cache hints a legacy server never sends: never cache.
+            forwarded.update(ttlMs=0, cacheScope="private")
+        return for_client_era(forwarded, modern, self.server_info)
+
+    def after_sdk_answered(self, ctx: ServerRequestContext[Any], result: HandlerResult) -> None:
+        """What the gateway adds to, or learns from, a message the SDK itself handled."""
+        gateway = self.gateway
         if ctx.method == "notifications/initialized":
             gateway.notifier.add_legacy_session(ctx.session)
         elif ctx.method == "notifications/roots/list_changed":
@@ -275,12 +285,35 @@ def build_server(gateway: Gateway) -> GatewayServer:
             for tool in result.get("tools") or ():
                 if tool.get("name") in gateway.view.refinable:
                     flag_resolvable(tool, marker)
-        return result
 
+
+def build_server(gateway: Gateway, identify: IdentifyClient) -> GatewayServer:
+    """The SDK server for `gateway`; `identify` names the client of each call it takes."""
+    face = McpFace(gateway, identify, ListenHandler(gateway.notifier.bus))
+    server = GatewayServer(
+        "toolkeeper",
+        version=__version__,
+        title="toolkeeper MCP gateway",
+        instructions=INSTRUCTIONS,
+        # Lists change with server state, modes and toolsets, and a resource with its server: never cache.
+        cache_hints={method: CacheHint(ttl_ms=0, scope="private") for method in UNCACHED},
+        on_list_tools=face.list_tools,
+        on_call_tool=face.call_tool,
+        on_subscriptions_listen=face.listen,
+        on_list_resources=face.list_resources,
+        on_list_resource_templates=face.list_resource_templates,
+        on_read_resource=partial(face.validated, forward.read_resource),
+        on_subscribe_resource=partial(face.validated, forward.subscribe),
+        on_unsubscribe_resource=partial(face.validated, forward.unsubscribe),
+        on_list_prompts=face.list_prompts,
+        on_get_prompt=partial(face.validated, forward.get_prompt),
+        on_completion=partial(face.validated, forward.complete),
+        on_set_logging_level=face.set_logging_level,
+    )
+    server.add_request_handler(ANNOTATIONS_METHOD, ResolveParams, face.resolved)  # the seed's form as it is
+    server.add_request_handler(RESOLVE_METHOD, ResolveParams, face.tools_resolve)
     # The SDK's default OpenTelemetry middleware is left out: it costs time on every call and
     # records nothing until an exporter is installed.
-    server.add_request_handler(ANNOTATIONS_METHOD, ResolveParams, resolved)  # the seed's form as it is
-    server.add_request_handler(RESOLVE_METHOD, ResolveParams, tools_resolve)
-    server.middleware = [gateway_middleware]
-    server_info.update(server.server_info_stamp)
+    server.middleware = [face.middleware]
+    face.server_info.update(server.server_info_stamp)
     return server
