@@ -83,7 +83,13 @@ LAYERS = (
     "cli",
 )
 # Modules every layer may use: the protocol's vocabulary, the error kinds, logging, the SDK seam.
-FOUNDATION = {"toolkeeper", "toolkeeper.errors", "toolkeeper.jsonwire", "toolkeeper.log", "toolkeeper.protocol"}
+FOUNDATION = {
+    "toolkeeper",
+    "toolkeeper.errors",
+    "toolkeeper.jsonwire",
+    "toolkeeper.log",
+    "toolkeeper.protocol",
+}
 FOUNDATION |= {"toolkeeper.sdk_private"}
 # Outside the flow: the entry point wires everything; the demo servers stand alone.
 ENTRY = {"toolkeeper.__main__"}

@@ -11,7 +11,7 @@ from conftest import MODES
 from mcp import Client
 
 from toolkeeper.config.model import Config, GatewaySettings, ServerConfig
-from toolkeeper.downstreams.base import Downstream, DownstreamListener, State, Unavailable
+from toolkeeper.downstreams.base import Downstream, DownstreamListener, Era, State, Unavailable
 from toolkeeper.edge.clients import client_of
 from toolkeeper.edge.fastlane import FastLane
 from toolkeeper.faces.mcp.server import build_server
@@ -53,8 +53,12 @@ class InProcessDownstream:
         self._listener = listener
 
     @property
-    def era(self) -> str | None:
-        return "modern" if self.state is State.READY else None
+    def era(self) -> Era | None:
+        return Era.MODERN if self.state is State.READY else None
+
+    @property
+    def may_ask_client(self) -> bool:
+        return False
 
     @property
     def available(self) -> bool:

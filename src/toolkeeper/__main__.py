@@ -41,6 +41,8 @@ def _start_children_early(argv: list[str]) -> None:
     from toolkeeper.log import setup_logging
 
     # Quietly: `serve` reads the configuration again and reports what is wrong with it, once.
+    # The standard kinds suffice, and spare importing every kind: only MCP stdio servers are
+    # started early.
     logging.disable(logging.CRITICAL)
     try:
         config = load_config(demo_config_path() if demo else config_path)

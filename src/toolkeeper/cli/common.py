@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 from toolkeeper.annotations.effective import Annotator, policies_from
 from toolkeeper.config import Config, ConfigError, load_config
 from toolkeeper.config.loader import demo_config_path
+from toolkeeper.downstreams.kinds import KINDS
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 from toolkeeper.faces.mcp.config_tools import ConfigMenu
 from toolkeeper.log import setup_logging
@@ -70,7 +71,7 @@ ToolsetOption = typer.Option(None, "--toolset", help="Toolset to change (default
 
 def load(config_path: Path | None, demo: bool) -> Config:
     try:
-        config = load_config(demo_config_path() if demo else config_path)
+        config = load_config(demo_config_path() if demo else config_path, kinds=KINDS.entries)
     except ConfigError as exc:
         # Plain text: a path or key may contain [brackets], and file:line:col must not wrap.
         err.print(f"configuration error: {exc}", markup=False, highlight=False, soft_wrap=True)

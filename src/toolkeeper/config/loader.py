@@ -11,20 +11,19 @@ import json
 import logging
 import os
 import re
-import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
+from toolkeeper.config.entries import EntryError, EntryKind, ServerEntry, expand
+from toolkeeper.config.mcp import MCP_ENTRIES
 from toolkeeper.config.model import (
     CONFIRM_MODES,
-    CREDENTIAL_NAME,
     DEFAULT_APPROVAL_TIMEOUT,
     DEFAULT_AUDIT_RETENTION_DAYS,
-    DEFAULT_CALL_TIMEOUT,
     DEFAULT_DATABASE_TIMEOUT,
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
@@ -32,24 +31,16 @@ from toolkeeper.config.model import (
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_SERVER_INSTRUCTIONS,
     DEFAULT_RETRY_WINDOW,
-    MASK,
+    INFER_HINTS,
     MAX_MESSAGE_BYTES_ENV,
     Config,
     GatewaySettings,
-    ServerConfig,
-    Transport,
-    mask_credentials,
+    SourceConfig,
 )
 
 logger = logging.getLogger(__name__)
 
 TOP_LEVEL_KEYS = {"mcpServers", "toolkeeper", "$schema"}
-STDIO_KEYS = {"command", "args", "env", "cwd"}
-REMOTE_KEYS = {"url", "headers"}
-COMMON_KEYS = {
-    "type", "transport", "disabled", "prefix", "trust", "timeout", "description",
-    "inferHints", "sanitizeUntrustedHints", "protocol", "confirm",
-}  # fmt: skip
 SETTINGS_KEYS = {
     "home", "databaseUrl", "databaseTimeout", "http", "stdio", "logLevel", "maxConcurrentConnects",
     "featureFlags",
@@ -57,40 +48,16 @@ SETTINGS_KEYS = {
     "confirm", "autoApproveReadOnly", "confirmDestructive", "trustIdempotentRetries", "retryWindow",
     "approvalTimeout", "auditArguments", "auditRetentionDays", "maxServerInstructions",
 }  # fmt: skip
-INFER_HINTS = ("suggest", "apply")
 HTTP_KEYS = {"host", "port", "allowedHosts", "allowedOrigins", "maxRequestBytes"}
-# How to talk to a server: the newest era it speaks, or the handshake era even if it speaks both
-# (a server may do less in one era, e.g. ask for sampling only over the handshake-era wire), or
-# one modern protocol version (see `protocols()`).
-PROTOCOL_MODES = ("auto", "legacy")
-TRANSPORT_ALIASES: dict[str, Transport] = {
-    "stdio": "stdio",
-    "http": "http",
-    "streamable-http": "http",
-    "streamableHttp": "http",
-    "sse": "sse",
-}
 # No '.': it separates server and tool in namespaced names (`server.tool`), which must not collide.
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-PREFIX = re.compile(r"^[A-Za-z0-9_-]{0,40}$")
-ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
-
-
-def protocols() -> tuple[str, ...]:
-    """Every value the `protocol` key accepts."""
-    # Imported here: loading mcp_types loads the whole protocol schema, which the configuration
-    # needs only for a server that names a protocol version.
-    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-
-    return (*PROTOCOL_MODES, *MODERN_PROTOCOL_VERSIONS)
+# The kinds of server entry the loader knows unless told more: the `mcpServers` format's own. The
+# gateway passes every kind it has registered (downstreams/kinds.py).
+STANDARD_KINDS: tuple[EntryKind, ...] = (MCP_ENTRIES,)
 
 
 class ConfigError(Exception):
     """The configuration cannot be used at all. The message says where and what to do."""
-
-
-class EntryError(Exception):
-    """One server entry cannot be used; that server is skipped."""
 
 
 def user_config_path() -> Path:
@@ -116,14 +83,19 @@ def find_config(explicit: str | os.PathLike[str] | None) -> tuple[Path, str]:
 
 
 def load_config(
-    explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+    explicit: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    kinds: Sequence[EntryKind] = STANDARD_KINDS,
 ) -> Config:
     path, origin = find_config(explicit)
     logger.info("configuration: %s (%s)", path, origin)
-    return parse_config_file(path, environ=environ)
+    return parse_config_file(path, environ=environ, kinds=kinds)
 
 
-def parse_config_file(path: Path, environ: Mapping[str, str] | None = None) -> Config:
+def parse_config_file(
+    path: Path, environ: Mapping[str, str] | None = None, *, kinds: Sequence[EntryKind] = STANDARD_KINDS
+) -> Config:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -135,12 +107,18 @@ def parse_config_file(path: Path, environ: Mapping[str, str] | None = None) -> C
         raise ConfigError(f"{path}: cannot be read ({exc.strerror}). Check its permissions.") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}). Save it as UTF-8.") from None
-    return parse_config_text(text, path, environ=environ)
+    return parse_config_text(text, path, environ=environ, kinds=kinds)
 
 
 def parse_config_text(
-    text: str, path: Path | None = None, environ: Mapping[str, str] | None = None
+    text: str,
+    path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    kinds: Sequence[EntryKind] = STANDARD_KINDS,
 ) -> Config:
+    """The configuration `text` holds. `kinds`: the kinds of tool source a server entry may be,
+    the first serving entries that name no `type`."""
     env = os.environ if environ is None else environ
     where = str(path) if path else "<config>"
     try:
@@ -166,7 +144,7 @@ def parse_config_text(
     except EntryError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
-    servers: list[ServerConfig] = []
+    servers: list[SourceConfig] = []
     skipped: dict[str, str] = {}
     disabled: list[str] = []
     for name, entry in servers_raw.items():
@@ -174,7 +152,7 @@ def parse_config_text(
             if isinstance(entry, dict) and entry.get("disabled") is True:
                 disabled.append(name)
                 continue
-            servers.append(_parse_server(name, entry, env))
+            servers.append(_parse_server(name, entry, env, kinds))
         except EntryError as exc:
             reason = str(exc)
             skipped[name] = reason
@@ -210,198 +188,32 @@ def _skip_space(text: str, pos: int) -> int:
     return pos
 
 
-def builtin_variable(name: str) -> str | None:
-    """Variables toolkeeper defines itself when the environment does not."""
-    if name == "TOOLKEEPER_PYTHON":
-        return sys.executable
-    if name == "TOOLKEEPER_DEMO_DIR":
-        return str(Path(platformdirs.user_data_dir("toolkeeper")) / "demo")
-    return None
-
-
-def expand(value: str, env: Mapping[str, str], field: str, read: list[tuple[str, str]] | None = None) -> str:
-    """`${VAR}` and `${VAR:-default}` as in a shell; an unset variable without default is an error.
-    Each value read from the environment is added to `read`, with the reference it replaced."""
-
-    def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        found = env.get(name)
-        if found is None:
-            found = builtin_variable(name)
-        if found is not None and (found != "" or default is None):
-            if read is not None:
-                read.append((found, match.group(0)))
-            return found
-        if default is not None:
-            return default
-        raise EntryError(
-            f"{field}: environment variable {name} is not set; set it or write ${{{name}:-default}}"
-        )
-
-    return ENV_REFERENCE.sub(substitute, value)
-
-
-def _string(
-    entry: dict[str, Any], key: str, env: Mapping[str, str], read: list[tuple[str, str]] | None = None
-) -> str | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise EntryError(f"'{key}' must be a string, got {type(value).__name__}")
-    return expand(value, env, key, read)
-
-
-def _string_map(
-    entry: dict[str, Any], key: str, env: Mapping[str, str], secret: list[tuple[str, str]] | None = None
-) -> dict[str, str]:
-    """An object of strings; with `secret`, every value is also added to it (masked)."""
-    value = entry.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise EntryError(f"'{key}' must be an object of string values")
-    out: dict[str, str] = {}
-    for k, v in value.items():
-        if isinstance(v, bool) or not isinstance(v, str | int | float):
-            raise EntryError(f"'{key}.{k}' must be a string")
-        out[str(k)] = expand(str(v), env, f"{key}.{k}")
-        if secret is not None:
-            secret.append((out[str(k)], MASK))
-    return out
-
-
-# Shorter values are not hidden in messages: they cannot be much of a secret, and replacing every
-# "1" or "true" would garble the text.
-MIN_HIDDEN_LENGTH = 6
-
-
-def _hidden(pairs: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    """What to replace in messages about a server, longest first (one value may contain another)."""
-    kept = {value: shown for value, shown in pairs if len(value) >= MIN_HIDDEN_LENGTH}
-    return tuple(sorted(kept.items(), key=lambda pair: -len(pair[0])))
-
-
-def _written_command(command: str, args: list[Any]) -> str:
-    """The command line as written, with literal credentials masked: in URLs and `name=value`
-    arguments, and the argument after a flag named like a credential (`--token abc`)."""
-    words = [command]
-    for i, arg in enumerate(str(a) for a in args):
-        flag = str(args[i - 1]) if i else ""
-        if flag.startswith("-") and CREDENTIAL_NAME.fullmatch(flag.lstrip("-")) and "=" not in flag:
-            arg = arg if ENV_REFERENCE.fullmatch(arg) else MASK
-        words.append(arg)
-    return mask_credentials(" ".join(words).strip())
-
-
-def _parse_server(name: str, entry: Any, env: Mapping[str, str]) -> ServerConfig:
+def _parse_server(name: str, entry: Any, env: Mapping[str, str], kinds: Sequence[EntryKind]) -> SourceConfig:
     if not SERVER_NAME.match(name):
         raise EntryError("server names may use letters, digits, '_' and '-', at most 64 characters")
     if not isinstance(entry, dict):
-        raise EntryError("the entry must be an object with 'command' (stdio) or 'url' (http/sse)")
+        raise EntryError(f"the entry must be {kinds[0].entry_shape}")
     if not isinstance(entry.get("disabled", False), bool):
         raise EntryError(f"'disabled' must be true or false, got {entry['disabled']!r}")
-    kind = entry.get("type", entry.get("transport"))
-    if kind is not None and not isinstance(kind, str):
-        raise EntryError(f"'type' must be a string such as 'stdio', 'http' or 'sse', got {kind!r}")
-    if kind is None:
-        kind = "stdio" if "command" in entry else "http" if "url" in entry else None
-    if kind not in TRANSPORT_ALIASES:
+    written_type = entry.get("type", entry.get("transport"))
+    if written_type is not None and not isinstance(written_type, str):
+        shown = [f"'{t}'" for kind in kinds for t in kind.shown_types]
         raise EntryError(
-            f"unknown transport {kind!r}; use 'stdio' (with 'command') or 'http' / 'sse' (with 'url')"
-            if kind is not None
-            else "neither 'command' (stdio) nor 'url' (http/sse) is given"
+            f"'type' must be a string such as {', '.join(shown[:-1])} or {shown[-1]}, got {written_type!r}"
         )
-    transport = TRANSPORT_ALIASES[kind]
-    allowed = COMMON_KEYS | (STDIO_KEYS if transport == "stdio" else REMOTE_KEYS)
-    for key in entry:
-        if key not in allowed:
-            logger.warning(
-                "server %r: key %r is not used by a %s server and is ignored", name, key, transport
-            )
-
-    prefix = entry.get("prefix", name)
-    if "prefix" in entry and (not isinstance(prefix, str) or not PREFIX.match(prefix)):
-        raise EntryError("'prefix' must be at most 40 letters, digits, '_' or '-' (empty allowed)")
-    trust = entry.get("trust", "untrusted")
-    if trust not in ("trusted", "untrusted"):
-        raise EntryError(f"'trust' must be 'trusted' or 'untrusted', got {trust!r}")
-    timeout = entry.get("timeout", DEFAULT_CALL_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise EntryError(f"'timeout' must be a positive number of seconds, got {timeout!r}")
-    infer_hints = entry.get("inferHints")
-    if infer_hints is not None and infer_hints not in INFER_HINTS:
-        raise EntryError(f"'inferHints' must be 'suggest' or 'apply', got {infer_hints!r}")
-    confirm = entry.get("confirm")
-    if confirm is not None and confirm not in CONFIRM_MODES:
-        raise EntryError(f"'confirm' must be one of {', '.join(CONFIRM_MODES)}, got {confirm!r}")
-    sanitize = entry.get("sanitizeUntrustedHints")
-    if sanitize is not None and not isinstance(sanitize, bool):
-        raise EntryError(f"'sanitizeUntrustedHints' must be true or false, got {sanitize!r}")
-    protocol = entry.get("protocol", "auto")
-    if protocol not in PROTOCOL_MODES and protocol not in protocols():
-        raise EntryError(
-            f"'protocol' must be one of {', '.join(repr(p) for p in protocols())}, got {protocol!r} "
-            "('auto' uses the newest era the server speaks)"
-        )
-    hint_options = {
-        "infer_hints": infer_hints,
-        "sanitize_untrusted_hints": sanitize,
-        "protocol": protocol,
-        "confirm": confirm,
-    }
-
-    # Values from the environment, `env` and headers: kept out of everything shown about the server.
-    hidden: list[tuple[str, str]] = []
-    if transport == "stdio":
-        command = _string(entry, "command", env, hidden)
-        if not command:
-            raise EntryError("a stdio server needs a non-empty 'command'")
-        args = entry.get("args", [])
-        if not isinstance(args, list) or not all(
-            isinstance(a, str | int | float) and not isinstance(a, bool) for a in args
-        ):
-            raise EntryError("'args' must be a list of strings")
-        expanded_args = tuple(expand(str(a), env, f"args[{i}]", hidden) for i, a in enumerate(args))
-        if _starts_toolkeeper(command, expanded_args):
-            # A client config reused as toolkeeper's own usually lists toolkeeper itself.
-            raise EntryError("this entry starts toolkeeper itself; a gateway in front of itself recurses")
-        return ServerConfig(
-            name=name,
-            transport="stdio",
-            command=command,
-            args=expanded_args,
-            env=_string_map(entry, "env", env, hidden),
-            cwd=_string(entry, "cwd", env, hidden),
-            prefix=prefix,
-            trust=trust,
-            timeout=float(timeout),
-            written=_written_command(entry["command"], args),
-            hidden=_hidden(hidden),
-            **hint_options,
-        )
-    url = _string(entry, "url", env, hidden)
-    if not url or not url.startswith(("http://", "https://")):
-        raise EntryError(f"a {transport} server needs a 'url' starting with http:// or https://")
-    return ServerConfig(
-        name=name,
-        transport=transport,
-        url=url,
-        headers=_string_map(entry, "headers", env, hidden),
-        prefix=prefix,
-        trust=trust,
-        timeout=float(timeout),
-        written=mask_credentials(entry["url"]),
-        hidden=_hidden(hidden),
-        **hint_options,
-    )
+    kind = _kind_of(written_type, kinds)
+    return kind.parse(ServerEntry(name=name, raw=entry, type=written_type, env=env))
 
 
-def _starts_toolkeeper(command: str, args: tuple[str, ...]) -> bool:
-    words = [Path(command).name, *args]
-    if words[0] == "toolkeeper":
-        return "serve" in words[1:2]
-    return any(words[i : i + 3] == ["-m", "toolkeeper", "serve"] for i in range(len(words) - 2))
+def _kind_of(written_type: str | None, kinds: Sequence[EntryKind]) -> EntryKind:
+    """The kind an entry's `type` selects; the first kind if it names none."""
+    if written_type is None:
+        return kinds[0]
+    for kind in kinds:
+        if written_type in kind.types:
+            return kind
+    usage = " or ".join(kind.usage for kind in kinds)
+    raise EntryError(f"unknown transport {written_type!r}; use {usage}")
 
 
 def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySettings:

@@ -1,4 +1,4 @@
-"""What the configuration file describes: downstream servers and gateway settings.
+"""What the configuration file describes: downstream tool sources and gateway settings.
 
 The `mcpServers` part is the format Claude Desktop, Cursor and Claude Code use, so a person can
 point toolkeeper at the file they already have. toolkeeper's own per-server keys (`prefix`,
@@ -20,6 +20,7 @@ InferHints = Literal["suggest", "apply"]
 # per session, never ask, or never run. None: the approval policy decides from the hints.
 Confirm = Literal["always", "session", "never", "deny"]
 CONFIRM_MODES: tuple[Confirm, ...] = ("always", "session", "never", "deny")
+INFER_HINTS: tuple[InferHints, ...] = ("suggest", "apply")
 
 # A password in a URL (`scheme://user:password@`) and a value whose name says it is a credential
 # (`?token=…`, `--api-key=…`, `PASSWORD=…`): masked wherever the configuration is shown.
@@ -53,11 +54,44 @@ DEFAULT_AUDIT_RETENTION_DAYS = 30
 DEFAULT_MAX_SERVER_INSTRUCTIONS = 4000
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    """One downstream MCP server, after `${VAR}` expansion and validation."""
+@dataclass(frozen=True, kw_only=True)
+class SourceConfig:
+    """One configured tool source, of whatever kind: what the gateway itself needs of it, after
+    `${VAR}` expansion and validation. Each kind of source adds what it needs to connect."""
 
     name: str
+    # How the source is reached, as inspection shows it (an MCP server's stdio, http or sse).
+    transport: str
+    prefix: str = ""
+    trust: Trust = "untrusted"
+    timeout: float = DEFAULT_CALL_TIMEOUT
+    # None: the gateway-wide setting applies.
+    infer_hints: InferHints | None = None
+    sanitize_untrusted_hints: bool | None = None
+    confirm: Confirm | None = None
+    # Where the source is, as the file wrote it (`${VAR}` unexpanded, literal credentials
+    # masked): what `toolkeeper servers` shows.
+    written: str = field(default="", compare=False)
+    # Text that must never be shown, each with what to show instead: values read from the
+    # environment (shown as their `${VAR}`), and other values the kind keeps secret.
+    hidden: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+
+    def describe(self) -> str:
+        """A one-line, secret-free description for logs and `toolkeeper servers`."""
+        return f"{self.transport} {self.written}"
+
+    def redact(self, text: str) -> str:
+        """`text` (a log line, an error) without this source's secrets."""
+        for secret, shown in self.hidden:
+            text = text.replace(secret, shown)
+        return mask_credentials(text)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig(SourceConfig):
+    """One downstream MCP server: the command that starts it (stdio) or its URL (http, sse).
+    `written` is its command line or URL; `hidden` also holds its `env` and header values."""
+
     transport: Transport
     command: str | None = None
     args: tuple[str, ...] = ()
@@ -65,33 +99,13 @@ class ServerConfig:
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
-    prefix: str = ""
-    trust: Trust = "untrusted"
-    timeout: float = DEFAULT_CALL_TIMEOUT
-    # None: the gateway-wide setting applies.
-    infer_hints: InferHints | None = None
-    sanitize_untrusted_hints: bool | None = None
     # "auto" (newest era the server speaks), "legacy" (handshake era), or a modern version.
     protocol: str = "auto"
-    confirm: Confirm | None = None
-    # The command line or URL as the file wrote it (`${VAR}` unexpanded, literal credentials
-    # masked): what `toolkeeper servers` shows.
-    written: str = field(default="", compare=False)
-    # Text that must never be shown, each with what to show instead: values read from the
-    # environment (shown as their `${VAR}`), and `env` and header values.
-    hidden: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def describe(self) -> str:
-        """A one-line, secret-free description for logs and `toolkeeper servers`."""
         if self.transport == "stdio":
             return self.written or self.redact(" ".join([self.command or "", *self.args]).strip())
         return f"{self.transport} {self.written or self.redact(self.url or '')}"
-
-    def redact(self, text: str) -> str:
-        """`text` (a log line, an error) without this server's secrets."""
-        for secret, shown in self.hidden:
-            text = text.replace(secret, shown)
-        return mask_credentials(text)
 
 
 @dataclass(frozen=True)
@@ -139,7 +153,7 @@ class GatewaySettings:
 @dataclass(frozen=True)
 class Config:
     path: Path | None
-    servers: tuple[ServerConfig, ...]
+    servers: tuple[SourceConfig, ...]
     settings: GatewaySettings
     # Entries that were present but could not be used, with the reason (already logged).
     skipped: dict[str, str] = field(default_factory=dict)

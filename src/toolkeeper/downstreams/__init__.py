@@ -1,1 +1,1 @@
-"""McpConnection connections: one supervised, persistent session per downstream server."""
+"""Downstreams: the tool sources the gateway connects to, of each kind it knows (kinds.py)."""

@@ -1,9 +1,10 @@
 """What the gateway uses of a tool source, whatever kind it is.
 
 A downstream is anything toolkeeper connects to for tools: today an MCP server over stdio,
-streamable HTTP or SSE (`McpConnection`); an OpenAPI source is the next kind. The gateway, the
-relay, request forwarding and inspection are typed against `Downstream` only, so a new kind
-fits in without touching them. docs/architecture.md shows where this sits in the flow.
+streamable HTTP or SSE (`McpConnection`). The gateway, the relay, request forwarding and
+inspection are typed against `Downstream` only, so a new kind (registered in kinds.py, often
+built on `ToolSource`'s defaults) fits in without touching them. docs/architecture.md shows
+where this sits in the flow.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import mcp_types as types
 if TYPE_CHECKING:
     import anyio
 
-    from toolkeeper.config.model import ServerConfig
+    from toolkeeper.config.model import SourceConfig
 
 # What a downstream server may ask of the client side during a call.
 ServerInput = types.CreateMessageRequest | types.ElicitRequest | types.ListRootsRequest
@@ -28,6 +29,13 @@ class ProgressCallback(Protocol):
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
 
 
+class Era(StrEnum):
+    """Which MCP wire a server is spoken to on: the handshake era or 2026-07-28's."""
+
+    LEGACY = "legacy"
+    MODERN = "modern"
+
+
 class State(StrEnum):
     STARTING = "starting"
     READY = "ready"
@@ -37,6 +45,11 @@ class State(StrEnum):
 
 class Unavailable(Exception):
     """The downstream cannot take calls right now; the message says why and what happens next."""
+
+
+class NotOffered(Unavailable):
+    """The source does not offer this at all: a kind of source that is not an MCP server has no
+    resources, prompts or per-call hints of its own."""
 
 
 class CallTimedOut(Exception):
@@ -51,7 +64,6 @@ class Downstream(Protocol):
     """
 
     name: str
-    config: ServerConfig
     state: State
     tools: list[dict[str, Any]]
     resources: list[dict[str, Any]]
@@ -68,8 +80,18 @@ class Downstream(Protocol):
     first_attempt_done: anyio.Event
 
     @property
-    def era(self) -> str | None:
-        """ "legacy" (handshake era), "modern" (2026-07-28) or None before the first connection."""
+    def config(self) -> SourceConfig: ...
+
+    @property
+    def era(self) -> Era | None:
+        """The MCP era the source is spoken to in; None before an MCP server's first connection,
+        and for a source that is not an MCP server."""
+        ...
+
+    @property
+    def may_ask_client(self) -> bool:
+        """Whether, during a call, it may ask the calling client something (sampling,
+        elicitation, roots) over that client's own session."""
         ...
 
     @property

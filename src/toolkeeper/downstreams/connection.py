@@ -19,8 +19,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from typing import Any
 
 import anyio
@@ -35,11 +34,13 @@ from toolkeeper.config.model import ServerConfig
 from toolkeeper.downstreams.base import (
     CallTimedOut,
     DownstreamListener,
+    Era,
     ProgressCallback,
     ServerInput,
     State,
     Unavailable,
 )
+from toolkeeper.downstreams.calls import InFlightCalls
 from toolkeeper.downstreams.http import binds_headers
 from toolkeeper.downstreams.raw import LaneDeclined, LinkClosed, RawLane
 from toolkeeper.downstreams.transports import open_transport
@@ -134,17 +135,20 @@ class McpConnection:
         # in the handshake era (see `_needs_back_channel`). A server that refuses the era it was
         # asked in is asked in the other on the next attempt.
         self._handshake_first = config.transport != "http"
-        # Once the gateway is stopping: why. Calls are refused from then on, and those in flight
-        # (each under one of `_calls`) are cancelled.
-        self._stopping: str | None = None
-        self._calls: set[anyio.CancelScope] = set()
+        self._calls = InFlightCalls(config.name)
 
     # ------------------------------------------------------------------ status
     @property
-    def era(self) -> str | None:
+    def era(self) -> Era | None:
         if self.protocol_version is None:
             return None
-        return "modern" if self.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
+        return Era.MODERN if self.protocol_version in MODERN_PROTOCOL_VERSIONS else Era.LEGACY
+
+    @property
+    def may_ask_client(self) -> bool:
+        # A 2026-07-28 server's questions come back inside its result; until the era is known,
+        # the server may turn out to be a handshake-era one.
+        return self.era is not Era.MODERN
 
     @property
     def available(self) -> bool:
@@ -317,7 +321,7 @@ class McpConnection:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._refresh_when_dirty, client)
-                if self.era == "modern":
+                if self.era is Era.MODERN:
                     tg.start_soon(self._listen_for_changes, client)
                 elif self._subscriptions:
                     # Subscriptions made before a reconnect are renewed on the new session.
@@ -551,7 +555,7 @@ class McpConnection:
         `extra` carries a modern retry's `inputResponses` and `requestState`; `log_level` is the
         level the caller wants this call's log messages at (a modern server is asked per call)."""
         what = f"the call to '{name}'"
-        with self._stoppable(what) as call:
+        with self._calls.stoppable(what) as call:
             try:
                 result = await self._call_tool(name, arguments, meta, on_progress, extra, log_level)
             except MCPError as exc:
@@ -560,14 +564,14 @@ class McpConnection:
             if result.get("isError") is True:
                 self._needs_back_channel(name, json.dumps(result.get("content"), ensure_ascii=False))
             return result
-        raise Unavailable(self._shutting_down(what, call))
+        raise Unavailable(self._calls.shutting_down(what, call))
 
     def _needs_back_channel(self, name: str, error: str) -> None:
         """A server reached in 2026-07-28 under "auto" whose call failed because it tried to ask
         the client through its session: it is reconnected in the handshake era, where that works,
         and the caller is told to call again (the call may have done part of its work, so the
         gateway does not repeat it on its own)."""
-        if self.config.protocol != "auto" or self.era != "modern" or NO_BACK_CHANNEL not in error:
+        if self.config.protocol != "auto" or self.era is not Era.MODERN or NO_BACK_CHANNEL not in error:
             return
         self._handshake_first = True
         self._lost.set()
@@ -594,7 +598,7 @@ class McpConnection:
         log_level: str | None,
     ) -> dict[str, Any]:
         forwarded_meta = forwardable_meta(meta)
-        if log_level is not None and self.era == "modern":
+        if log_level is not None and self.era is Era.MODERN:
             forwarded_meta[LOG_LEVEL_META] = log_level
         params: dict[str, Any] = {"name": name, "arguments": arguments, **(extra or {})}
         link = self._link
@@ -604,7 +608,7 @@ class McpConnection:
             and self.state is State.READY
             and (self.config.transport == "stdio" or self._raw_over_http(name))
         ):
-            if self.era == "modern":
+            if self.era is Era.MODERN:
                 forwarded_meta.update(link.stamp)
             if forwarded_meta:
                 params["_meta"] = forwarded_meta
@@ -622,7 +626,7 @@ class McpConnection:
 
     def _raw_over_http(self, name: str) -> bool:
         # A handshake-era HTTP server keeps a session only the SDK's transport holds.
-        return self.era == "modern" and name not in self._header_bound
+        return self.era is Era.MODERN and name not in self._header_bound
 
     async def _raw_request(
         self, link: RawLane, method: str, params: dict[str, Any], what: str
@@ -660,9 +664,9 @@ class McpConnection:
             if isinstance(request, types.CallToolRequest)
             else request.method
         )
-        with self._stoppable(what) as call:
+        with self._calls.stoppable(what) as call:
             return await self._request(request, on_progress)
-        raise Unavailable(self._shutting_down(what, call))
+        raise Unavailable(self._calls.shutting_down(what, call))
 
     async def _request(self, request: Any, on_progress: ProgressCallback | None) -> dict[str, Any]:
         client = self._client
@@ -686,31 +690,11 @@ class McpConnection:
         """The gateway is stopping (`reason`): refuse calls from now on and cancel those in
         flight; the server is told of each cancellation, and each caller gets an `Unavailable`
         that says the gateway is shutting down. How many were in flight."""
-        self._stopping = reason
-        for call in list(self._calls):
-            call.cancel()
-        return len(self._calls)
+        return self._calls.stop(reason)
 
     @property
     def calls_in_flight(self) -> int:
-        return len(self._calls)
-
-    @contextmanager
-    def _stoppable(self, what: str) -> Iterator[anyio.CancelScope]:
-        """The scope one call runs in, which `stop_calls` cancels. A caller whose scope caught
-        that cancellation raises the shutdown error after the block."""
-        if self._stopping is not None:
-            raise Unavailable(self._shutting_down(what, None))
-        with anyio.CancelScope() as call:
-            self._calls.add(call)
-            try:
-                yield call
-            finally:
-                self._calls.discard(call)
-
-    def _shutting_down(self, what: str, call: anyio.CancelScope | None) -> str:
-        done = "was cancelled" if call is not None else f"was not sent to server '{self.name}'"
-        return f"the gateway is shutting down ({self._stopping}); {what} {done}"
+        return self._calls.count
 
     async def subscribe(self, uri: str) -> None:
         """Count one more subscriber to `uri`; the first one subscribes downstream."""
@@ -743,7 +727,7 @@ class McpConnection:
         return left
 
     async def _change_subscription(self, request: Any) -> None:
-        if self.era != "modern":
+        if self.era is not Era.MODERN:
             await self.request(request)
             return
         # No resources/subscribe on the modern wire: the listen stream carries the URIs, so it is
@@ -766,7 +750,7 @@ class McpConnection:
 
     async def set_log_level(self, level: str) -> None:
         """Ask a handshake-era server for log messages at `level` and above."""
-        if self.era != "legacy" or "logging" not in self.capabilities or level == self.log_level:
+        if self.era is not Era.LEGACY or "logging" not in self.capabilities or level == self.log_level:
             return
         params = types.SetLevelRequestParams.model_validate({"level": level})
         await self.request(types.SetLevelRequest(params=params))
@@ -774,7 +758,7 @@ class McpConnection:
 
     async def roots_changed(self) -> None:
         client = self._client
-        if client is None or self.era != "legacy":
+        if client is None or self.era is not Era.LEGACY:
             return
         with warnings.catch_warnings():  # roots are deprecated in 2026-07-28, not in this era
             warnings.simplefilter("ignore", MCPDeprecationWarning)

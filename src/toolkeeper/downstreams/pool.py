@@ -7,21 +7,21 @@ from collections.abc import Callable, Iterator
 
 import anyio
 
-from toolkeeper.config.model import Config, ServerConfig
+from toolkeeper.config.model import Config, SourceConfig
 from toolkeeper.downstreams.base import Downstream, DownstreamListener
-from toolkeeper.downstreams.connection import McpConnection
+from toolkeeper.downstreams.kinds import KINDS
 
 logger = logging.getLogger(__name__)
 
-# Makes the downstream for one configured server: an MCP connection unless told otherwise (the
-# tests drive the pipeline with in-process downstreams this way).
-Connect = Callable[[ServerConfig, DownstreamListener], Downstream]
+# Makes the downstream for one configured source: the one its kind makes unless told otherwise
+# (the tests drive the pipeline with in-process downstreams this way).
+Connect = Callable[[SourceConfig, DownstreamListener], Downstream]
 CALLS_ENDED_POLL_SECONDS = 0.01
 
 
 class DownstreamPool:
     def __init__(
-        self, config: Config, listener: DownstreamListener, connect: Connect = McpConnection
+        self, config: Config, listener: DownstreamListener, connect: Connect = KINDS.connect
     ) -> None:
         self.config = config
         # Config order matters: it is the order tools are listed in.

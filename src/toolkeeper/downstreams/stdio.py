@@ -30,10 +30,11 @@ import anyio
 import orjson
 
 from toolkeeper import jsonwire
+from toolkeeper.config.model import ServerConfig
 from toolkeeper.downstreams.raw import LinkClosed, OnNotification, learn_stamp
 
 if TYPE_CHECKING:
-    from toolkeeper.config.model import Config, ServerConfig
+    from toolkeeper.config.model import Config
 
 logger = logging.getLogger(__name__)
 child_logger = logging.getLogger("toolkeeper.child")
@@ -97,7 +98,7 @@ def spawn(config: ServerConfig) -> subprocess.Popen[bytes]:
 def spawn_early(config: Config) -> None:
     """Start every stdio child now; the connection that comes first for each adopts it."""
     for server in config.servers:
-        if server.transport == "stdio" and server.name not in _early:
+        if isinstance(server, ServerConfig) and server.transport == "stdio" and server.name not in _early:
             try:
                 _early[server.name] = spawn(server)
             except OSError as exc:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkeeper.catalog import CatalogTool
-from toolkeeper.downstreams.base import CallTimedOut, Downstream, Unavailable
+from toolkeeper.downstreams.base import CallTimedOut, Downstream, Era, Unavailable
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.protocol import CAPABILITY_FOR_REQUEST, check_input_requests, declares, error_result
 from toolkeeper.relay.relay import Relay
@@ -27,9 +27,9 @@ class DownstreamTool:
         return self.tool.exposed_name
 
     def needs_client(self, call: ToolCall) -> bool:
-        # A 2026-07-28 server's questions come back inside its result; a handshake-era server
-        # may ask a client that declared sampling, elicitation or roots during the call.
-        if self.downstream.era == "modern":
+        # A downstream that may ask during the call (a handshake-era server) asks a client that
+        # declared sampling, elicitation or roots; the others ask nothing, or ask in the result.
+        if not self.downstream.may_ask_client:
             return False
         capabilities = call.capabilities or {}
         return any(declares(capabilities, method) for method in CAPABILITY_FOR_REQUEST)
@@ -39,7 +39,7 @@ class DownstreamTool:
         try:
             if call.ctx is not None:
                 return await self.relay.call(call.ctx, downstream, name, call.params, call.client.session)
-            if downstream.era == "legacy":
+            if downstream.era is Era.LEGACY:
                 result = await self.relay.plain_call(
                     downstream, name, call.params.get("arguments"), call.params.get("_meta")
                 )

@@ -37,7 +37,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
-from toolkeeper.downstreams.base import Downstream, ProgressCallback, ServerInput
+from toolkeeper.downstreams.base import Downstream, Era, ProgressCallback, ServerInput
 from toolkeeper.policy.binding import call_hash
 from toolkeeper.protocol import (
     CAPABILITY_FOR_REQUEST,
@@ -342,7 +342,7 @@ class Relay:
             return await self._resume(ctx, state, params.get("inputResponses") or {}, session, digest)
         meta = dict(params.get("_meta") or {})
         level = self._log_level_for(ctx, meta)
-        if level is not None and downstream.era == "legacy":
+        if level is not None and downstream.era is Era.LEGACY:
             await downstream.set_log_level(_most_verbose(level, *self._session_levels()))
         extra: dict[str, Any] = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
         calls = self.calls_on(downstream)
@@ -365,7 +365,7 @@ class Relay:
                 calls.finish(caller)
 
         asks_anything = any(_declared(ctx, method) for method in CAPABILITY_FOR_REQUEST)
-        if is_modern(ctx) and downstream.era == "legacy" and self._task_group is not None and asks_anything:
+        if is_modern(ctx) and downstream.era is Era.LEGACY and self._task_group is not None and asks_anything:
             # The server may ask this client something during the call: keep the call running
             # apart from this request, so that the question can go back as its result.
             exchange = Exchange(

@@ -23,7 +23,7 @@ from toolkeeper.catalog import Catalog, CatalogTool, ServerTools, build_catalog
 from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
 from toolkeeper.config.model import Config, GatewaySettings
 from toolkeeper.downstreams.base import Downstream, ServerInput
-from toolkeeper.downstreams.connection import McpConnection
+from toolkeeper.downstreams.kinds import KINDS
 from toolkeeper.downstreams.pool import Connect, DownstreamPool
 from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditLog
@@ -65,7 +65,7 @@ class Gateway:
         config: Config,
         store: Store | None = None,
         *,
-        connect: Connect = McpConnection,
+        connect: Connect = KINDS.connect,
         menu: Callable[[Gateway], Menu] | None = None,
     ) -> None:
         self.config = config

@@ -36,7 +36,7 @@ def server_rows(gateway: Inspectable) -> list[dict[str, Any]]:
                 "name": downstream.name,
                 "state": downstream.state.value,
                 "transport": downstream.config.transport,
-                "era": downstream.era,
+                "era": downstream.era.value if downstream.era else None,
                 "protocolVersion": downstream.protocol_version,
                 "tools": len(downstream.tools),
                 "resources": len(downstream.resources),
