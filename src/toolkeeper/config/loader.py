@@ -440,6 +440,7 @@ class Setting:
     key: str
     field: str
     read: Callable[[Setting, Found], Any]
+    kind: type = str
     default: Any
     env: tuple[str, ...] = ()
     bounds: Bounds = NO_BOUNDS
@@ -452,9 +453,9 @@ class Setting:
             raise self.refuse(found, value)
 
 
-def _typed(setting: Setting, found: Found, kind: type) -> Any:
-    """Text, from the file or the environment, is read as `kind`."""
-    value = found.value
+def _typed(setting: Setting, found: Found) -> Any:
+    """A value of the setting's kind; text, from the file or the environment, is read as one."""
+    kind, value = setting.kind, found.value
     if isinstance(value, str) and kind is not str:
         value = _coerce(value, kind, found.source)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -463,49 +464,30 @@ def _typed(setting: Setting, found: Found, kind: type) -> Any:
     return value
 
 
-def _text(setting: Setting, found: Found) -> str:
-    return str(_typed(setting, found, str))
-
-
-def _integer(setting: Setting, found: Found) -> int:
-    return int(_typed(setting, found, int))
-
-
-def _boolean(setting: Setting, found: Found) -> bool:
-    return bool(_typed(setting, found, bool))
-
-
 def _home(setting: Setting, found: Found) -> Path | None:
-    home = _text(setting, found)
+    home = str(_typed(setting, found))
     return Path(expand(home, found.environ, "toolkeeper.home")).expanduser() if home else None
 
 
 def _log_level(setting: Setting, found: Found) -> str:
-    return _text(setting, found).upper()
+    return str(_typed(setting, found)).upper()
 
 
-def _number(setting: Setting, found: Found, kind: type[int] | type[float]) -> int | float:
-    """Only the environment's text is read as a number: the file must hold one. A value of the
-    wrong type gets the same refusal as one out of bounds."""
+def _number(setting: Setting, found: Found) -> Any:
+    """A number of the setting's kind (an int will do for a float). Only the environment's text is
+    read as one: the file must hold a number. The wrong type gets the same refusal as out of bounds."""
+    kind = setting.kind
     value = _coerce(found.value, kind, found.source) if found.from_environment else found.value
     wanted = (int, float) if kind is float else (int,)
     if isinstance(value, bool) or not isinstance(value, wanted):
         raise setting.refuse(found, value)
     setting.admit(found, value)
-    return value
-
-
-def _whole_number(setting: Setting, found: Found) -> int:
-    return int(_number(setting, found, int))
-
-
-def _seconds(setting: Setting, found: Found) -> float:
-    return float(_number(setting, found, float))
+    return kind(value)
 
 
 def _port(setting: Setting, found: Found) -> int:
     # Unlike other numbers, a port written as text in the file is read too.
-    return _whole_number(setting, replace(found, value=_coerce(found.value, int, "http port")))
+    return int(_number(setting, replace(found, value=_coerce(found.value, int, "http port"))))
 
 
 def _string_list(setting: Setting, found: Found) -> tuple[str, ...]:
@@ -543,12 +525,12 @@ SETTINGS = (
         env=("TOOLKEEPER_HTTP_ALLOWED_ORIGINS",),
     ),
     Setting(
-        key="http.maxRequestBytes", field="http_max_request_bytes", read=_whole_number,
+        key="http.maxRequestBytes", field="http_max_request_bytes", read=_number, kind=int,
         default=DEFAULT_MAX_REQUEST_BYTES,
         bounds=Bounds("{source} must be a whole number of at least 1024.", at_least=1024),
     ),
     Setting(
-        key="stdio.maxMessageBytes", field="stdio_max_message_bytes", read=_whole_number,
+        key="stdio.maxMessageBytes", field="stdio_max_message_bytes", read=_number, kind=int,
         default=DEFAULT_MAX_MESSAGE_BYTES, env=(MAX_MESSAGE_BYTES_ENV,),
         bounds=Bounds("{source} must be a whole number of at least 1024, got {value!r}.", at_least=1024),
     ),
@@ -560,7 +542,7 @@ SETTINGS = (
         env=("TOOLKEEPER_HTTP_HOST",),
     ),
     Setting(
-        key="http.port", field="http_port", read=_port, default=DEFAULT_HTTP_PORT,
+        key="http.port", field="http_port", read=_port, kind=int, default=DEFAULT_HTTP_PORT,
         env=("TOOLKEEPER_HTTP_PORT",),
         bounds=Bounds(
             "{where}: the HTTP port must be a whole number between 1 and 65535, got {value!r}.",
@@ -568,25 +550,25 @@ SETTINGS = (
         ),
     ),
     Setting(
-        key="maxConcurrentConnects", field="max_concurrent_connects", read=_integer, default=8,
+        key="maxConcurrentConnects", field="max_concurrent_connects", read=_typed, kind=int, default=8,
         env=("TOOLKEEPER_MAX_CONCURRENT_CONNECTS",),
         bounds=Bounds("{where}: toolkeeper.maxConcurrentConnects must be at least 1.", at_least=1),
     ),
     Setting(
-        key="inferHints", field="infer_hints", read=_text, default="suggest",
+        key="inferHints", field="infer_hints", read=_typed, default="suggest",
         env=("TOOLKEEPER_INFER_HINTS",),
         bounds=Bounds(
             "{where}: toolkeeper.inferHints must be 'suggest' or 'apply', got {value!r}.", one_of=INFER_HINTS
         ),
     ),
     Setting(
-        key="auditRetentionDays", field="audit_retention_days", read=_integer,
+        key="auditRetentionDays", field="audit_retention_days", read=_typed, kind=int,
         default=DEFAULT_AUDIT_RETENTION_DAYS,
         env=("TOOLKEEPER_AUDIT_RETENTION_DAYS",),
         bounds=Bounds("{where}: toolkeeper.auditRetentionDays must be at least 1, got {value}.", at_least=1),
     ),
     Setting(
-        key="maxServerInstructions", field="max_server_instructions", read=_integer,
+        key="maxServerInstructions", field="max_server_instructions", read=_typed, kind=int,
         default=DEFAULT_MAX_SERVER_INSTRUCTIONS, env=("TOOLKEEPER_MAX_SERVER_INSTRUCTIONS",),
         bounds=Bounds(
             "{where}: toolkeeper.maxServerInstructions must be 0 (pass none on) or more characters, "
@@ -595,50 +577,52 @@ SETTINGS = (
         ),
     ),
     Setting(
-        key="confirm", field="confirm", read=_text, default=None, env=("TOOLKEEPER_CONFIRM",),
+        key="confirm", field="confirm", read=_typed, default=None, env=("TOOLKEEPER_CONFIRM",),
         bounds=Bounds(
             f"{{where}}: toolkeeper.confirm must be one of {', '.join(CONFIRM_MODES)}, got {{value!r}}.",
             one_of=CONFIRM_MODES,
         ),
     ),
     Setting(
-        key="autoApproveReadOnly", field="auto_approve_read_only", read=_boolean, default=True,
+        key="autoApproveReadOnly", field="auto_approve_read_only", read=_typed, kind=bool, default=True,
         env=("TOOLKEEPER_AUTO_APPROVE_READ_ONLY",),
     ),
     Setting(
-        key="confirmDestructive", field="confirm_destructive", read=_boolean, default=True,
+        key="confirmDestructive", field="confirm_destructive", read=_typed, kind=bool, default=True,
         env=("TOOLKEEPER_CONFIRM_DESTRUCTIVE",),
     ),
     Setting(
-        key="trustIdempotentRetries", field="trust_idempotent_retries", read=_boolean, default=True,
+        key="trustIdempotentRetries", field="trust_idempotent_retries", read=_typed, kind=bool, default=True,
         env=("TOOLKEEPER_TRUST_IDEMPOTENT_RETRIES",),
     ),
     Setting(
-        key="retryWindow", field="retry_window", read=_seconds, default=DEFAULT_RETRY_WINDOW,
+        key="retryWindow", field="retry_window", read=_number, kind=float, default=DEFAULT_RETRY_WINDOW,
         env=("TOOLKEEPER_RETRY_WINDOW",), bounds=SECONDS,
     ),
     Setting(
-        key="approvalTimeout", field="approval_timeout", read=_seconds, default=DEFAULT_APPROVAL_TIMEOUT,
+        key="approvalTimeout", field="approval_timeout", read=_number, kind=float,
+        default=DEFAULT_APPROVAL_TIMEOUT,
         env=("TOOLKEEPER_APPROVAL_TIMEOUT",), bounds=SECONDS,
     ),
     Setting(
-        key="auditArguments", field="audit_arguments", read=_boolean, default=False,
+        key="auditArguments", field="audit_arguments", read=_typed, kind=bool, default=False,
         env=("TOOLKEEPER_AUDIT_ARGUMENTS",),
     ),
     Setting(
-        key="sanitizeUntrustedHints", field="sanitize_untrusted_hints", read=_boolean, default=False,
+        key="sanitizeUntrustedHints", field="sanitize_untrusted_hints", read=_typed, kind=bool, default=False,
         env=("TOOLKEEPER_SANITIZE_UNTRUSTED_HINTS",),
     ),
     # toolkeeper's own variable wins over hypertool's, which is honoured for people who migrate.
     Setting(
-        key="featureFlags.enableConfigToolsMenu", field="config_tools_menu", read=_boolean, default=True,
+        key="featureFlags.enableConfigToolsMenu", field="config_tools_menu", read=_typed, kind=bool,
+        default=True,
         env=("TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "HYPERTOOL_ENABLE_CONFIG_TOOLS_MENU"),
     ),
     Setting(
-        key="databaseUrl", field="database_url", read=_text, default=None, env=("TOOLKEEPER_DATABASE_URL",)
+        key="databaseUrl", field="database_url", read=_typed, default=None, env=("TOOLKEEPER_DATABASE_URL",)
     ),
     Setting(
-        key="databaseTimeout", field="database_timeout", read=_seconds,
+        key="databaseTimeout", field="database_timeout", read=_number, kind=float,
         default=DEFAULT_DATABASE_TIMEOUT,
         env=("TOOLKEEPER_DATABASE_TIMEOUT",), bounds=SECONDS,
     ),
