@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import pytest
@@ -189,6 +189,15 @@ async def eventually(predicate: Any, timeout: float = 20.0, interval: float = 0.
             if value:
                 return value
             await anyio.sleep(interval)
+
+
+def missing_test_dependency(what: str, detail: str = "") -> NoReturn:
+    """A server or suite that scripts/test installs into .test-deps is missing. On a developer's
+    machine the test is skipped; in CI (`CI` set), whose run installs it, that is a failure."""
+    message = f"{what} is not installed in .test-deps{detail}: run scripts/test, which installs it"
+    if os.environ.get("CI"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
 
 
 def _npm_server(package: str, *args: str) -> dict[str, Any] | None:

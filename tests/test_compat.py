@@ -20,6 +20,7 @@ from conftest import (
     controllable,
     free_port,
     gateway_client,
+    missing_test_dependency,
     server_everything_entry,
     spawn,
     spawn_http_gateway,
@@ -119,7 +120,9 @@ def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
     )
     if installed.returncode != 0:
-        pytest.skip(f"mcp-server-sqlite could not be installed: {installed.stderr.strip()[-300:]}")
+        missing_test_dependency(
+            "mcp-server-sqlite", f" and could not be installed here ({installed.stderr.strip()[-300:]})"
+        )
     return folder / "bin" / "mcp-server-sqlite"
 
 
@@ -163,7 +166,7 @@ def _has_section(instructions: str | None, server: str, text: str) -> bool:
 async def test_each_servers_instructions_reach_the_client_one_section_each(tmp_path: Path, mode: str) -> None:
     everything = server_everything_entry()
     if everything is None:
-        pytest.skip("server-everything is not installed in .test-deps (scripts/test installs it)")
+        missing_test_dependency("@modelcontextprotocol/server-everything (or node to run it)")
     servers = {
         "ctl": controllable(server_args={"instructions": "Call echo to hear yourself."}),
         "plain": controllable(),

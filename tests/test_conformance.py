@@ -10,14 +10,23 @@ up as a failed scenario.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, free_port, spawn, spawn_http_gateway, stop, wait_port, write_config
+from conftest import (
+    PY,
+    ROOT,
+    free_port,
+    missing_test_dependency,
+    spawn,
+    spawn_http_gateway,
+    stop,
+    wait_port,
+    write_config,
+)
 
 FIXTURE = ROOT / "tests" / "servers" / "conformance.py"
 # The active suite of conformance 0.1.16: 30 scenarios, 40 checks.
@@ -36,11 +45,12 @@ def suite_script() -> Path:
     )
 
 
-# Outside CI a missing suite skips these tests; in CI it must be there (it is the issue's measure).
-pytestmark = pytest.mark.skipif(
-    not (suite_node().exists() and suite_script().exists()) and not os.environ.get("CI"),
-    reason="the conformance suite or its Node 22 is not installed in .test-deps (scripts/test installs both)",
-)
+@pytest.fixture(autouse=True)
+def _suite_installed() -> None:
+    """Outside CI a missing suite skips these tests; in CI it must be there."""
+    if not (suite_node().exists() and suite_script().exists()):
+        missing_test_dependency("the conformance suite or its Node 22")
+
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TOTAL = re.compile(r"^Total: (\d+) passed, (\d+) failed$", re.MULTILINE)

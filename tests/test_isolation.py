@@ -23,6 +23,7 @@ from conftest import (
     ROOT,
     free_port,
     gateway_client,
+    missing_test_dependency,
     server_everything_entry,
     server_filesystem_entry,
     spawn_http_gateway,
@@ -249,9 +250,7 @@ def folders(tmp_path):
     (fs / "hello.txt").write_text("hello")
     entry = server_filesystem_entry(fs)
     if entry is None:
-        pytest.skip(
-            "@modelcontextprotocol/server-filesystem is not installed in .test-deps (scripts/test does)"
-        )
+        missing_test_dependency("@modelcontextprotocol/server-filesystem (or node to run it)")
     return fs, write_config(tmp_path, {"fs": entry})
 
 
@@ -309,7 +308,7 @@ async def test_a_tool_that_needs_what_the_client_lacks_says_so(tmp_path, mode):
     them, each fails with a message that names the missing capability."""
     entry = server_everything_entry()
     if entry is None:
-        pytest.skip("@modelcontextprotocol/server-everything is not installed in .test-deps")
+        missing_test_dependency("@modelcontextprotocol/server-everything (or node to run it)")
     config = write_config(tmp_path, {"ev": {**entry, "prefix": ""}})
     async with gateway_client(config, mode) as client:
         await wait_for_tool(client, "trigger-sampling-request")

@@ -6,7 +6,7 @@ is never turned into false; the defaults below are only used to explain and to c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -57,6 +57,32 @@ def unknown_field_message(name: str) -> str:
     return (
         f"Unknown hint {name!r}. Use one of: {', '.join(FIELDS)} (or the short forms {', '.join(ALIASES)})."
     )
+
+
+@dataclass(frozen=True)
+class HintMapWording:
+    """How a kind of rule words the refusals of its `hints` map, naming its own part.
+
+    `empty` is formatted with `hints`, `unknown` with `name` and `known`, `not_boolean` with
+    `name` and `value`."""
+
+    empty: str
+    unknown: str
+    not_boolean: str
+
+
+def parse_hint_map(
+    hints: Any, *, wording: HintMapWording, error: Callable[[str], Exception]
+) -> dict[str, bool]:
+    """A rule's `hints`: at least one known hint, each set to true or false."""
+    if not isinstance(hints, Mapping) or not hints:
+        raise error(wording.empty.format(hints=hints))
+    for name, value in hints.items():
+        if name not in HINTS:
+            raise error(wording.unknown.format(name=name, known=", ".join(HINTS)))
+        if not isinstance(value, bool):
+            raise error(wording.not_boolean.format(name=name, value=value))
+    return dict(hints)
 
 
 @dataclass(frozen=True)

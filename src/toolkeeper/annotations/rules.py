@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from toolkeeper.annotations.hints import HINTS
+from toolkeeper.annotations.hints import HintMapWording, parse_hint_map
 from toolkeeper.errors import ServiceError
 
 OPERATORS = ("equals", "in", "matches", "present")
@@ -32,6 +32,11 @@ class RuleError(ServiceError):
 
 
 EXAMPLE = '{"when": {"argument": "action", "equals": "read"}, "hints": {"readOnlyHint": true}}'
+HINTS_WORDING = HintMapWording(
+    empty="'hints' must name at least one hint, e.g. {{\"readOnlyHint\": true}}; got {hints!r}.",
+    unknown="Unknown hint {name!r} in a rule; use {known}.",
+    not_boolean="{name} must be true or false in a rule, got {value!r}.",
+)
 
 
 @dataclass(frozen=True)
@@ -127,17 +132,8 @@ def parse_rule(raw: Any) -> Rule:
     """A rule from its JSON form, checked part by part."""
     if not isinstance(raw, Mapping) or set(raw) - {"when", "hints"} or not {"when", "hints"} <= set(raw):
         raise RuleError(f"A rule is an object with 'when' and 'hints', e.g. {EXAMPLE}.")
-    when, hints = parse_condition(raw["when"]), raw["hints"]
-    if not isinstance(hints, Mapping) or not hints:
-        raise RuleError(
-            f"'hints' must name at least one hint, e.g. {{\"readOnlyHint\": true}}; got {hints!r}."
-        )
-    for name, value in hints.items():
-        if name not in HINTS:
-            raise RuleError(f"Unknown hint {name!r} in a rule; use {', '.join(HINTS)}.")
-        if not isinstance(value, bool):
-            raise RuleError(f"{name} must be true or false in a rule, got {value!r}.")
-    return Rule(when, dict(hints))
+    when = parse_condition(raw["when"])
+    return Rule(when, parse_hint_map(raw["hints"], wording=HINTS_WORDING, error=RuleError))
 
 
 def parse_condition(when: Any) -> Condition:

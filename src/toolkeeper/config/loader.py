@@ -7,11 +7,13 @@ A problem inside one server entry only skips that server, with a warning: the ot
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -41,14 +43,6 @@ from toolkeeper.config.model import (
 logger = logging.getLogger(__name__)
 
 TOP_LEVEL_KEYS = {"mcpServers", "toolkeeper", "$schema"}
-SETTINGS_KEYS = {
-    "home", "databaseUrl", "databaseTimeout", "http", "stdio", "logLevel", "maxConcurrentConnects",
-    "featureFlags",
-    "inferHints", "sanitizeUntrustedHints",
-    "confirm", "autoApproveReadOnly", "confirmDestructive", "trustIdempotentRetries", "retryWindow",
-    "approvalTimeout", "auditArguments", "auditRetentionDays", "maxServerInstructions",
-}  # fmt: skip
-HTTP_KEYS = {"host", "port", "allowedHosts", "allowedOrigins", "maxRequestBytes"}
 # No '.': it separates server and tool in namespaced names (`server.tool`), which must not collide.
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # The kinds of server entry the loader knows unless told more: the `mcpServers` format's own. The
@@ -216,6 +210,253 @@ def _kind_of(written_type: str | None, kinds: Sequence[EntryKind]) -> EntryKind:
     raise EntryError(f"unknown transport {written_type!r}; use {usage}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class Found:
+    """A setting's value as written, and where: `source` names the place as messages say it."""
+
+    value: Any
+    source: str
+    where: str
+    from_environment: bool
+    environ: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a setting's value must be; `refusal` is formatted with `where`, `source` and `value`."""
+
+    refusal: str
+    at_least: int | None = None
+    at_most: int | None = None
+    above: float | None = None
+    one_of: tuple[str, ...] | None = None
+
+    def admits(self, value: Any) -> bool:
+        return not (
+            (self.at_least is not None and value < self.at_least)
+            or (self.at_most is not None and value > self.at_most)
+            or (self.above is not None and value <= self.above)
+            or (self.one_of is not None and value not in self.one_of)
+        )
+
+
+NO_BOUNDS = Bounds(refusal="")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """One gateway setting: its key under `toolkeeper` (`http.port` is `port` in the `http` object),
+    the environment variables that override the file (the first one set wins), how its value is
+    read and bounded, its default, and the `GatewaySettings` field it fills."""
+
+    key: str
+    field: str
+    read: Callable[[Setting, Found], Any]
+    kind: type = str
+    default: Any
+    env: tuple[str, ...] = ()
+    bounds: Bounds = NO_BOUNDS
+
+    def refuse(self, found: Found, value: Any) -> ConfigError:
+        return ConfigError(self.bounds.refusal.format(where=found.where, source=found.source, value=value))
+
+    def admit(self, found: Found, value: Any) -> None:
+        if not self.bounds.admits(value):
+            raise self.refuse(found, value)
+
+
+def _typed(setting: Setting, found: Found) -> Any:
+    """A value of the setting's kind; text, from the file or the environment, is read as one."""
+    kind, value = setting.kind, found.value
+    if isinstance(value, str) and kind is not str:
+        value = _coerce(value, kind, found.source)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{found.source} must be a {kind.__name__}, got {value!r}.")
+    setting.admit(found, value)
+    return value
+
+
+def _home(setting: Setting, found: Found) -> Path | None:
+    home = str(_typed(setting, found))
+    return Path(expand(home, found.environ, "toolkeeper.home")).expanduser() if home else None
+
+
+def _log_level(setting: Setting, found: Found) -> str:
+    return str(_typed(setting, found)).upper()
+
+
+def _number(setting: Setting, found: Found) -> Any:
+    """A number of the setting's kind (an int will do for a float). Only the environment's text is
+    read as one: the file must hold a number. The wrong type gets the same refusal as out of bounds."""
+    kind = setting.kind
+    value = _coerce(found.value, kind, found.source) if found.from_environment else found.value
+    wanted = (int, float) if kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, wanted):
+        raise setting.refuse(found, value)
+    setting.admit(found, value)
+    return kind(value)
+
+
+def _port(setting: Setting, found: Found) -> int:
+    # Unlike other numbers, a port written as text in the file is read too.
+    return int(_number(setting, replace(found, value=_coerce(found.value, int, "http port"))))
+
+
+def _string_list(setting: Setting, found: Found) -> tuple[str, ...]:
+    """A list of strings from the file, or a comma-separated environment variable."""
+    value = found.value
+    if found.from_environment:
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ConfigError(f"{found.source} must be a list of non-empty strings, got {value!r}.")
+    return tuple(value)
+
+
+def _flag_map(setting: Setting, found: Found) -> dict[str, bool]:
+    value = found.value
+    if not isinstance(value, dict) or not all(isinstance(v, bool) for v in value.values()):
+        raise ConfigError(f"{found.source} must map flag names to true/false.")
+    return dict(value)
+
+
+def _as_written(setting: Setting, found: Found) -> Any:
+    return found.value
+
+
+SECONDS = Bounds("{source} must be a number of seconds above 0, got {value!r}.", above=0)
+# In the order they are checked: a file with several mistakes is refused for the first.
+SETTINGS = (
+    Setting(
+        key="http.allowedHosts", field="http_allowed_hosts", read=_string_list, default=(),
+        env=("TOOLKEEPER_HTTP_ALLOWED_HOSTS",),
+    ),
+    Setting(
+        key="http.allowedOrigins", field="http_allowed_origins", read=_string_list, default=(),
+        env=("TOOLKEEPER_HTTP_ALLOWED_ORIGINS",),
+    ),
+    Setting(
+        key="http.maxRequestBytes", field="http_max_request_bytes", read=_number, kind=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        bounds=Bounds("{source} must be a whole number of at least 1024.", at_least=1024),
+    ),
+    Setting(
+        key="stdio.maxMessageBytes", field="stdio_max_message_bytes", read=_number, kind=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES, env=(MAX_MESSAGE_BYTES_ENV,),
+        bounds=Bounds("{source} must be a whole number of at least 1024, got {value!r}.", at_least=1024),
+    ),
+    # Before the flags read one by one below, which rely on its check.
+    Setting(key="featureFlags", field="feature_flags", read=_flag_map, default={}),
+    Setting(key="home", field="home", read=_home, default=None, env=("TOOLKEEPER_HOME",)),
+    Setting(
+        key="http.host", field="http_host", read=_as_written, default=DEFAULT_HTTP_HOST,
+        env=("TOOLKEEPER_HTTP_HOST",),
+    ),
+    Setting(
+        key="http.port", field="http_port", read=_port, kind=int, default=DEFAULT_HTTP_PORT,
+        env=("TOOLKEEPER_HTTP_PORT",),
+        bounds=Bounds(
+            "{where}: the HTTP port must be a whole number between 1 and 65535, got {value!r}.",
+            at_least=1, at_most=65535,
+        ),
+    ),
+    Setting(
+        key="maxConcurrentConnects", field="max_concurrent_connects", read=_typed, kind=int, default=8,
+        env=("TOOLKEEPER_MAX_CONCURRENT_CONNECTS",),
+        bounds=Bounds("{where}: toolkeeper.maxConcurrentConnects must be at least 1.", at_least=1),
+    ),
+    Setting(
+        key="inferHints", field="infer_hints", read=_typed, default="suggest",
+        env=("TOOLKEEPER_INFER_HINTS",),
+        bounds=Bounds(
+            "{where}: toolkeeper.inferHints must be 'suggest' or 'apply', got {value!r}.", one_of=INFER_HINTS
+        ),
+    ),
+    Setting(
+        key="auditRetentionDays", field="audit_retention_days", read=_typed, kind=int,
+        default=DEFAULT_AUDIT_RETENTION_DAYS,
+        env=("TOOLKEEPER_AUDIT_RETENTION_DAYS",),
+        bounds=Bounds("{where}: toolkeeper.auditRetentionDays must be at least 1, got {value}.", at_least=1),
+    ),
+    Setting(
+        key="maxServerInstructions", field="max_server_instructions", read=_typed, kind=int,
+        default=DEFAULT_MAX_SERVER_INSTRUCTIONS, env=("TOOLKEEPER_MAX_SERVER_INSTRUCTIONS",),
+        bounds=Bounds(
+            "{where}: toolkeeper.maxServerInstructions must be 0 (pass none on) or more characters, "
+            "got {value}.",
+            at_least=0,
+        ),
+    ),
+    Setting(
+        key="confirm", field="confirm", read=_typed, default=None, env=("TOOLKEEPER_CONFIRM",),
+        bounds=Bounds(
+            f"{{where}}: toolkeeper.confirm must be one of {', '.join(CONFIRM_MODES)}, got {{value!r}}.",
+            one_of=CONFIRM_MODES,
+        ),
+    ),
+    Setting(
+        key="autoApproveReadOnly", field="auto_approve_read_only", read=_typed, kind=bool, default=True,
+        env=("TOOLKEEPER_AUTO_APPROVE_READ_ONLY",),
+    ),
+    Setting(
+        key="confirmDestructive", field="confirm_destructive", read=_typed, kind=bool, default=True,
+        env=("TOOLKEEPER_CONFIRM_DESTRUCTIVE",),
+    ),
+    Setting(
+        key="trustIdempotentRetries", field="trust_idempotent_retries", read=_typed, kind=bool, default=True,
+        env=("TOOLKEEPER_TRUST_IDEMPOTENT_RETRIES",),
+    ),
+    Setting(
+        key="retryWindow", field="retry_window", read=_number, kind=float, default=DEFAULT_RETRY_WINDOW,
+        env=("TOOLKEEPER_RETRY_WINDOW",), bounds=SECONDS,
+    ),
+    Setting(
+        key="approvalTimeout", field="approval_timeout", read=_number, kind=float,
+        default=DEFAULT_APPROVAL_TIMEOUT,
+        env=("TOOLKEEPER_APPROVAL_TIMEOUT",), bounds=SECONDS,
+    ),
+    Setting(
+        key="auditArguments", field="audit_arguments", read=_typed, kind=bool, default=False,
+        env=("TOOLKEEPER_AUDIT_ARGUMENTS",),
+    ),
+    Setting(
+        key="sanitizeUntrustedHints", field="sanitize_untrusted_hints", read=_typed, kind=bool, default=False,
+        env=("TOOLKEEPER_SANITIZE_UNTRUSTED_HINTS",),
+    ),
+    # toolkeeper's own variable wins over hypertool's, which is honoured for people who migrate.
+    Setting(
+        key="featureFlags.enableConfigToolsMenu", field="config_tools_menu", read=_typed, kind=bool,
+        default=True,
+        env=("TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "HYPERTOOL_ENABLE_CONFIG_TOOLS_MENU"),
+    ),
+    Setting(
+        key="databaseUrl", field="database_url", read=_typed, default=None, env=("TOOLKEEPER_DATABASE_URL",)
+    ),
+    Setting(
+        key="databaseTimeout", field="database_timeout", read=_number, kind=float,
+        default=DEFAULT_DATABASE_TIMEOUT,
+        env=("TOOLKEEPER_DATABASE_TIMEOUT",), bounds=SECONDS,
+    ),
+    Setting(
+        key="logLevel", field="log_level", read=_log_level, default="INFO", env=("TOOLKEEPER_LOG_LEVEL",)
+    ),
+)  # fmt: skip
+SETTINGS_KEYS = frozenset(setting.key.partition(".")[0] for setting in SETTINGS)
+# The objects whose keys are all settings of the table; `featureFlags` holds any flag names.
+SECTION_SHAPES = {
+    "http": '{where}: toolkeeper.http must look like {{"host": "127.0.0.1", "port": 8765}}, with optional '
+    '"allowedHosts" and "allowedOrigins" (lists of strings) and "maxRequestBytes".',
+    "stdio": '{where}: toolkeeper.stdio must look like {{"maxMessageBytes": 4194304}}.',
+}
+SECTION_KEYS = {
+    name: frozenset(
+        setting.key.partition(".")[2] for setting in SETTINGS if setting.key.startswith(f"{name}.")
+    )
+    for name in SECTION_SHAPES
+}
+
+
 def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySettings:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: 'toolkeeper' must be an object of gateway settings.")
@@ -224,151 +465,35 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
             raise ConfigError(
                 f"{where}: unknown setting 'toolkeeper.{key}'. Allowed: {', '.join(sorted(SETTINGS_KEYS))}."
             )
-
-    def source(path: str, env_name: str) -> str:
-        """Where a setting's value comes from, as messages name it: the environment wins."""
-        return f"environment variable {env_name}" if env_name in env else f"{where}: toolkeeper.{path}"
-
-    def setting(key: str, env_name: str, kind: type, default: Any) -> Any:
-        if env_name not in env and key not in raw:
-            return default
-        value: Any = env[env_name] if env_name in env else raw[key]
-        if isinstance(value, str) and kind is not str:
-            value = _coerce(value, kind, source(key, env_name))
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"{source(key, env_name)} must be a {kind.__name__}, got {value!r}.")
-        return value
-
-    http = raw.get("http", {})
-    if not isinstance(http, dict) or set(http) - HTTP_KEYS:
-        raise ConfigError(
-            f'{where}: toolkeeper.http must look like {{"host": "127.0.0.1", "port": 8765}}, with optional '
-            '"allowedHosts" and "allowedOrigins" (lists of strings) and "maxRequestBytes".'
-        )
-    allowed_hosts = _string_list(
-        env.get("TOOLKEEPER_HTTP_ALLOWED_HOSTS"), http.get("allowedHosts"), where, "allowedHosts"
-    )
-    allowed_origins = _string_list(
-        env.get("TOOLKEEPER_HTTP_ALLOWED_ORIGINS"), http.get("allowedOrigins"), where, "allowedOrigins"
-    )
-    max_request = http.get("maxRequestBytes", DEFAULT_MAX_REQUEST_BYTES)
-    if isinstance(max_request, bool) or not isinstance(max_request, int) or max_request < 1024:
-        raise ConfigError(
-            f"{where}: toolkeeper.http.maxRequestBytes must be a whole number of at least 1024."
-        )
-    stdio = raw.get("stdio", {})
-    if not isinstance(stdio, dict) or set(stdio) - {"maxMessageBytes"}:
-        raise ConfigError(f'{where}: toolkeeper.stdio must look like {{"maxMessageBytes": 4194304}}.')
-    max_message_source = source("stdio.maxMessageBytes", MAX_MESSAGE_BYTES_ENV)
-    if MAX_MESSAGE_BYTES_ENV in env:
-        max_message = _coerce(env[MAX_MESSAGE_BYTES_ENV], int, max_message_source)
-    else:
-        max_message = stdio.get("maxMessageBytes", DEFAULT_MAX_MESSAGE_BYTES)
-    if isinstance(max_message, bool) or not isinstance(max_message, int) or max_message < 1024:
-        raise ConfigError(
-            f"{max_message_source} must be a whole number of at least 1024, got {max_message!r}."
-        )
-    flags = raw.get("featureFlags", {})
-    if not isinstance(flags, dict) or not all(isinstance(v, bool) for v in flags.values()):
-        raise ConfigError(f"{where}: toolkeeper.featureFlags must map flag names to true/false.")
-    home = setting("home", "TOOLKEEPER_HOME", str, None)
-    host = env.get("TOOLKEEPER_HTTP_HOST", http.get("host", DEFAULT_HTTP_HOST))
-    port = _coerce(env.get("TOOLKEEPER_HTTP_PORT", http.get("port", DEFAULT_HTTP_PORT)), int, "http port")
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-        raise ConfigError(f"{where}: the HTTP port must be a whole number between 1 and 65535, got {port!r}.")
-    connects = setting("maxConcurrentConnects", "TOOLKEEPER_MAX_CONCURRENT_CONNECTS", int, 8)
-    if connects < 1:
-        raise ConfigError(f"{where}: toolkeeper.maxConcurrentConnects must be at least 1.")
-    infer_hints = setting("inferHints", "TOOLKEEPER_INFER_HINTS", str, "suggest")
-    if infer_hints not in INFER_HINTS:
-        raise ConfigError(
-            f"{where}: toolkeeper.inferHints must be 'suggest' or 'apply', got {infer_hints!r}."
-        )
-
-    def seconds(key: str, env_name: str, default: float) -> float:
-        named = source(key, env_name)
-        value = _coerce(env[env_name], float, named) if env_name in env else raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(f"{named} must be a number of seconds above 0, got {value!r}.")
-        return float(value)
-
-    retention = setting(
-        "auditRetentionDays", "TOOLKEEPER_AUDIT_RETENTION_DAYS", int, DEFAULT_AUDIT_RETENTION_DAYS
-    )
-    if retention < 1:
-        raise ConfigError(f"{where}: toolkeeper.auditRetentionDays must be at least 1, got {retention}.")
-    max_instructions = setting(
-        "maxServerInstructions", "TOOLKEEPER_MAX_SERVER_INSTRUCTIONS", int, DEFAULT_MAX_SERVER_INSTRUCTIONS
-    )
-    if max_instructions < 0:
-        raise ConfigError(
-            f"{where}: toolkeeper.maxServerInstructions must be 0 (pass none on) or more characters, "
-            f"got {max_instructions}."
-        )
-    confirm = setting("confirm", "TOOLKEEPER_CONFIRM", str, None)
-    if confirm is not None and confirm not in CONFIRM_MODES:
-        raise ConfigError(
-            f"{where}: toolkeeper.confirm must be one of {', '.join(CONFIRM_MODES)}, got {confirm!r}."
-        )
-    return GatewaySettings(
-        confirm=confirm,
-        auto_approve_read_only=setting(
-            "autoApproveReadOnly", "TOOLKEEPER_AUTO_APPROVE_READ_ONLY", bool, True
-        ),
-        confirm_destructive=setting("confirmDestructive", "TOOLKEEPER_CONFIRM_DESTRUCTIVE", bool, True),
-        trust_idempotent_retries=setting(
-            "trustIdempotentRetries", "TOOLKEEPER_TRUST_IDEMPOTENT_RETRIES", bool, True
-        ),
-        retry_window=seconds("retryWindow", "TOOLKEEPER_RETRY_WINDOW", DEFAULT_RETRY_WINDOW),
-        approval_timeout=seconds("approvalTimeout", "TOOLKEEPER_APPROVAL_TIMEOUT", DEFAULT_APPROVAL_TIMEOUT),
-        audit_arguments=setting("auditArguments", "TOOLKEEPER_AUDIT_ARGUMENTS", bool, False),
-        audit_retention_days=retention,
-        max_server_instructions=max_instructions,
-        infer_hints=infer_hints,
-        sanitize_untrusted_hints=setting(
-            "sanitizeUntrustedHints", "TOOLKEEPER_SANITIZE_UNTRUSTED_HINTS", bool, False
-        ),
-        config_tools_menu=_feature_flag(flags, env, "enableConfigToolsMenu", True),
-        home=Path(expand(home, env, "toolkeeper.home")).expanduser() if home else None,
-        database_url=setting("databaseUrl", "TOOLKEEPER_DATABASE_URL", str, None),
-        database_timeout=seconds("databaseTimeout", "TOOLKEEPER_DATABASE_TIMEOUT", DEFAULT_DATABASE_TIMEOUT),
-        http_host=host,
-        http_port=port,
-        http_allowed_hosts=allowed_hosts,
-        http_allowed_origins=allowed_origins,
-        http_max_request_bytes=max_request,
-        stdio_max_message_bytes=max_message,
-        log_level=str(setting("logLevel", "TOOLKEEPER_LOG_LEVEL", str, "INFO")).upper(),
-        max_concurrent_connects=connects,
-        feature_flags=dict(flags),
-    )
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        found = _find(setting, raw, where, env)
+        # A copy, so that no two configurations share a default object (`featureFlags`'s dict).
+        values[setting.field] = copy.copy(setting.default) if found is None else setting.read(setting, found)
+    return GatewaySettings(**values)
 
 
-def _string_list(from_env: str | None, value: Any, where: str, key: str) -> tuple[str, ...]:
-    """A list of strings from the file, or a comma-separated environment variable (which wins)."""
-    if from_env is not None:
-        return tuple(item.strip() for item in from_env.split(",") if item.strip())
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
-        raise ConfigError(
-            f"{where}: toolkeeper.http.{key} must be a list of non-empty strings, got {value!r}."
-        )
-    return tuple(value)
-
-
-FLAG_ENVIRONMENT = {
-    # toolkeeper's own variable wins over hypertool's, which is honoured for people who migrate.
-    "enableConfigToolsMenu": ("TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "HYPERTOOL_ENABLE_CONFIG_TOOLS_MENU"),
-}
-
-
-def _feature_flag(flags: Mapping[str, bool], env: Mapping[str, str], name: str, default: bool) -> bool:
-    """Environment variable (highest priority), then `toolkeeper.featureFlags`, then the default."""
-    for variable in FLAG_ENVIRONMENT.get(name, ()):
+def _find(setting: Setting, raw: dict[str, Any], where: str, env: Mapping[str, str]) -> Found | None:
+    """The setting's value from the environment, which wins, or from the file; None if in neither."""
+    section_name, _, name = setting.key.rpartition(".")
+    section = _section(raw, section_name, where) if section_name else raw
+    for variable in setting.env:
         if variable in env:
-            return bool(_coerce(env[variable], bool, f"environment variable {variable}"))
-    return flags.get(name, default)
+            source = f"environment variable {variable}"
+            return Found(value=env[variable], source=source, where=where, from_environment=True, environ=env)
+    if name not in section:
+        return None
+    source = f"{where}: toolkeeper.{setting.key}"
+    return Found(value=section[name], source=source, where=where, from_environment=False, environ=env)
+
+
+def _section(raw: dict[str, Any], name: str, where: str) -> dict[str, Any]:
+    """One object of settings, refused unless it holds only the table's keys (checked even when the
+    environment overrides them all)."""
+    section = raw.get(name, {})
+    if name in SECTION_SHAPES and (not isinstance(section, dict) or set(section) - SECTION_KEYS[name]):
+        raise ConfigError(SECTION_SHAPES[name].format(where=where))
+    return section  # type: ignore[no-any-return]
 
 
 def _coerce(value: Any, kind: type, source: str) -> Any:

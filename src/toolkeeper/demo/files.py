@@ -32,10 +32,8 @@ server only ever logs to stderr.
 from __future__ import annotations
 
 import argparse
-import copy
 import logging
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -49,6 +47,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
+from toolkeeper.demo.common import add_transport_arguments, log_to_stderr, serve
 from toolkeeper.protocol import (
     ANNOTATIONS_METHOD,
     INVALID_PARAMS,
@@ -290,38 +289,12 @@ async def flag_resolution(ctx: ServerRequestContext[Any], call_next: CallNext) -
 # --------------------------------------------------------------------------- entry point
 
 
-def _stderr_log_config() -> dict:
-    """Uvicorn's default logging config, with the access log moved from stdout to stderr."""
-    from uvicorn.config import LOGGING_CONFIG
-
-    config = copy.deepcopy(LOGGING_CONFIG)
-    for handler in config["handlers"].values():
-        handler["stream"] = "ext://sys.stderr"
-    return config
-
-
-def run(server: MCPServer, transport: str, host: str, port: int) -> None:
-    """Serve ``server`` over stdio, or over streamable HTTP at ``http://host:port/mcp``."""
-    if transport == "stdio":
-        server.run("stdio")
-        return
-    import anyio
-    import uvicorn
-
-    app = server.streamable_http_app(streamable_http_path="/mcp", host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_config=_stderr_log_config(), log_level="warning")
-    logger.info("serving streamable HTTP on http://%s:%d/mcp", host, port)
-    anyio.run(uvicorn.Server(config).serve)
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m toolkeeper.demo.files", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--root", default=".", help="sandbox root directory (default: the working directory)")
-    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8766, help="HTTP port (default: 8766)")
+    add_transport_arguments(parser, default_port=8766)
     parser.add_argument(
         "--static-only",
         action="store_true",
@@ -333,10 +306,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     Path(args.root).mkdir(parents=True, exist_ok=True)  # e.g. a fresh demo directory
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    log_to_stderr()
     server = build_server(args.root, resolves=not args.static_only)
     logger.info("sandbox root: %s", os.path.realpath(args.root))
-    run(server, args.transport, args.host, args.port)
+    serve(server, args, logger=logger)
 
 
 if __name__ == "__main__":

@@ -40,11 +40,9 @@ tool has a description. ``list_categories`` takes no parameters.
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import logging
 import sqlite3
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -56,6 +54,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
+
+from toolkeeper.demo.common import add_transport_arguments, log_to_stderr, serve
 
 logger = logging.getLogger("toolkeeper.demo.notes")
 
@@ -360,30 +360,6 @@ def build_server(db_path: str | Path = DEFAULT_DB) -> MCPServer:
 # --------------------------------------------------------------------------- entry point
 
 
-def _stderr_log_config() -> dict:
-    """Uvicorn's default logging config, with the access log moved from stdout to stderr."""
-    from uvicorn.config import LOGGING_CONFIG
-
-    config = copy.deepcopy(LOGGING_CONFIG)
-    for handler in config["handlers"].values():
-        handler["stream"] = "ext://sys.stderr"
-    return config
-
-
-def run(server: MCPServer, transport: str, host: str, port: int) -> None:
-    """Serve ``server`` over stdio, or over streamable HTTP at ``http://host:port/mcp``."""
-    if transport == "stdio":
-        server.run("stdio")
-        return
-    import anyio
-    import uvicorn
-
-    app = server.streamable_http_app(streamable_http_path="/mcp", host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_config=_stderr_log_config(), log_level="warning")
-    logger.info("serving streamable HTTP on http://%s:%d/mcp", host, port)
-    anyio.run(uvicorn.Server(config).serve)
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m toolkeeper.demo.notes", description=__doc__.splitlines()[0]
@@ -391,18 +367,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--db", default=DEFAULT_DB, help=f"SQLite file holding the notes (default: ./{DEFAULT_DB})"
     )
-    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8765, help="HTTP port (default: 8765)")
+    add_transport_arguments(parser, default_port=8765)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    log_to_stderr()
     server = build_server(args.db)
     logger.info("notes database: %s", Path(args.db).resolve())
-    run(server, args.transport, args.host, args.port)
+    serve(server, args, logger=logger)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,13 @@ from toolkeeper.downstreams.calls import InFlightCalls
 from toolkeeper.downstreams.http import binds_headers
 from toolkeeper.downstreams.raw import LaneDeclined, LinkClosed, RawLane
 from toolkeeper.downstreams.transports import open_transport
-from toolkeeper.protocol import INVALID_PARAMS, LOG_LEVEL_META, RESOLUTION_EXTENSION, forwardable_meta
+from toolkeeper.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    LOG_LEVEL_META,
+    RESOLUTION_EXTENSION,
+    forwardable_meta,
+)
 from toolkeeper.sdk_private import send_unvalidated
 
 logger = logging.getLogger(__name__)
@@ -56,7 +62,6 @@ CONNECTION_CLOSED = -32000
 # A downstream resolution is a preflight: it must never hold up a decision for long.
 RESOLVE_TIMEOUT = 5.0
 REQUEST_TIMEOUT = -32001
-INTERNAL_ERROR = -32603
 # What the SDK's server says when a tool asks through its session on the 2026-07-28 wire.
 NO_BACK_CHANNEL = "no back-channel for server-initiated requests"
 INITIAL_BACKOFF = 0.5

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from toolkeeper.annotations.hints import HINTS
+from toolkeeper.annotations.hints import HintMapWording, parse_hint_map
 from toolkeeper.annotations.rules import Condition, RuleError, parse_condition
 from toolkeeper.errors import ServiceError
 from toolkeeper.policy.model import Decision
@@ -33,6 +33,11 @@ EXAMPLE = (
 )
 PARTS = ("match", "hints", "when", "decision")
 MATCH_KEYS = ("server", "tool", "refId")
+HINTS_WORDING = HintMapWording(
+    empty="'hints' must name at least one hint, e.g. {{\"destructiveHint\": true}}; got {hints!r}",
+    unknown="'hints.{name}' is not a hint; use {known}",
+    not_boolean="'hints.{name}' must be true or false, got {value!r}",
+)
 
 
 class ApprovalRuleError(ServiceError):
@@ -123,12 +128,15 @@ def parse_approval_rule(raw: Any) -> ApprovalRule:
     if decision not in tuple(Decision):
         raise ApprovalRuleError(f"'decision' must be allow, ask or deny, got {decision!r}")
     server, tool, ref_id = _parse_match(raw.get("match"))
+    hints = (
+        parse_hint_map(raw["hints"], wording=HINTS_WORDING, error=ApprovalRuleError) if "hints" in raw else {}
+    )
     return ApprovalRule(
         Decision(decision),
         server,
         tool,
         ref_id,
-        MappingProxyType(_parse_hints(raw["hints"])) if "hints" in raw else MappingProxyType({}),
+        MappingProxyType(hints),
         _parse_when(raw["when"]) if "when" in raw else None,
     )
 
@@ -149,19 +157,6 @@ def _parse_match(match: Any) -> tuple[str | None, str | None, str | None]:
             what = "the tool's refId" if key == "refId" else "a glob such as 'files' or 'git*'"
             raise ApprovalRuleError(f"'match.{key}' must be a non-empty text ({what}), got {value!r}")
     return match.get("server"), match.get("tool"), match.get("refId")
-
-
-def _parse_hints(hints: Any) -> dict[str, bool]:
-    if not isinstance(hints, Mapping) or not hints:
-        raise ApprovalRuleError(
-            f"'hints' must name at least one hint, e.g. {{\"destructiveHint\": true}}; got {hints!r}"
-        )
-    for name, value in hints.items():
-        if name not in HINTS:
-            raise ApprovalRuleError(f"'hints.{name}' is not a hint; use {', '.join(HINTS)}")
-        if not isinstance(value, bool):
-            raise ApprovalRuleError(f"'hints.{name}' must be true or false, got {value!r}")
-    return dict(hints)
 
 
 def _parse_when(when: Any) -> Condition:
