@@ -21,6 +21,7 @@ from toolkeeper.config.model import SourceConfig
 from toolkeeper.downstreams.base import DownstreamListener
 from toolkeeper.downstreams.kinds import KINDS, Kind
 from toolkeeper.downstreams.source import ToolSource
+from toolkeeper.edge.clients import client_of
 from toolkeeper.faces.mcp.server import build_server
 from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditLog
@@ -98,7 +99,7 @@ async def test_a_registered_kind_serves_its_tools_through_the_pipeline(mode: str
         async with anyio.create_task_group() as tg:
             await tg.start(gateway.run)
             await gateway.started.wait()
-            async with Client(build_server(gateway), mode=mode) as client:
+            async with Client(build_server(gateway, client_of), mode=mode) as client:
                 listed = {tool.name for tool in (await client.list_tools()).tools}
                 assert listed == {"c__greet", "c__part"}
                 for name in ("greet", "part"):
