@@ -27,6 +27,7 @@ from mcp.client.stdio import stdio_client
 from tests.conftest import controllable, gateway_params, write_config
 from tests.test_cli_toolsets import tk
 from tests.test_toolsets_mcp import MENU_ON
+from toolkeeper.store.migrations import SCHEMA_HEAD
 
 pytestmark = pytest.mark.anyio
 
@@ -358,10 +359,12 @@ def test_restore_checks_the_file_first_and_changes_nothing_when_it_is_bad(tmp_pa
     not_json = tmp_path / "notes.txt"
     not_json.write_text("hello")
     foreign = tmp_path / "foreign.json"
-    foreign.write_text(json.dumps({"format": "toolkeeper-store", "schema": "0004", "tables": {"users": []}}))
+    foreign.write_text(
+        json.dumps({"format": "toolkeeper-store", "schema": SCHEMA_HEAD, "tables": {"users": []}})
+    )
     bad_row = tmp_path / "bad-row.json"
     bad_row.write_text(
-        json.dumps({"format": "toolkeeper-store", "schema": "0004", "tables": {"toolsets": [{"id": 1}]}})
+        json.dumps({"format": "toolkeeper-store", "schema": SCHEMA_HEAD, "tables": {"toolsets": [{"id": 1}]}})
     )
     # The file of a store copied without its log: a header and nothing else.
     header_only = tmp_path / "header-only.db"
