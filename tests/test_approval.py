@@ -443,4 +443,36 @@ async def test_calls_left_waiting_by_a_gateway_that_is_gone_are_recorded_as_not_
         settled = await approvals.state("dead")
         assert settled is not None and settled.status == "not_run"
         with pytest.raises(Exception, match="already decided: not run"):
-            await approvals.approve("dead", by="person via cli")
+            await approvals.approve("dead", by="person via cli", channel="cli")
+
+
+async def test_waiting_for_an_answer_gets_it_with_its_channel_or_expires(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from toolkeeper.services.approvals import HOLDER, ApprovalService
+    from toolkeeper.store import Store
+    from toolkeeper.store.approvals import PENDING, PendingCall
+
+    now = datetime.now(UTC)
+
+    def waiting(call_id: str) -> PendingCall:
+        return PendingCall(
+            call_id, now, now + timedelta(minutes=2), PENDING,
+            {"name": "c", "version": "1", "session": "s", "holder": HOLDER},
+            "ctl__pid", "ctl.pid", "ref", "hash", {}, {"sentence": "Call pid."},
+            None, None, None, None,
+        )  # fmt: skip
+
+    async with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        approvals = ApprovalService(store)
+        await approvals.open(waiting("answered"))
+        await approvals.open(waiting("ignored"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: approvals.deny("answered", by="person via dashboard", channel="dashboard"))
+            answered = await approvals.wait_for_answer("answered", 30)
+        assert answered is not None and (answered.status, answered.channel) == ("denied", "dashboard")
+        assert answered.decided_by == "person via dashboard"
+        assert await approvals.wait_for_answer("ignored", 0.5) is None
+        expired = await approvals.state("ignored")
+        assert expired is not None and (expired.status, expired.decided_by) == ("expired", "toolkeeper")
+        assert expired.channel is None

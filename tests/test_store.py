@@ -8,12 +8,13 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, insert, select, text
 
 from toolkeeper.annotations.rules import RuleError
 from toolkeeper.catalog import Catalog, ServerTools, build_catalog
@@ -21,7 +22,7 @@ from toolkeeper.services.toolsets import Change, ToolsetService
 from toolkeeper.store import Store, StoreError
 from toolkeeper.store import db as store_db
 from toolkeeper.store.migrations import SCHEMA_HEAD
-from toolkeeper.store.tables import tool_notes, toolset_tools
+from toolkeeper.store.tables import pending_approvals, tool_notes, toolset_tools
 from toolkeeper.toolsets.model import ToolsetError
 
 pytestmark = pytest.mark.anyio
@@ -89,13 +90,41 @@ async def test_round_trip_and_revision(store_url: str) -> None:
         await store.close()
 
 
-async def test_a_second_open_does_not_migrate_again(store_url: str) -> None:
-    for _ in range(2):
+async def test_a_second_open_does_not_migrate_again(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from alembic import command
+
+    upgrades: list[str] = []
+    upgrade = command.upgrade
+
+    def recorded(config: Any, revision: str, **options: Any) -> None:
+        upgrades.append(revision)
+        upgrade(config, revision, **options)
+
+    monkeypatch.setattr(command, "upgrade", recorded)
+    for opening in (1, 2):
         store = await Store(store_url).open()
         async with store.read() as conn:
             version = (await conn.execute(STORED_VERSION)).scalar_one()
         assert version == SCHEMA_HEAD
         await store.close()
+        assert upgrades == ["head"], f"open #{opening} ran migrations: {upgrades}"
+
+
+async def test_a_store_of_0004_gets_the_channel_of_its_answers(store_url: str) -> None:
+    async with Store(store_url) as store, store.write() as conn:
+        await conn.execute(text("ALTER TABLE pending_approvals DROP COLUMN channel"))
+        await conn.execute(text("UPDATE alembic_version SET version_num = '0004'"))
+        now = datetime.now(UTC)
+        for call_id, decided_by in (("bycli", "person via cli"), ("expired", "toolkeeper")):
+            # The columns 0004 has: written without the table's newer ones.
+            row = {"id": call_id, "created_at": now, "expires_at": now, "status": "approved", "client": "{}"}
+            row |= {"exposed_name": "ctl__pid", "namespaced_name": "ctl.pid", "ref_id": "ref"}
+            row |= {"call_hash": "hash", "question": "{}", "decided_by": decided_by}
+            await conn.execute(insert(pending_approvals).values(row))
+    async with Store(store_url) as store, store.read() as conn:
+        assert (await conn.execute(STORED_VERSION)).scalar_one() == SCHEMA_HEAD
+        channels = await conn.execute(text("SELECT id, channel FROM pending_approvals ORDER BY id"))
+        assert channels.all() == [("bycli", "cli"), ("expired", None)]
 
 
 def test_schema_head_is_the_newest_migration() -> None:

@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,13 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import stdio_client
+from sqlalchemy import MetaData, Table, select, text
 
 from tests.conftest import controllable, gateway_params, write_config
 from tests.test_cli_toolsets import tk
 from tests.test_toolsets_mcp import MENU_ON
+from toolkeeper.store import Store
+from toolkeeper.store.migrations import SCHEMA_HEAD
 
 pytestmark = pytest.mark.anyio
 
@@ -358,10 +362,12 @@ def test_restore_checks_the_file_first_and_changes_nothing_when_it_is_bad(tmp_pa
     not_json = tmp_path / "notes.txt"
     not_json.write_text("hello")
     foreign = tmp_path / "foreign.json"
-    foreign.write_text(json.dumps({"format": "toolkeeper-store", "schema": "0004", "tables": {"users": []}}))
+    foreign.write_text(
+        json.dumps({"format": "toolkeeper-store", "schema": SCHEMA_HEAD, "tables": {"users": []}})
+    )
     bad_row = tmp_path / "bad-row.json"
     bad_row.write_text(
-        json.dumps({"format": "toolkeeper-store", "schema": "0004", "tables": {"toolsets": [{"id": 1}]}})
+        json.dumps({"format": "toolkeeper-store", "schema": SCHEMA_HEAD, "tables": {"toolsets": [{"id": 1}]}})
     )
     # The file of a store copied without its log: a header and nothing else.
     header_only = tmp_path / "header-only.db"
@@ -408,10 +414,130 @@ async def test_postgresql_backup_is_a_dump_that_restores_into_sqlite_and_back(tm
         shown = json.loads(tk(config, "toolsets", "show", "kept", "--json", "--offline").stdout)
         assert sorted(n["name"] for e in shown["toolNotes"] for n in e["notes"]) == ["second", "usage"]
     finally:
-        from sqlalchemy import text
         from sqlalchemy.ext.asyncio import create_async_engine
 
         engine = create_async_engine(POSTGRES.replace("postgresql://", "postgresql+asyncpg://"))
         async with engine.begin() as conn:
             await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         await engine.dispose()
+
+
+# The store as the release before migration 0005 left it: a toolset, an approval rule, and two
+# decided calls, one answered at the CLI (which signed its answers "person via cli") and one that
+# expired. Plain SQL: nothing of today's tables is needed to write them.
+ROWS_OF_0004 = (
+    "INSERT INTO toolsets (id, name, description, created_at, updated_at) "
+    "VALUES (1, 'kept', '', '2026-11-20 10:00:00+00', '2026-11-20 10:00:00+00')",
+    "INSERT INTO toolset_tools (toolset_id, position, namespaced_name, ref_id) "
+    "VALUES (1, 0, 'ctl.echo', NULL)",
+    "INSERT INTO approval_rules (id, scope, rule, origin, created_at) "
+    "VALUES (1, '', '{\"tool\": \"ctl.echo\"}', 'cli', '2026-11-20 10:00:00+00')",
+    *(
+        "INSERT INTO pending_approvals (id, created_at, expires_at, status, client, exposed_name, "
+        "namespaced_name, ref_id, call_hash, question, answer, decided_by, decided_at) VALUES "
+        f"('{call}', '2026-11-20 10:00:00+00', '2026-11-20 10:05:00+00', '{status}', '{{}}', 'ctl__pid', "
+        f"'ctl.pid', 'ref', 'hash', '{{}}', {answer}, '{decided_by}', '2026-11-20 10:01:00+00')"
+        for call, status, answer, decided_by in (
+            ("bycli", "approved", "'once'", "person via cli"),
+            ("expired", "expired", "NULL", "toolkeeper"),
+        )
+    ),
+)
+
+
+async def dump_at_its_schema(store: Store, schema: str) -> dict[str, Any]:
+    """What the backup command writes for a PostgreSQL store, read from the tables the store has."""
+
+    def tables(sync_conn: Any) -> list[Table]:
+        found = MetaData()
+        found.reflect(sync_conn)
+        return [t for t in found.sorted_tables if t.name not in {"store_revision", "alembic_version"}]
+
+    async with store.read() as conn:
+        rows = {}
+        for table in await conn.run_sync(tables):
+            result = await conn.execute(select(table))
+            rows[table.name] = [
+                {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+                for row in result.mappings()
+            ]
+    return {"format": "toolkeeper-store", "schema": schema, "tables": rows}
+
+
+def decided_calls(rows: Any) -> list[tuple[str, str, str | None]]:
+    return sorted((row[0], row[1], row[2]) for row in rows)
+
+
+async def test_a_dump_of_an_older_schema_is_migrated_as_it_is_restored(tmp_path: Path) -> None:
+    schema = f"tk_old_dump_{secrets.token_hex(4)}"
+    url = f"{POSTGRES}?schema={schema}"
+    try:
+        old = await Store(url).open(up_to="0004")
+        try:
+            async with old.write() as conn:
+                for statement in ROWS_OF_0004:
+                    await conn.execute(text(statement))
+            dump = tmp_path / "made-at-0004.json"
+            dump.write_text(json.dumps(await dump_at_its_schema(old, "0004")))
+        finally:
+            await old.close()
+        assert "channel" not in json.loads(dump.read_text())["tables"]["pending_approvals"][0]
+
+        lite = tmp_path / "lite"
+        lite.mkdir()
+        sqlite_config = write_config(lite, {"ctl": controllable()}, databaseUrl=f"sqlite:///{lite / 'tk.db'}")
+        restored = json.loads(tk(sqlite_config, "restore", str(dump), "--json").stdout)
+        assert restored["toolsets"] == 1 and restored["rows"]["pending_approvals"] == 2
+        assert toolset_names_in(sqlite_config) == ["kept"]
+        with sqlite3.connect(lite / "tk.db") as db:
+            calls = db.execute("SELECT id, decided_by, channel FROM pending_approvals").fetchall()
+            assert db.execute("SELECT origin FROM approval_rules").fetchall() == [("cli",)]
+        # The channel filled as migration 0005 fills it: the CLI's signature means the CLI.
+        assert decided_calls(calls) == [("bycli", "person via cli", "cli"), ("expired", "toolkeeper", None)]
+
+        # Into PostgreSQL too: the store the dump came from, migrated to the head when opened.
+        config = write_config(tmp_path, {"ctl": controllable()}, databaseUrl=url)
+        tk(config, "restore", str(dump), "--force")
+        async with Store(url) as store, store.read() as conn:
+            calls = (await conn.execute(text("SELECT id, decided_by, channel FROM pending_approvals"))).all()
+            version = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar_one()
+        assert version == SCHEMA_HEAD
+        assert decided_calls(calls) == [("bycli", "person via cli", "cli"), ("expired", "toolkeeper", None)]
+        assert toolset_names_in(config) == ["kept"]
+    finally:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine = create_async_engine(POSTGRES.replace("postgresql://", "postgresql+asyncpg://"))
+        async with engine.begin() as conn:
+            await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        await engine.dispose()
+
+
+def test_a_dump_of_a_newer_schema_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    tk(config, "toolsets", "build", "kept", "ctl.echo")
+    db = home_db(tmp_path)
+    settle(db)
+    before = db.read_bytes()
+
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps({"format": "toolkeeper-store", "schema": "9999", "tables": {}}))
+    refused = tk(config, "restore", str(newer), "--force", ok=False)
+    assert refused.returncode == 1, refused.stderr
+    assert "'9999'" in refused.stderr and repr(SCHEMA_HEAD) in refused.stderr, refused.stderr
+    assert str(newer) in refused.stderr and "nothing was restored" in refused.stderr
+
+    # An older dump is checked against the tables of its own schema: 0004 had no channel column.
+    row = {"id": "x", "created_at": "2026-11-20T10:00:00+00:00", "channel": "cli"}
+    too_new_a_column = tmp_path / "0004-with-channel.json"
+    too_new_a_column.write_text(
+        json.dumps({"format": "toolkeeper-store", "schema": "0004", "tables": {"pending_approvals": [row]}})
+    )
+    refused = tk(config, "restore", str(too_new_a_column), "--force", ok=False)
+    assert refused.returncode == 1, refused.stderr
+    assert "pending_approvals has no column 'channel'" in refused.stderr, refused.stderr
+    assert "nothing was restored" in refused.stderr
+
+    settle(db)
+    assert db.read_bytes() == before
+    assert toolset_names_in(config) == ["kept"]

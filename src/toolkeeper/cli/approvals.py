@@ -32,7 +32,8 @@ approvals_app = typer.Typer(
 )
 app.add_typer(approvals_app, name="approvals")
 
-BY_CLI = "person via cli"
+CLI_CHANNEL = "cli"  # the face recorded with each answer given here
+BY_CLI = f"person via {CLI_CHANNEL}"  # who answered, as the records show it
 
 
 def _when(iso: str | None) -> str:
@@ -112,7 +113,9 @@ def approvals_approve(
     """Let a waiting call run."""
     answer = _answer(session, always)
     result = run_service(
-        load(config, demo), lambda s: s.approve(call_id, answer, by=BY_CLI), kind="approvals"
+        load(config, demo),
+        lambda s: s.approve(call_id, answer, by=BY_CLI, channel=CLI_CHANNEL),
+        kind="approvals",
     )
     if as_json:
         return print_json(result)
@@ -130,7 +133,9 @@ def approvals_deny(
 ) -> None:
     """Refuse a waiting call: it is not run, and its client is told a person declined."""
     result = run_service(
-        load(config, demo), lambda s: s.deny(call_id, by=BY_CLI, reason=reason), kind="approvals"
+        load(config, demo),
+        lambda s: s.deny(call_id, by=BY_CLI, channel=CLI_CHANNEL, reason=reason),
+        kind="approvals",
     )
     if as_json:
         return print_json(result)
@@ -179,7 +184,9 @@ def _ask_in_terminal(loaded: Any, call: dict[str, Any]) -> None:
         if choice == "k":
             return
         if choice == "d":
-            run_service(loaded, lambda s: s.deny(call["id"], by=BY_CLI), kind="approvals")
+            run_service(
+                loaded, lambda s: s.deny(call["id"], by=BY_CLI, channel=CLI_CHANNEL), kind="approvals"
+            )
             out.print("  denied: the call was not run.")
             return
         picked = WATCH_CHOICES.get(choice)
@@ -190,7 +197,9 @@ def _ask_in_terminal(loaded: Any, call: dict[str, Any]) -> None:
 
 
 def _approve(loaded: Any, call_id: str, answer: Answer) -> None:
-    run_service(loaded, lambda s: s.approve(call_id, answer, by=BY_CLI), kind="approvals")
+    run_service(
+        loaded, lambda s: s.approve(call_id, answer, by=BY_CLI, channel=CLI_CHANNEL), kind="approvals"
+    )
 
 
 @approvals_app.command("rules")

@@ -18,6 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -35,7 +36,7 @@ from toolkeeper.protocol import declares, error_result
 from toolkeeper.relay.seal import TokenSeal
 from toolkeeper.services.approvals import HOLDER
 from toolkeeper.store import StoreError
-from toolkeeper.store.approvals import APPROVED, DENIED, EXPIRED, NOT_RUN, PENDING, PendingCall
+from toolkeeper.store.approvals import DENIED, PENDING, PendingCall
 
 if TYPE_CHECKING:
     from toolkeeper.policy.decide import Policy
@@ -47,7 +48,6 @@ logger = logging.getLogger(__name__)
 # The requestState of a question the gate asked a modern client (the relay's own start "toolkeeper:").
 STATE_PREFIX = "toolkeeper-approval:"
 ANSWER_KEY = "toolkeeper.approval"  # the inputRequests key of the gate's question
-POLL_SECONDS = 0.25  # how often a queued call looks for the person's answer in the store
 
 WARNINGS = {
     # The texts the approval dialog shows for each hint.
@@ -88,6 +88,32 @@ class GateHost(PipelineHost, Protocol):
     async def reload_policy(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Asking:
+    """A call the gate asks a person about, with what every way of asking needs."""
+
+    call: ToolCall
+    tool: CatalogTool
+    digest: str  # binds an answer to this tool and these exact arguments
+    verdict: Verdict  # the policy's, before anyone was asked
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What came of asking a person about a call."""
+
+    answer: str | None  # once, session, always or deny; None when nobody gave one
+    channel: str  # how the person was asked: elicitation, cli, dashboard; queue when nobody answered
+    waited_ms: int | None = None  # None when the call did not wait (a modern client's retry)
+    timed_out: bool = False
+    decided_by: str | None = None  # who answered, as the face they used recorded it
+    reason: str | None = None  # why they declined, when they said
+
+    @property
+    def who(self) -> str:
+        return self.decided_by or f"person via {self.channel}"
+
+
 class ApprovalGate:
     after_result: ClassVar[bool] = False
     needs_hints: ClassVar[bool] = True
@@ -120,7 +146,7 @@ class ApprovalGate:
             )
             return refusal(tool, f"the approval policy denies it ({verdict.reason})")
         digest = call_hash(tool.server, tool.name, call.arguments, tool.ref_id)
-        return await self._ask(call, tool, digest, verdict)
+        return await self._ask(Asking(call, tool, digest, verdict))
 
     def _verdict(self, call: ToolCall, tool: CatalogTool) -> Verdict:
         resolution = call.resolution
@@ -160,25 +186,25 @@ class ApprovalGate:
 
     # -- asking --------------------------------------------------------------------------------
 
-    async def _ask(
-        self, call: ToolCall, tool: CatalogTool, digest: str, verdict: Verdict
-    ) -> dict[str, Any] | None:
+    async def _ask(self, asking: Asking) -> dict[str, Any] | None:
+        call, tool, verdict = asking.call, asking.tool, asking.verdict
         question = build_question(tool, call.arguments, verdict, self._choices(tool))
         capabilities = self._capabilities(call)
         if declares(capabilities, "elicitation/create"):
             if call.modern:
                 # The question goes back as the call's result; the client's retry answers it.
                 call.decision = DecisionRecord(verdict, Decision.ASK, verdict.made_by, channel="elicitation")
-                token = self.seal.issue(call.client.session, digest, self.gateway.settings.approval_timeout)
+                timeout = self.gateway.settings.approval_timeout
+                token = self.seal.issue(call.client.session, asking.digest, timeout)
                 return {
                     "resultType": "input_required",
                     "inputRequests": {ANSWER_KEY: {"method": "elicitation/create", "params": form(question)}},
                     "requestState": STATE_PREFIX + token,
                 }
             if call.ctx is not None:
-                return await self._elicit_during_call(call, tool, digest, verdict, question)
+                return await self._elicit_during_call(asking, question)
         if self.gateway.services is not None:
-            return await self._queue(call, tool, digest, verdict, question)
+            return await self._queue(asking, question)
         call.decision = DecisionRecord(verdict, Decision.DENY, verdict.made_by, outcome="cannot_ask")
         return refusal(tool, "it needs a person's approval and there is no way to ask one")
 
@@ -196,21 +222,21 @@ class ApprovalGate:
             return [Answer.ONCE.value, "deny"]  # the person asked to confirm every call
         return [*(answer.value for answer in Answer), "deny"]
 
-    async def _elicit_during_call(
-        self, call: ToolCall, tool: CatalogTool, digest: str, verdict: Verdict, question: dict[str, Any]
-    ) -> dict[str, Any] | None:
-        assert call.ctx is not None
+    async def _elicit_during_call(self, asking: Asking, question: dict[str, Any]) -> dict[str, Any] | None:
+        ctx = asking.call.ctx
+        assert ctx is not None
         started = time.monotonic()
         answer: str | None = None
         with anyio.move_on_after(self.gateway.settings.approval_timeout) as scope:
             try:
-                reply = await self.gateway.relay.ask_client(call.ctx, "elicitation/create", form(question))
+                reply = await self.gateway.relay.ask_client(ctx, "elicitation/create", form(question))
                 answer = chosen(reply, question["choices"])
             except MCPError as exc:
-                logger.info("%s: the client could not ask its user (%s); refused", tool.exposed_name, exc)
-        timed_out = scope.cancelled_caught
-        waited = int((time.monotonic() - started) * 1000)
-        return await self._conclude(call, tool, digest, verdict, answer, "elicitation", waited, timed_out)
+                logger.info(
+                    "%s: the client could not ask its user (%s); refused", asking.tool.exposed_name, exc
+                )
+        answered = Answered(answer, "elicitation", _ms_since(started), timed_out=scope.cancelled_caught)
+        return await self._conclude(asking, answered)
 
     async def _answered_by_client(
         self, call: ToolCall, tool: CatalogTool, digest: str, state: str
@@ -226,36 +252,17 @@ class ApprovalGate:
             return refusal(tool, f"its approval answer was not accepted ({problem}); call the tool again")
         responses = call.params.get("inputResponses")
         reply = responses.get(ANSWER_KEY) if isinstance(responses, dict) else None
-        question_choices = self._choices(tool)
-        answer = chosen(reply, question_choices)
+        answer = chosen(reply, self._choices(tool))
         # The retry's envelope was for the gate alone: the downstream sees the plain call.
         call.params = {k: v for k, v in call.params.items() if k not in ("requestState", "inputResponses")}
-        return await self._conclude(call, tool, digest, verdict, answer, "elicitation", None, False)
+        return await self._conclude(Asking(call, tool, digest, verdict), Answered(answer, "elicitation"))
 
-    async def _queue(
-        self, call: ToolCall, tool: CatalogTool, digest: str, verdict: Verdict, question: dict[str, Any]
-    ) -> dict[str, Any] | None:
+    async def _queue(self, asking: Asking, question: dict[str, Any]) -> dict[str, Any] | None:
         services = self.gateway.services
         assert services is not None
+        call, tool, verdict = asking.call, asking.tool, asking.verdict
         timeout = self.gateway.settings.approval_timeout
-        created = datetime.now(UTC)
-        pending = PendingCall(
-            id=secrets.token_hex(4),
-            created_at=created,
-            expires_at=created + timedelta(seconds=timeout),
-            status=PENDING,
-            client={**client_json(call.client), "holder": HOLDER},
-            exposed_name=tool.exposed_name,
-            namespaced_name=tool.namespaced_name,
-            ref_id=tool.ref_id,
-            call_hash=digest,
-            arguments=call.arguments,
-            question=question,
-            answer=None,
-            reason=None,
-            decided_by=None,
-            decided_at=None,
-        )
+        pending = pending_call(asking, question, timeout)
         try:
             await services.approvals.open(pending)
         except StoreError as exc:
@@ -271,88 +278,59 @@ class ApprovalGate:
             pending.id,
         )
         started = time.monotonic()
-        settled: PendingCall | None = None
-        waiting = anyio.move_on_after(timeout)
-        try:
-            with waiting:
-                while True:
-                    await anyio.sleep(POLL_SECONDS)
-                    try:
-                        settled = await services.approvals.state(pending.id)
-                    except StoreError as exc:
-                        logger.warning("cannot read approval %s: %s", pending.id, exc)
-                        continue
-                    if settled is None or settled.status != PENDING:
-                        break
-        finally:
-            if settled is None or settled.status == PENDING:
-                # Timed out or cancelled: settle the row unless the person answered meanwhile.
-                with anyio.CancelScope(shield=True):
-                    # The wait's own scope says whether time ran out; otherwise the call went
-                    # away (its client cancelled, the gateway is stopping).
-                    status, why = (
-                        (EXPIRED, "no answer in time")
-                        if waiting.cancelled_caught
-                        else (NOT_RUN, "the call went away before an answer came")
-                    )
-                    try:
-                        if not await services.approvals.give_up(pending.id, status, why):
-                            settled = await services.approvals.state(pending.id)
-                    except StoreError as exc:
-                        logger.warning("cannot settle approval %s: %s", pending.id, exc)
-        waited = int((time.monotonic() - started) * 1000)
-        channel = (
-            settled.decided_by.partition(" via ")[2] if settled and settled.decided_by else ""
-        ) or "cli"
-        if settled is not None and settled.status == APPROVED:
-            answer = settled.answer or Answer.ONCE.value
-            return await self._conclude(
-                call, tool, digest, verdict, answer, channel or "cli", waited, False, settled
-            )
-        if settled is not None and settled.status == DENIED:
-            return await self._conclude(
-                call, tool, digest, verdict, "deny", channel or "cli", waited, False, settled
-            )
-        return await self._conclude(call, tool, digest, verdict, None, "queue", waited, True)
+        settled = await services.approvals.wait_for_answer(pending.id, timeout)
+        return await self._conclude(asking, queue_answer(settled, _ms_since(started)))
 
-    async def _conclude(
-        self,
-        call: ToolCall,
-        tool: CatalogTool,
-        digest: str,
-        verdict: Verdict,
-        answer: str | None,
-        channel: str,
-        waited: int | None,
-        timed_out: bool,
-        settled: PendingCall | None = None,
-    ) -> dict[str, Any] | None:
-        who = settled.decided_by if settled and settled.decided_by else f"person via {channel}"
-        if answer is None or answer == "deny":
-            if timed_out:
-                outcome, why = "timeout", "nobody answered the approval request in time"
-            elif answer == "deny":
-                outcome, why = "declined", "a person declined it"
-                if settled is not None and settled.reason:
-                    why += f": {settled.reason}"
-            else:
-                outcome, why = "declined", "a person declined it (the approval request was dismissed)"
-            decided_by = who if answer == "deny" else "toolkeeper"
-            call.decision = DecisionRecord(
-                verdict, Decision.DENY, decided_by, channel, waited, outcome=outcome
-            )
-            return refusal(tool, why)
-        chosen_answer = Answer(answer)
-        call.decision = DecisionRecord(verdict, Decision.ALLOW, who, channel, waited, chosen_answer)
-        self.approved.setdefault(call.client.session, {})[digest] = time.monotonic()
-        mode, _ = self.gateway.policy.confirm_mode(tool, self.gateway.toolset_name)
-        scope = None
-        if chosen_answer is Answer.ALWAYS:
-            scope = ""
-        elif chosen_answer is Answer.SESSION or mode is ConfirmMode.SESSION:
-            scope = f"session:{call.client.session}"
+    # -- concluding ----------------------------------------------------------------------------
+
+    async def _conclude(self, asking: Asking, answered: Answered) -> dict[str, Any] | None:
+        if answered.answer is None or answered.answer == "deny":
+            return self._refuse(asking, answered)
+        await self._allow(asking, answered, Answer(answered.answer))
+        return None
+
+    def _refuse(self, asking: Asking, answered: Answered) -> dict[str, Any]:
+        if answered.timed_out:
+            outcome, why = "timeout", "nobody answered the approval request in time"
+        elif answered.answer == "deny":
+            outcome, why = "declined", "a person declined it"
+            if answered.reason:
+                why += f": {answered.reason}"
+        else:
+            outcome, why = "declined", "a person declined it (the approval request was dismissed)"
+        asking.call.decision = DecisionRecord(
+            asking.verdict,
+            Decision.DENY,
+            answered.who if answered.answer == "deny" else "toolkeeper",
+            channel=answered.channel,
+            wait_ms=answered.waited_ms,
+            outcome=outcome,
+        )
+        return refusal(asking.tool, why)
+
+    async def _allow(self, asking: Asking, answered: Answered, answer: Answer) -> None:
+        call = asking.call
+        call.decision = DecisionRecord(
+            asking.verdict,
+            Decision.ALLOW,
+            answered.who,
+            channel=answered.channel,
+            wait_ms=answered.waited_ms,
+            answer=answer,
+        )
+        self.approved.setdefault(call.client.session, {})[asking.digest] = time.monotonic()
+        scope = self._reach(asking, answer)
         if scope is not None:
-            await self._remember(tool, scope, who)
+            await self._remember(asking.tool, scope, answered.who)
+
+    def _reach(self, asking: Asking, answer: Answer) -> str | None:
+        """The scope of the approval rule a yes becomes: '' for always, the session's for a
+        session (or a tool confirmed once per session); None when the yes is for this call."""
+        mode, _ = self.gateway.policy.confirm_mode(asking.tool, self.gateway.toolset_name)
+        if answer is Answer.ALWAYS:
+            return ""
+        if answer is Answer.SESSION or mode is ConfirmMode.SESSION:
+            return f"session:{asking.call.client.session}"
         return None
 
     async def _remember(self, tool: CatalogTool, scope: str, who: str) -> None:
@@ -383,6 +361,48 @@ def chosen(reply: Any, choices: list[str]) -> str | None:
     content = reply.get("content")
     answer = content.get("answer") if isinstance(content, Mapping) else None
     return answer if isinstance(answer, str) and answer in choices else None
+
+
+def pending_call(asking: Asking, question: dict[str, Any], timeout: float) -> PendingCall:
+    """The queue's row for a call that waits up to `timeout` seconds for a person."""
+    call, tool = asking.call, asking.tool
+    created = datetime.now(UTC)
+    return PendingCall(
+        id=secrets.token_hex(4),
+        created_at=created,
+        expires_at=created + timedelta(seconds=timeout),
+        status=PENDING,
+        client={**client_json(call.client), "holder": HOLDER},
+        exposed_name=tool.exposed_name,
+        namespaced_name=tool.namespaced_name,
+        ref_id=tool.ref_id,
+        call_hash=asking.digest,
+        arguments=call.arguments,
+        question=question,
+        answer=None,
+        reason=None,
+        decided_by=None,
+        decided_at=None,
+    )
+
+
+def queue_answer(settled: PendingCall | None, waited_ms: int) -> Answered:
+    """What came of a queued call: the person's answer from its row, or a timeout."""
+    if settled is None:
+        return Answered(None, "queue", waited_ms, timed_out=True)
+    answer = "deny" if settled.status == DENIED else settled.answer or Answer.ONCE.value
+    return Answered(
+        answer,
+        # The CLI was the queue's one face before answers recorded theirs.
+        settled.channel or "cli",
+        waited_ms,
+        decided_by=settled.decided_by,
+        reason=settled.reason,
+    )
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
 
 
 def client_json(client: ClientIdentity) -> dict[str, Any]:

@@ -1,28 +1,35 @@
 """Calls waiting for a person: list them, approve or deny one. The CLI, the dashboard and the
 gateway's approval gate all go through here.
 
-Answering writes only the pending call's row; the gateway holding the call watches that row
-and runs or refuses the call. A "session" or "always" yes becomes an approval rule, written by
-the gate, which knows the session the call came from.
+Answering writes only the pending call's row: the answer, who gave it and the channel (the face)
+they used. The gateway holding the call waits for that answer here, and runs or refuses the call.
+A "session" or "always" yes becomes an approval rule, written by the gate, which knows the
+session the call came from.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
+
 from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.policy.model import Answer
-from toolkeeper.store import Store
+from toolkeeper.store import Store, StoreError
 from toolkeeper.store import approvals as rows
 from toolkeeper.store.approvals import PENDING, PendingCall
+
+logger = logging.getLogger(__name__)
 
 # Who holds a pending call: this host and process. A row held by a process that is gone was
 # never answered in time, and is recorded as not run.
 HOLDER = {"host": socket.gethostname(), "pid": os.getpid()}
+POLL_SECONDS = 0.25  # how often a waiting call looks for the person's answer in the store
 
 
 def describe(call: PendingCall) -> dict[str, Any]:
@@ -61,8 +68,11 @@ class ApprovalService:
                 describe(c) for c in await rows.listed(conn, include_decided=include_decided, limit=limit)
             ]
 
-    async def approve(self, call_id: str, answer: Answer = Answer.ONCE, *, by: str) -> dict[str, Any]:
-        """Let a waiting call run; `answer` says how far the yes reaches."""
+    async def approve(
+        self, call_id: str, answer: Answer = Answer.ONCE, *, by: str, channel: str
+    ) -> dict[str, Any]:
+        """Let a waiting call run; `answer` says how far the yes reaches. `by` is who answered as
+        people read it, `channel` the face they answered with (cli, dashboard)."""
         async with self.store.write(bump_revision=False) as conn:
             call = await self._waiting(conn, call_id)
             allowed = call.question.get("choices", [a.value for a in Answer])
@@ -72,13 +82,15 @@ class ApprovalService:
                     "its confirm mode asks for every call.",
                     ErrorKind.INVALID,
                 )
-            await rows.settle(conn, call_id, rows.APPROVED, answer=answer.value, decided_by=by)
+            await rows.settle(
+                conn, call_id, rows.APPROVED, answer=answer.value, decided_by=by, channel=channel
+            )
         return describe(replace(call, status=rows.APPROVED, answer=answer.value, decided_by=by))
 
-    async def deny(self, call_id: str, *, by: str, reason: str | None = None) -> dict[str, Any]:
+    async def deny(self, call_id: str, *, by: str, channel: str, reason: str | None = None) -> dict[str, Any]:
         async with self.store.write(bump_revision=False) as conn:
             call = await self._waiting(conn, call_id)
-            await rows.settle(conn, call_id, rows.DENIED, reason=reason, decided_by=by)
+            await rows.settle(conn, call_id, rows.DENIED, reason=reason, decided_by=by, channel=channel)
         return describe(replace(call, status=rows.DENIED, reason=reason, decided_by=by))
 
     async def _waiting(self, conn: Any, call_id: str) -> PendingCall:
@@ -111,6 +123,50 @@ class ApprovalService:
     async def state(self, call_id: str) -> PendingCall | None:
         async with self.store.read() as conn:
             return await rows.get(conn, call_id)
+
+    async def wait_for_answer(self, call_id: str, timeout: float) -> PendingCall | None:
+        """Wait up to `timeout` seconds for a person to answer a pending call: its row once they
+        approved or denied it, None when nobody did in time. A call nobody answered is settled
+        as expired, or as not run when its caller is cancelled while it waits."""
+        settled: PendingCall | None = None
+        waiting = anyio.move_on_after(timeout)
+        try:
+            with waiting:
+                settled = await self._until_decided(call_id)
+        finally:
+            if settled is None or settled.status == PENDING:
+                with anyio.CancelScope(shield=True):
+                    # The wait's own scope says whether time ran out; otherwise the caller went
+                    # away (its client cancelled, the gateway is stopping).
+                    settled = await self._stop_waiting(call_id, timed_out=waiting.cancelled_caught)
+        return settled if settled is not None and settled.status in (rows.APPROVED, rows.DENIED) else None
+
+    async def _until_decided(self, call_id: str) -> PendingCall | None:
+        """Poll the row until it is no longer pending (None when it is gone)."""
+        while True:
+            await anyio.sleep(POLL_SECONDS)
+            try:
+                call = await self.state(call_id)
+            except StoreError as exc:
+                logger.warning("cannot read approval %s: %s", call_id, exc)
+                continue
+            if call is None or call.status != PENDING:
+                return call
+
+    async def _stop_waiting(self, call_id: str, *, timed_out: bool) -> PendingCall | None:
+        """Settle a row nobody answered; the row as it is when a person answered meanwhile."""
+        status, why = (
+            (rows.EXPIRED, "no answer in time")
+            if timed_out
+            else (rows.NOT_RUN, "the call went away before an answer came")
+        )
+        try:
+            if await self.give_up(call_id, status, why):
+                return None
+            return await self.state(call_id)
+        except StoreError as exc:
+            logger.warning("cannot settle approval %s: %s", call_id, exc)
+            return None
 
     async def give_up(self, call_id: str, status: str, reason: str) -> bool:
         """The call will not run (timeout, cancelled): settle its row if nobody answered yet."""

@@ -7,9 +7,11 @@ It is not `pg_dump`: that needs a client matching the server's version on PATH, 
 only PostgreSQL reads back, and ties a restore to a schema name; the dump here is read back
 into either kind of store, and checked completely before anything is replaced.
 
-A restore reads the file into a scratch SQLite store first (migrating an older backup, checking
-every row against the tables' constraints), then replaces the store's rows in one transaction:
-the store is either as it was or as the backup was, and running gateways reload it.
+A restore reads the file into a scratch SQLite store first (a dump at the schema it was made
+with), migrates it to the current schema when the backup is older, checking every row against the
+tables' constraints, then replaces the store's rows in one transaction: the store is either as it
+was or as the backup was, and running gateways reload it. A backup of a schema newer than this
+toolkeeper's is refused.
 """
 
 from __future__ import annotations
@@ -22,16 +24,17 @@ import sqlite3
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
-from sqlalchemy import DateTime, Integer, Table, func, insert, select, text
+from sqlalchemy import Connection, DateTime, Integer, MetaData, Table, func, insert, select, text
 
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 from toolkeeper.store import Store, StoreError
-from toolkeeper.store.db import SQLITE_BUSY_SECONDS
+from toolkeeper.store.db import SQLITE_BUSY_SECONDS, known_schemas
 from toolkeeper.store.migrations import SCHEMA_HEAD, VERSION_TABLE
 from toolkeeper.store.tables import metadata, store_revision, toolsets
 from toolkeeper.store.toolsets import aware
@@ -41,6 +44,15 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # Every table a backup holds, parents before children. The revision counter is the store's own:
 # a restore bumps it, so running gateways reload.
 TABLES: tuple[Table, ...] = tuple(t for t in metadata.sorted_tables if t is not store_revision)
+
+
+@dataclass(frozen=True)
+class _Dump:
+    """A JSON dump as read: the schema revision it was made with, and its rows by table as JSON
+    gave them (checked against that revision's tables once a scratch store has them)."""
+
+    schema: str
+    tables: dict[str, Any]
 
 
 class BackupService:
@@ -167,8 +179,8 @@ def _jsonable(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def _staged_rows(source: Path) -> dict[str, list[dict[str, Any]]]:
-    """The backup's rows, after loading them into a scratch store at the current schema: a file
-    that is not a whole toolkeeper backup is refused before the store is touched."""
+    """The backup's rows, after loading them into a scratch store and migrating it to the current
+    schema: a file that is not a whole toolkeeper backup is refused before the store is touched."""
     if not source.is_file():
         raise ServiceError(f"The backup {source} does not exist or is not a file.")
     try:
@@ -185,12 +197,10 @@ async def _staged_rows(source: Path) -> dict[str, list[dict[str, Any]]]:
             dump = _read_dump(source)
         store = Store(f"sqlite:///{staged}")
         try:
-            await store.open()
-            if dump is not None:
-                async with store.write() as conn:
-                    for table in TABLES:
-                        if dump[table.name]:
-                            await conn.execute(insert(table), dump[table.name])
+            if dump is None:
+                await store.open()
+            else:
+                await _load_dump(store, dump, f"The backup {source}")
             return await _read_rows(store)
         except StoreError as exc:
             # The scratch store's name means nothing to the person: give the database's reason.
@@ -232,8 +242,34 @@ def _check_sqlite_backup(source: Path, staged: Path) -> None:
         )
 
 
-def _read_dump(source: Path) -> dict[str, list[dict[str, Any]]]:
-    """A JSON dump's rows by table, each column checked against the tables."""
+async def _load_dump(store: Store, dump: _Dump, where: str) -> None:
+    """Load a dump into a new scratch store at the schema it was made with, then migrate the store,
+    rows and all, to the current schema: the migrations turn an older dump's rows into today's."""
+    await store.open(up_to=dump.schema)
+    if dump.schema == SCHEMA_HEAD:
+        # Today's tables as toolkeeper declares them, with their defaults.
+        tables = TABLES
+    else:
+        async with store.read() as conn:
+            tables = await conn.run_sync(_tables_made_by_migrations)
+    rows = _checked_rows(dump, tables, where)
+    async with store.write() as conn:
+        for table in tables:
+            if rows[table.name]:
+                await conn.execute(insert(table), rows[table.name])
+    await store.migrate()
+
+
+def _tables_made_by_migrations(sync_conn: Connection) -> tuple[Table, ...]:
+    """The tables a backup holds, as the store's migrations have made them so far, parents first."""
+    found = MetaData()
+    found.reflect(sync_conn)
+    skipped = {store_revision.name, VERSION_TABLE}
+    return tuple(t for t in found.sorted_tables if t.name not in skipped)
+
+
+def _read_dump(source: Path) -> _Dump:
+    """A JSON dump of a schema revision this toolkeeper can migrate from; its rows still unchecked."""
     where = f"The backup {source}"
     try:
         dump = json.loads(source.read_bytes())
@@ -249,20 +285,27 @@ def _read_dump(source: Path) -> dict[str, list[dict[str, Any]]]:
         raise ServiceError(
             f'{where} is not a toolkeeper dump (no "format": "{DUMP_FORMAT}"); nothing was restored.'
         )
-    if dump.get("schema") != SCHEMA_HEAD:
+    schema = dump.get("schema")
+    if schema not in known_schemas():
         raise ServiceError(
-            f"{where} was made with schema version {dump.get('schema')!r}, and this toolkeeper uses "
-            f"{SCHEMA_HEAD!r}: restore it with the toolkeeper that made it; nothing was restored."
+            f"{where} was made with schema version {schema!r}, which this toolkeeper does not know: it "
+            f"uses {SCHEMA_HEAD!r} and restores backups of that version or older. Restore it with the "
+            "toolkeeper that made it (a newer one), or upgrade this one; nothing was restored."
         )
-    known = {table.name: table for table in TABLES}
-    unknown = sorted(set(dump["tables"]) - set(known))
+    return _Dump(schema=schema, tables=dump["tables"])
+
+
+def _checked_rows(dump: _Dump, tables: tuple[Table, ...], where: str) -> dict[str, list[dict[str, Any]]]:
+    """The dump's rows by table, each column checked against the tables of the dump's schema."""
+    known = {table.name: table for table in tables}
+    unknown = sorted(set(dump.tables) - set(known))
     if unknown:
         raise ServiceError(
             f"{where} holds tables toolkeeper does not have ({', '.join(unknown)}); nothing was restored."
         )
     rows: dict[str, list[dict[str, Any]]] = {}
     for name, table in known.items():
-        given = dump["tables"].get(name, [])
+        given = dump.tables.get(name, [])
         if not isinstance(given, list) or not all(isinstance(row, dict) for row in given):
             raise ServiceError(f"{where}: table {name} is not a list of rows; nothing was restored.")
         rows[name] = [_row_of(table, row, where) for row in given]

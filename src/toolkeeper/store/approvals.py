@@ -40,8 +40,9 @@ class PendingCall:
     question: dict[str, Any]  # sentence, warnings, reason, text, choices
     answer: str | None
     reason: str | None
-    decided_by: str | None
+    decided_by: str | None  # as people read it: "person via cli", "toolkeeper"
     decided_at: datetime | None
+    channel: str | None = None  # the face a person answered with (cli, dashboard); None if nobody did
 
 
 def _row(row: Any) -> PendingCall:
@@ -61,6 +62,7 @@ def _row(row: Any) -> PendingCall:
         reason=row.reason,
         decided_by=row.decided_by,
         decided_at=aware(row.decided_at),
+        channel=row.channel,
     )
 
 
@@ -104,6 +106,7 @@ async def settle(
     answer: str | None = None,
     reason: str | None = None,
     decided_by: str | None = None,
+    channel: str | None = None,
     unless_expired: bool = True,
 ) -> bool:
     """Decide a pending call; False when it was no longer pending (or had expired). The
@@ -119,6 +122,7 @@ async def settle(
             answer=answer,
             reason=reason,
             decided_by=decided_by,
+            channel=channel,
             decided_at=now(),
             arguments=None,
         )

@@ -19,7 +19,7 @@ import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import platformdirs
@@ -32,6 +32,9 @@ from toolkeeper.config.model import DEFAULT_DATABASE_TIMEOUT, GatewaySettings
 from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.store.migrations import SCHEMA_HEAD, VERSION_TABLE
 from toolkeeper.store.tables import metadata, store_revision
+
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +122,12 @@ class Store:
     def from_settings(cls, settings: GatewaySettings) -> Store:
         return cls(store_url(settings), timeout=settings.database_timeout)
 
-    async def open(self) -> Store:
+    async def open(self, *, up_to: str | None = None) -> Store:
         """Connect, creating the file and bringing the schema up to date on first use.
 
-        A store that is already open is left as it is (`async with await Store(...).open()`
-        opens it once)."""
+        `up_to` stops the migrations at that older revision instead: a restore loads a backup
+        made by an older toolkeeper into a scratch store at the backup's own schema. A store that
+        is already open is left as it is (`async with await Store(...).open()` opens it once)."""
         if self._engine is not None:
             return self
         async_url, connect_args, schema = _async_url(self.url, self.timeout)
@@ -144,7 +148,7 @@ class Store:
             if schema:
                 async with self._translate_errors(), engine.begin() as conn:
                     await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
-            await self._migrate()
+            await self.migrate(up_to=up_to)
         except BaseException:
             # Closed without folding the log into the file: a store refused as damaged keeps
             # what is left of it exactly as it was found.
@@ -256,40 +260,36 @@ class Store:
         async with self.read() as conn:
             return int((await conn.execute(select(store_revision.c.value))).scalar_one())
 
-    async def _migrate(self) -> None:
+    async def migrate(self, *, up_to: str | None = None) -> None:
+        """Bring an open store's schema up to date, or up to the revision `up_to` (one of
+        `known_schemas()`). Migrations only go forward: a store already past `up_to` stays as it is."""
         async with self.read() as conn:
-            if await conn.run_sync(_schema_versions) == [SCHEMA_HEAD]:
+            if await conn.run_sync(_schema_versions) == [up_to or SCHEMA_HEAD]:
                 return  # up to date: a read-only store stays usable for reading
-        await self._upgrade()
+        await self._upgrade(up_to)
 
-    async def _upgrade(self) -> None:
-        # Alembic is imported only here: loading it and its scripts costs more than the whole
-        # rest of opening a current store.
+    async def _upgrade(self, up_to: str | None) -> None:
         from alembic import command
-        from alembic.config import Config as AlembicConfig
-        from alembic.script import ScriptDirectory
 
-        config = AlembicConfig()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        head = ScriptDirectory.from_config(config).get_current_head()
-        if head != SCHEMA_HEAD:
-            raise RuntimeError(f"SCHEMA_HEAD is {SCHEMA_HEAD!r} but the newest migration is {head!r}")
+        config = _alembic_config()
+        head = _newest_migration(config)
+        target = up_to or head
 
         def upgrade(sync_conn: Connection) -> None:
             config.attributes["connection"] = sync_conn
-            command.upgrade(config, "head")
+            command.upgrade(config, up_to or "head")
 
         async with self.write() as conn:
             # Under the write lock, so two processes starting at once do not both migrate.
             versions = await conn.run_sync(_schema_versions)
-            if versions != [head]:
+            if versions != [target]:
                 problem = await conn.run_sync(self._lost_data) if not versions else None
                 if problem is None and versions:
                     problem = await conn.run_sync(_unknown_versions, config, versions)
                 if problem is not None:
                     logger.error("%s", problem)
                     raise StoreError(problem)
-                logger.info("store %s: migrating schema to %s", self.label, head)
+                logger.info("store %s: migrating schema to %s", self.label, target)
                 await conn.run_sync(upgrade)
 
     def _lost_data(self, sync_conn: Connection) -> str | None:
@@ -385,6 +385,35 @@ def _checkpoint(sync_conn: Connection) -> None:
         cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         cursor.close()
+
+
+def known_schemas() -> tuple[str, ...]:
+    """Every schema revision this toolkeeper's migrations lead through, oldest first."""
+    from alembic.script import ScriptDirectory
+
+    config = _alembic_config()
+    _newest_migration(config)
+    newest_first = ScriptDirectory.from_config(config).walk_revisions()
+    return tuple(reversed([script.revision for script in newest_first]))
+
+
+def _alembic_config() -> AlembicConfig:
+    # Alembic is imported only when migrating or listing migrations: loading it and its scripts
+    # costs more than the whole rest of opening a current store.
+    from alembic.config import Config as AlembicConfig
+
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
+def _newest_migration(config: AlembicConfig) -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(config).get_current_head()
+    if head != SCHEMA_HEAD:
+        raise RuntimeError(f"SCHEMA_HEAD is {SCHEMA_HEAD!r} but the newest migration is {head!r}")
+    return head
 
 
 def _unknown_versions(_sync_conn: Connection, config: Any, versions: list[str]) -> str | None:

@@ -110,8 +110,8 @@ approval_rules = Table(
 )
 
 # Calls waiting for a person's answer, and what became of them. The gateway that holds the call
-# writes the row and watches it; the CLI or the dashboard writes the answer. `arguments` is shown
-# to the person while the call waits and cleared once it is decided.
+# writes the row and watches it; the CLI or the dashboard writes the answer, who gave it and through
+# which channel. `arguments` is shown to the person while the call waits and cleared once it is decided.
 pending_approvals = Table(
     "pending_approvals",
     metadata,
@@ -128,8 +128,9 @@ pending_approvals = Table(
     Column("question", Text, nullable=False),  # JSON: summary sentence, warnings, reason, text
     Column("answer", String(20), nullable=True),  # once, session, always
     Column("reason", Text, nullable=True),
-    Column("decided_by", String(200), nullable=True),
+    Column("decided_by", String(200), nullable=True),  # as people read it: "person via cli"
     Column("decided_at", DateTime(timezone=True), nullable=True),
+    Column("channel", String(50), nullable=True),  # the face the person answered with: cli, dashboard
 )
 
 # One record per tools/call, written in batches off the call path.
