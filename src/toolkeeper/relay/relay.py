@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import secrets
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,10 @@ _RESULT_TYPES: dict[str, TypeAdapter[Any]] = {
     "elicitation/create": TypeAdapter(types.ElicitResult),
     "roots/list": TypeAdapter(types.ListRootsResult),
 }
+
+
+# Told that a downstream's state changed (no lists) or which of its lists changed.
+OnDownstreamChanged = Callable[[Downstream, set[str]], None]
 
 
 def is_modern(ctx: ServerRequestContext[Any]) -> bool:
@@ -247,8 +252,12 @@ class Exchange:
 
 
 class Relay:
-    def __init__(self, bus: InMemorySubscriptionBus) -> None:
+    """The downstreams' listener: what a server sends reaches the client it is for, and a change
+    to a server's state or lists goes to `on_changed` (the running gateway rebuilds its view)."""
+
+    def __init__(self, bus: InMemorySubscriptionBus, on_changed: OnDownstreamChanged) -> None:
         self.bus = bus
+        self._on_changed = on_changed
         self._calls: dict[str, ServerCalls] = {}  # by server name
         self._exchanges: dict[str, Exchange] = {}  # by id
         self.seal = TokenSeal()
@@ -267,6 +276,9 @@ class Relay:
             tg.start_soon(self.roots.run)
             task_status.started()
             await anyio.sleep_forever()
+
+    def downstream_changed(self, downstream: Downstream, lists: set[str] | None = None) -> None:
+        self._on_changed(downstream, lists or set())
 
     def calls_on(self, downstream: Downstream) -> ServerCalls:
         calls = self._calls.get(downstream.name)

@@ -15,14 +15,13 @@ from types import MappingProxyType
 from typing import Any
 
 import anyio
-import mcp_types as types
 
 from toolkeeper.annotations.effective import Annotator, EffectiveHints, policies_from, resolution_form
 from toolkeeper.annotations.resolve import Resolution, resolve, static_hints
 from toolkeeper.catalog import Catalog, CatalogTool, ServerTools, build_catalog
 from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
 from toolkeeper.config.model import Config, GatewaySettings
-from toolkeeper.downstreams.base import Downstream, ServerInput
+from toolkeeper.downstreams.base import Downstream
 from toolkeeper.downstreams.kinds import KINDS
 from toolkeeper.downstreams.pool import Connect, DownstreamPool
 from toolkeeper.pipeline.approval import ApprovalGate
@@ -46,7 +45,6 @@ logger = logging.getLogger(__name__)
 STARTUP_GRACE_SECONDS = 15.0
 # How often the gateway looks for changes other processes (the CLI, a replica) made to the store.
 STORE_POLL_SECONDS = 1.0
-TRUNCATED = "\n[… truncated]"
 
 
 @dataclass(frozen=True)
@@ -71,8 +69,8 @@ class Gateway:
         self.config = config
         self.store = store
         self.notifier = ClientNotifier()
-        self.relay = Relay(self.notifier.bus)
-        self.pool = DownstreamPool(config, self, connect)
+        self.relay = Relay(self.notifier.bus, self._downstreams_changed)
+        self.pool = DownstreamPool(config, self.relay, connect)
         self.catalog = Catalog()
         self.offerings = Offerings()
         # Without a store (inspection commands) there are no toolsets: every tool is listed.
@@ -153,11 +151,8 @@ class Gateway:
 
     # -- catalog and view ------------------------------------------------------------------
 
-    # What the downstream servers say (DownstreamListener); calls and their traffic go to the relay.
-
-    def downstream_changed(self, downstream: Downstream, lists: set[str] | None = None) -> None:
+    def _downstreams_changed(self, downstream: Downstream, lists: set[str]) -> None:
         before = self.offerings
-        lists = lists or set()
         self._rebuild()
         # A state change may change every list; a refresh says which lists it found changed.
         changed = ["tools"] if not lists or "tools" in lists else []
@@ -169,53 +164,6 @@ class Gateway:
         ) != (before.resources, before.resource_templates):
             changed.append("resources")
         self.notifier.changed(*changed)
-
-    async def downstream_request(
-        self, downstream: Downstream, request: ServerInput
-    ) -> types.InputResponse | types.ErrorData:
-        return await self.relay.downstream_request(downstream, request)
-
-    async def downstream_log(
-        self, downstream: Downstream, params: types.LoggingMessageNotificationParams
-    ) -> None:
-        await self.relay.downstream_log(downstream, params)
-
-    async def resource_updated(self, downstream: Downstream, uri: str) -> None:
-        await self.relay.resource_updated(downstream, uri)
-
-    def offers(self) -> dict[str, Any]:
-        """The union of what the connected servers offer besides tools: the capabilities the
-        gateway can really forward (`resources` with `subscribe`, `prompts`, `completions`,
-        `logging`)."""
-        offered: dict[str, Any] = {}
-        for downstream in self.pool:
-            capabilities = downstream.capabilities
-            for kind in ("prompts", "completions", "logging"):
-                if kind in capabilities:
-                    offered[kind] = True
-            resources = capabilities.get("resources")
-            if isinstance(resources, dict):
-                offered["resources"] = True
-                if resources.get("subscribe"):
-                    offered["subscribe"] = True
-        return offered
-
-    def server_instructions(self) -> str:
-        """Each server's own instructions, one section per server in configuration order, each cut
-        to the `maxServerInstructions` setting with a visible mark. A server that never connected
-        has none yet; one that is away keeps what it said last."""
-        limit = self.settings.max_server_instructions
-        if limit <= 0:
-            return ""
-        sections: list[str] = []
-        for downstream in self.pool:
-            text = (downstream.instructions or "").strip()
-            if not text:
-                continue
-            if len(text) > limit:
-                text = text[:limit].rstrip() + TRUNCATED
-            sections.append(f"## {downstream.name}\n{text}")
-        return "\n\n".join(sections)
 
     def _current_annotator(self) -> Annotator:
         return self.annotator

@@ -50,6 +50,9 @@ INSTRUCTIONS = (
 )
 
 
+TRUNCATED = "\n[… truncated]"
+
+
 class GatewayServer(Server[Any]):
     """A low-level server that declares `listChanged` to legacy clients, because it honours it
     (for tools, and for the resources and prompts it passes on)."""
@@ -108,10 +111,46 @@ def offer_only_what_is_forwarded(result: dict[str, Any], offered: dict[str, Any]
         resources.pop("subscribe", None)
 
 
+def forwardable_capabilities(gateway: Gateway) -> dict[str, Any]:
+    """The union of what the connected servers offer besides tools: the capabilities the
+    gateway can really forward (`resources` with `subscribe`, `prompts`, `completions`,
+    `logging`)."""
+    offered: dict[str, Any] = {}
+    for downstream in gateway.pool:
+        capabilities = downstream.capabilities
+        for kind in ("prompts", "completions", "logging"):
+            if kind in capabilities:
+                offered[kind] = True
+        resources = capabilities.get("resources")
+        if isinstance(resources, dict):
+            offered["resources"] = True
+            if resources.get("subscribe"):
+                offered["subscribe"] = True
+    return offered
+
+
+def server_sections(gateway: Gateway) -> str:
+    """Each server's own instructions, one section per server in configuration order, each cut
+    to the `maxServerInstructions` setting with a visible mark. A server that never connected
+    has none yet; one that is away keeps what it said last."""
+    limit = gateway.settings.max_server_instructions
+    if limit <= 0:
+        return ""
+    sections: list[str] = []
+    for downstream in gateway.pool:
+        text = (downstream.instructions or "").strip()
+        if not text:
+            continue
+        if len(text) > limit:
+            text = text[:limit].rstrip() + TRUNCATED
+        sections.append(f"## {downstream.name}\n{text}")
+    return "\n\n".join(sections)
+
+
 def with_server_instructions(gateway: Gateway) -> str:
     """The gateway's instructions and, after them, what each server says about its own tools:
     read when a client asks, so it holds the servers connected by then."""
-    sections = gateway.server_instructions()
+    sections = server_sections(gateway)
     if not sections:
         return INSTRUCTIONS
     return (
@@ -278,7 +317,7 @@ class McpFace:
         elif ctx.method in ("initialize", "server/discover") and isinstance(result, dict):
             result["instructions"] = with_server_instructions(gateway)
             advertise_resolution(result)
-            offer_only_what_is_forwarded(result, gateway.offers())
+            offer_only_what_is_forwarded(result, forwardable_capabilities(gateway))
         elif ctx.method == "tools/list" and isinstance(result, dict) and gateway.view.refinable:
             # The SDK's Tool model drops `dynamicAnnotations`: flag the wire result itself.
             marker = _client_resolves(ctx)
