@@ -252,7 +252,7 @@ class StdioLink:
                 await anyio.sleep(_ANSWER_POLL_SECONDS)
 
     async def _read_lines(self) -> None:
-        # The hot path: one pass of this loop per message, with no call it does not need.
+        # One pass per message: its steps stay inline, as every call or await more is paid by each message.
         while True:
             try:
                 line = await jsonwire.read_line(self._reader)
