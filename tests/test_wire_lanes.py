@@ -25,7 +25,7 @@ from conftest import (
     write_config,
 )
 
-from toolkeeper.edge.http_fastlane import HostGuard
+from toolkeeper.edge.guard import HostGuard
 
 MODERN = "2026-07-28"
 ENVELOPE = {

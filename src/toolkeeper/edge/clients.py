@@ -1,7 +1,8 @@
 """Who made a call: the client's name and version, and the session that scopes its answers.
 
-Both ways into the pipeline (the SDK's handler and the fast lanes) must name the same client
-the same way: a question asked on one way may be answered by a retry that arrives on the other.
+Every way into the pipeline (the stdio fast lane, the HTTP fast lane, the SDK's handler) must
+name the same client the same way: a question asked on one way may be answered by a retry that
+arrives on another. So all of them ask `identify`:
 - over stdio there is one client per gateway process;
 - over HTTP, a session's `Mcp-Session-Id`; a modern client without a session is known by the
   name and version it sends with every request.
@@ -11,40 +12,51 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
+
+from mcp.server.context import ServerRequestContext
 
 from toolkeeper.pipeline.call import ClientIdentity
+
+Transport = Literal["http", "stdio"]
 
 CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
 STDIO_SESSION = f"stdio:{os.getpid()}"
 
 
-def client_from_meta(meta: Any, *, http: bool, session_id: str | None = None) -> ClientIdentity:
-    """A modern request's client, from the `clientInfo` in its `_meta`."""
-    info = meta.get(CLIENT_INFO_META) if isinstance(meta, Mapping) else None
-    return _identity(info if isinstance(info, Mapping) else {}, http=http, session_id=session_id)
+def identify(*, transport: Transport, client_info: object, session_id: str | None = None) -> ClientIdentity:
+    """The client of a request, named the one way every way in names it; authentication, when
+    the gateway gets it, is added here once and holds for all of them.
 
-
-def client_of(ctx: Any, params: Mapping[str, Any]) -> ClientIdentity:
-    """The client of a request the SDK's handler took (`ctx` is its request context)."""
-    request = getattr(ctx, "request", None)
-    headers = getattr(request, "headers", None)
-    http = headers is not None
-    session_id = headers.get("mcp-session-id") if headers is not None else None
-    client_params = ctx.session.client_params
-    if client_params is not None:  # handshake era: what the client said in initialize
-        info = client_params.client_info
-        return _identity({"name": info.name, "version": info.version}, http=http, session_id=session_id)
-    return client_from_meta(params.get("_meta"), http=http, session_id=session_id)
-
-
-def _identity(info: Mapping[str, Any], *, http: bool, session_id: str | None) -> ClientIdentity:
-    name = info.get("name") if isinstance(info.get("name"), str) else None
-    version = info.get("version") if isinstance(info.get("version"), str) else None
-    if not http:
+    `client_info` is the client's info as the client declared it: in the handshake era what it
+    said in `initialize`, in the 2026-07-28 era the `clientInfo` in the request's `_meta`.
+    Anything but an object there, and any name or version that is not a string, names nobody.
+    `session_id` is the HTTP session's `Mcp-Session-Id`, if the request came in one."""
+    info = client_info if isinstance(client_info, Mapping) else {}
+    name = info.get("name")
+    version = info.get("version")
+    name = name if isinstance(name, str) else None
+    version = version if isinstance(version, str) else None
+    if transport == "stdio":
         session = STDIO_SESSION
     elif session_id:
         session = f"http:{session_id}"
     else:
         session = f"http:{name or 'unnamed'}/{version or '?'}"
     return ClientIdentity(name, version, session)
+
+
+def client_of(ctx: ServerRequestContext[Any], params: Mapping[str, Any]) -> ClientIdentity:
+    """The client of a request the SDK's handler took (`ctx` is its request context): the SDK's
+    path into `identify`."""
+    headers = getattr(ctx.request, "headers", None)
+    transport: Transport = "stdio" if headers is None else "http"
+    session_id = headers.get("mcp-session-id") if headers is not None else None
+    client_params = ctx.session.client_params
+    if client_params is not None:  # handshake era: what the client said in initialize
+        declared = client_params.client_info
+        client_info: object = {"name": declared.name, "version": declared.version}
+    else:
+        meta = params.get("_meta")
+        client_info = meta.get(CLIENT_INFO_META) if isinstance(meta, Mapping) else None
+    return identify(transport=transport, client_info=client_info, session_id=session_id)

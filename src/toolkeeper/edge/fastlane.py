@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from toolkeeper.edge.clients import client_from_meta
+from toolkeeper.edge.clients import CLIENT_INFO_META, Transport, identify
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.pipeline.stages import fast_lane_fits
 from toolkeeper.protocol import INTERNAL_ERROR, LOG_LEVEL_META, for_client_era
@@ -46,10 +46,13 @@ def opens_modern(message: dict[str, Any]) -> bool:
 
 
 class FastLane:
-    def __init__(self, gateway: Gateway, server_info: dict[str, Any], *, http: bool = False) -> None:
+    def __init__(
+        self, gateway: Gateway, server_info: dict[str, Any], *, transport: Transport = "stdio"
+    ) -> None:
         self.gateway = gateway
         self.server_info = server_info
-        self.http = http  # over HTTP each client is known by its own name, not by the process
+        # Over HTTP each client is known by its own name, not by the process.
+        self.transport: Transport = transport
 
     def accept(self, message: dict[str, Any]) -> ToolCall | None:
         """The call this message makes, if the fast lane can answer it; else None."""
@@ -81,7 +84,7 @@ class FastLane:
             params,
             True,
             capabilities=meta[CLIENT_CAPABILITIES_META],
-            client=client_from_meta(meta, http=self.http),
+            client=identify(transport=self.transport, client_info=meta.get(CLIENT_INFO_META)),
         )
         return call if fast_lane_fits(call, self.gateway) else None
 

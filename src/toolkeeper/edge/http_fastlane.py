@@ -2,8 +2,8 @@
 is read here once, and a 2026-07-28 client's plain `tools/call` POST is answered with one JSON
 response without the SDK's streamable-HTTP machinery, through the same pipeline.
 
-- Host and Origin are parsed and matched exactly, for every path and method; a request that
-  fails is answered here (421 or 403, as the SDK answers), so the SDK's prefix match never
+- Host and Origin are parsed and matched exactly (see guard.py), for every path and method; a
+  request that fails is answered here (421 or 403, as the SDK answers), so the SDK's prefix match never
   decides.
 - A POST body that is not JSON, not JSON-RPC, or holds text with no UTF-8 form is answered
   here with JSON-RPC's error, the request's id where it has a valid one; the SDK would answer
@@ -18,73 +18,20 @@ Everything else goes on to the SDK's app (its body replayed).
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from mcp.shared.inbound import decode_header_value
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper import jsonwire
 from toolkeeper.edge.fastlane import PROTOCOL_VERSION_META, FastLane
+from toolkeeper.edge.guard import HostGuard
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.protocol import INVALID_REQUEST, Refusal, error_response, refusal, unreadable
 
-_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(\d{1,5}))?$")
-
-
-class HostGuard:
-    """Host and Origin headers matched exactly against the allowed names: a name with ":*"
-    allows it on any port, without it only bare. Parsed, never compared by prefix, so
-    `localhost:80@evil.com` or `http://localhost:80.evil.com` are not taken for local."""
-
-    def __init__(self, hosts: Sequence[str], origins: Sequence[str]) -> None:
-        self.hosts = frozenset(hosts)
-        self.origins = frozenset(origins)
-
-    def problem(self, host: str | None, origin: str | None) -> tuple[int, str] | None:
-        """The HTTP status and text a request with these headers is refused with, as the SDK
-        words it; None if it may pass. No Origin (a client that is not a browser) passes."""
-        if host is None or not self._host_allowed(host):
-            return 421, "Invalid Host header"
-        if origin and not self._origin_allowed(origin):
-            return 403, "Invalid Origin header"
-        return None
-
-    def _host_allowed(self, host: str) -> bool:
-        match = _HOST.match(host)
-        if match is None:
-            return False
-        name, port = match.group(1).lower(), match.group(2)
-        return (f"{name}:*" in self.hosts and port is not None) or (
-            (f"{name}:{port}" if port else name) in self.hosts
-        )
-
-    def _origin_allowed(self, origin: str) -> bool:
-        try:
-            parts = urlsplit(origin)
-            port = parts.port
-        except ValueError:
-            return False
-        if (
-            parts.path
-            or parts.query
-            or parts.fragment
-            or parts.username
-            or parts.password
-            or not parts.hostname
-        ):
-            return False
-        name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-        base = f"{parts.scheme}://{name}"
-        return (f"{base}:*" in self.origins and port is not None) or (
-            (f"{base}:{port}" if port is not None else base) in self.origins
-        )
-
 
 class HttpFastLane:
-    def __init__(self, app: ASGIApp, lane: FastLane, path: str, guard: HostGuard, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, lane: FastLane, path: str, guard: HostGuard, max_bytes: int) -> None:
         self.app = app
         self.lane = lane
         self.path = path

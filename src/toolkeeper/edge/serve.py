@@ -24,7 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolkeeper.config.model import Config
 from toolkeeper.edge.clients import client_of
 from toolkeeper.edge.fastlane import FastLane
-from toolkeeper.edge.http_fastlane import HostGuard, HttpFastLane, respond
+from toolkeeper.edge.guard import HostGuard
+from toolkeeper.edge.http_fastlane import HttpFastLane, respond
 from toolkeeper.edge.stdio import stdio_streams
 from toolkeeper.faces.mcp.config_tools import ConfigMenu
 from toolkeeper.faces.mcp.server import build_server
@@ -100,8 +101,8 @@ async def serve_stdio(config: Config, store: Store) -> None:
         tg.start_soon(_collect_garbage_once_up, gateway)
         fast_lane = FastLane(gateway, server.server_info_stamp)
         async with stdio_streams(
-            fast_lane,
-            config.settings.stdio_max_message_bytes,
+            fast_lane=fast_lane,
+            max_message_bytes=config.settings.stdio_max_message_bytes,
             stop_reading=stop_reading,
             wind_down=wind_down,
         ) as (read_stream, write_stream):
@@ -253,10 +254,10 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
     # The edge sets X-Accel-Buffering on its own answers; everything else passes the SDK.
     fast = HttpFastLane(
         NoProxyBuffering(app),
-        FastLane(gateway, server.server_info_stamp, http=True),
-        MCP_PATH,
-        HostGuard(security.allowed_hosts, security.allowed_origins),
-        max_bytes,
+        lane=FastLane(gateway, server.server_info_stamp, transport="http"),
+        path=MCP_PATH,
+        guard=HostGuard(security.allowed_hosts, security.allowed_origins),
+        max_bytes=max_bytes,
     )
     streams = ClosableStreams(fast)
     web = _WebServer(

@@ -17,10 +17,12 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
@@ -73,14 +75,20 @@ def _copy(source: int, target: int) -> None:
         os.close(target)
 
 
+# What the SDK's server reads from and writes to.
+SessionStreams = tuple[
+    MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]
+]
+
+
 @asynccontextmanager
 async def stdio_streams(
+    *,
     fast_lane: FastLane | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    *,
     stop_reading: anyio.Event | None = None,
     wind_down: Callable[[], Awaitable[None]] | None = None,
-) -> AsyncIterator[tuple[Any, Any]]:
+) -> AsyncIterator[SessionStreams]:
     """The SDK server's (read, write) streams over this process's stdin and stdout. With a
     fast lane, the plain calls it accepts are answered there and never reach the SDK. Every
     line that is not a message the SDK can take (too long, not JSON, not JSON-RPC, text with
@@ -90,112 +98,169 @@ async def stdio_streams(
     runs (the gateway cancels its calls in flight), and the requests read so far get their
     answers, for ANSWER_GRACE_SECONDS at most, before the SDK session sees the end of its input
     (it would cancel its handlers, and their answers would only say "Connection closed")."""
-    loop = asyncio.get_running_loop()
-    # A file or /dev/null (`serve < requests.jsonl > answers.jsonl`) is copied through a pipe by
-    # a thread: the loop's pipe support refuses such files (libuv's aborts the process), and this
-    # way every line is read and answered as from a client's pipe.
-    wire_in = os.dup(0) if _pipe_like(0) else _bridge(os.dup(0), into_loop=True)[0]
-    out_copier: threading.Thread | None = None
-    if _pipe_like(1):
-        wire_out = os.dup(1)
-    else:
-        wire_out, out_copier = _bridge(os.dup(1), into_loop=False)
-    reader = asyncio.StreamReader(limit=max_message_bytes)
-    in_file = os.fdopen(wire_in, "rb", buffering=0)
-    out_file = os.fdopen(wire_out, "wb", buffering=0)
-    in_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), in_file)
-    out_transport, out_protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, out_file)
-    writer = jsonwire.LineWriter(asyncio.StreamWriter(out_transport, out_protocol, reader, loop))
+    wire = await StdioWire.open(max_message_bytes)
+    link = StdioLink(
+        wire,
+        fast_lane=fast_lane,
+        max_message_bytes=max_message_bytes,
+        stop_reading=stop_reading,
+        wind_down=wind_down,
+    )
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(link.read_messages)
+            tg.start_soon(link.write_messages)
+            yield link.incoming, link.outgoing
+            tg.cancel_scope.cancel()
+    finally:
+        link.cancel_fast_calls()
+        await wire.close()
+
+
+@dataclass(kw_only=True)
+class StdioWire:
+    """stdin and stdout as pipes the event loop drives, with fd 1 pointed at stderr meanwhile."""
+
+    reader: asyncio.StreamReader
+    writer: jsonwire.LineWriter
+    in_transport: asyncio.ReadTransport
+    out_copier: threading.Thread | None  # copies the answers on to a stdout that is not a pipe
+    saved_stdout: int  # fd 1 as it was, put back at the end
+
+    @classmethod
+    async def open(cls, max_message_bytes: int) -> StdioWire:
+        loop = asyncio.get_running_loop()
+        wire_in, _ = _loop_end(0, into_loop=True)
+        wire_out, out_copier = _loop_end(1, into_loop=False)
+        reader = asyncio.StreamReader(limit=max_message_bytes)
+        in_file = os.fdopen(wire_in, "rb", buffering=0)
+        out_file = os.fdopen(wire_out, "wb", buffering=0)
+        in_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), in_file)
+        out_transport, out_protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, out_file
+        )
+        writer = jsonwire.LineWriter(asyncio.StreamWriter(out_transport, out_protocol, reader, loop))
+        return cls(
+            reader=reader,
+            writer=writer,
+            in_transport=in_transport,
+            out_copier=out_copier,
+            saved_stdout=_divert_stdout(),
+        )
+
+    async def close(self) -> None:
+        with suppress(Exception):
+            self.writer.close()
+        with suppress(Exception):
+            self.in_transport.close()
+        _restore_stdout(self.saved_stdout)
+        if self.out_copier is not None:
+            # The last answers may still be on their way to the file (shielded: a stopping
+            # gateway is the usual reason to be here).
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.out_copier.join, COPY_OUT_SECONDS)
+
+
+def _loop_end(fd: int, *, into_loop: bool) -> tuple[int, threading.Thread | None]:
+    """A descriptor standing in for `fd` that the loop can drive, and the thread copying for it
+    if there is one. A file or /dev/null (`serve < requests.jsonl > answers.jsonl`) is copied
+    through a pipe by a thread: the loop's pipe support refuses such files (libuv's aborts the
+    process), and this way every line is read and answered as from a client's pipe."""
+    if _pipe_like(fd):
+        return os.dup(fd), None
+    return _bridge(os.dup(fd), into_loop=into_loop)
+
+
+def _divert_stdout() -> int:
+    """Point fd 1 (and `sys.stdout`) at stderr; the fd it was, to put back."""
     saved_stdout = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    return saved_stdout
 
-    incoming_send, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
 
-    in_flight: dict[Any, asyncio.Task[None]] = {}
-    # Ids of the client's requests not answered yet, whichever lane answers them.
-    unanswered: set[str | int] = set()
-    modern: bool | None = None  # the era, decided by the client's first request as the SDK decides it
+def _restore_stdout(saved_stdout: int) -> None:
+    os.dup2(saved_stdout, 1)
+    os.close(saved_stdout)
+    sys.stdout = sys.__stdout__
 
-    async def answer_fast(request_id: Any, call: ToolCall) -> None:
-        assert fast_lane is not None
-        try:
-            response = await fast_lane.answer(request_id, call)
-        finally:
-            in_flight.pop(request_id, None)
-        with suppress(ConnectionError):  # a client that left gets no answer
-            writer.write(jsonwire.dumps(response) + b"\n")
-            await writer.drain()
-        unanswered.discard(request_id)
 
-    def note(message: Any) -> None:
-        """Keep count of the requests that wait for an answer."""
-        if not isinstance(message, dict):
-            return
-        request_id = message.get("id")
-        if "method" in message and isinstance(request_id, str | int):
-            unanswered.add(request_id)
-        elif message.get("method") == "notifications/cancelled":
-            params = message.get("params")
-            if isinstance(params, dict):
-                unanswered.discard(params.get("requestId"))  # type: ignore[arg-type]
+class StdioLink:
+    """One client's messages over a wire: each line read is refused here, answered by the fast
+    lane, or handed to the SDK's session, and what the session sends is written out."""
 
-    def answered(message: Any) -> None:
-        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
-            unanswered.discard(message.id)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        wire: StdioWire,
+        *,
+        fast_lane: FastLane | None,
+        max_message_bytes: int,
+        stop_reading: anyio.Event | None,
+        wind_down: Callable[[], Awaitable[None]] | None,
+    ) -> None:
+        self._reader = wire.reader
+        self._writer = wire.writer
+        self._loop = asyncio.get_running_loop()
+        self._fast_lane = fast_lane
+        self._max_message_bytes = max_message_bytes
+        self._stop_reading = stop_reading
+        self._wind_down = wind_down
+        self._to_session, self.incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        self.outgoing, self._from_session = anyio.create_memory_object_stream[SessionMessage](0)
+        # The fast lane's calls being answered, by request id.
+        self._in_flight: dict[Any, asyncio.Task[None]] = {}
+        # Ids of the client's requests not answered yet, whichever lane answers them.
+        self._unanswered: set[str | int] = set()
+        # The era, decided by the client's first request as the SDK decides it.
+        self._modern: bool | None = None
+        self._too_long = Refusal(
+            reason=f"a line over {max_message_bytes} bytes",
+            answer=error_response(
+                None,
+                INVALID_REQUEST,
+                f"Invalid Request: a message longer than {max_message_bytes} bytes was skipped unread; "
+                f"the limit is the setting toolkeeper.stdio.maxMessageBytes (or {MAX_MESSAGE_BYTES_ENV})",
+            ),
+        )
 
-    async def take_fast(message: Any) -> bool:
-        """Whether the fast lane took this message (a call it answers, or the cancellation of
-        one); anything else goes to the SDK."""
-        nonlocal modern
-        note(message)
-        if fast_lane is None or not isinstance(message, dict):
-            return False
-        if modern is None and "id" in message and isinstance(message.get("method"), str):
-            modern = opens_modern(message)
-        if not modern:
-            return False
-        method = message.get("method")
-        if method == "notifications/cancelled":
-            params = message.get("params")
-            task = in_flight.get(params.get("requestId")) if isinstance(params, dict) else None
-            if task is None:
-                return False
-            task.cancel()  # the client gets no answer to a request it cancelled
-            return True
-        if method != "tools/call":
-            return False
-        call = fast_lane.accept(message)
-        if call is None or message["id"] in in_flight:
-            return False
-        task = loop.create_task(answer_fast(message["id"], call))
-        in_flight[message["id"]] = task
-        return True
+    async def read_messages(self) -> None:
+        """Read until the input ends or `stop_reading` is set; then `wind_down`, and wait for
+        the answers before the SDK session sees the end of its input."""
+        async with self._to_session:
+            await self._read_until_stopped()
+            if self._wind_down is not None:
+                await self._wind_down()
+            await self._wait_for_answers()
 
-    too_long = Refusal(
-        reason=f"a line over {max_message_bytes} bytes",
-        answer=error_response(
-            None,
-            INVALID_REQUEST,
-            f"Invalid Request: a message longer than {max_message_bytes} bytes was skipped unread; the "
-            f"limit is the setting toolkeeper.stdio.maxMessageBytes (or {MAX_MESSAGE_BYTES_ENV})",
-        ),
-    )
+    async def write_messages(self) -> None:
+        await jsonwire.write_session_messages(self._from_session, self._writer, self._answered)
 
-    async def refuse(refusal: Refusal, line: bytes) -> None:
-        logger.debug("the client sent %s; refused: %.200r", refusal.reason, line)
-        if refusal.answer is not None:
-            writer.write(jsonwire.dumps(refusal.answer) + b"\n")
-            await writer.drain()
+    def cancel_fast_calls(self) -> None:
+        for task in list(self._in_flight.values()):
+            task.cancel()
 
-    async def read_lines() -> None:
+    async def _read_until_stopped(self) -> None:
+        async with anyio.create_task_group() as reading:
+            if self._stop_reading is not None:
+                reading.start_soon(_cancel_when_set, self._stop_reading, reading.cancel_scope)
+            await self._read_lines()
+            reading.cancel_scope.cancel()
+
+    async def _wait_for_answers(self) -> None:
+        with anyio.move_on_after(ANSWER_GRACE_SECONDS):
+            while self._unanswered:
+                await anyio.sleep(_ANSWER_POLL_SECONDS)
+
+    async def _read_lines(self) -> None:
+        # One pass per message: its steps stay inline, as every call or await more is paid by each message.
         while True:
             try:
-                line = await jsonwire.read_line(reader)
+                line = await jsonwire.read_line(self._reader)
             except jsonwire.LineTooLong:
-                logger.warning("the client sent a message over %d bytes; it was refused", max_message_bytes)
-                await refuse(too_long, b"")
+                logger.warning(
+                    "the client sent a message over %d bytes; it was refused", self._max_message_bytes
+                )
+                await self._refuse(self._too_long, b"")
                 continue
             except ConnectionError:
                 return
@@ -206,75 +271,102 @@ async def stdio_streams(
             try:
                 message, surrogate_at = jsonwire.read(line)
             except ValueError as exc:
-                await refuse(unreadable(str(exc)), line)
+                await self._refuse(unreadable(str(exc)), line)
                 continue
             refused = refusal(message, surrogate_at)
             if refused is not None:
-                await refuse(refused, line)
+                await self._refuse(refused, line)
                 if refused.instead is None:
                     continue
                 message = refused.instead
-            elif await take_fast(message):
+            elif self._take_fast(message):
                 continue
             try:
                 parsed = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
             except ValidationError as exc:
-                problem = exc.errors()[0]
-                where = ".".join(str(part) for part in problem["loc"])
-                await refuse(
-                    Refusal(
-                        reason=f"{where}: {problem['msg']}",
-                        # What the envelope check let through but the SDK's models refuse.
-                        answer=error_response(
-                            message["id"], INVALID_REQUEST, f"Invalid Request: {where}: {problem['msg']}"
-                        )
-                        if "method" in message and "id" in message
-                        else None,
-                    ),
-                    line,
-                )
+                await self._refuse_invalid(message, exc, line)
                 continue
-            await incoming_send.send(SessionMessage(parsed))
+            await self._to_session.send(SessionMessage(parsed))
 
-    async def read_messages() -> None:
-        async with incoming_send:
-            async with anyio.create_task_group() as reading:
-                if stop_reading is not None:
+    async def _refuse(self, refused: Refusal, line: bytes) -> None:
+        logger.debug("the client sent %s; refused: %.200r", refused.reason, line)
+        if refused.answer is not None:
+            self._writer.write(jsonwire.dumps(refused.answer) + b"\n")
+            await self._writer.drain()
 
-                    async def stop_when_asked() -> None:
-                        await stop_reading.wait()
-                        reading.cancel_scope.cancel()
+    async def _refuse_invalid(self, message: Any, exc: ValidationError, line: bytes) -> None:
+        """Refuse what the envelope check let through but the SDK's models do not take."""
+        problem = exc.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        answer = (
+            error_response(message["id"], INVALID_REQUEST, f"Invalid Request: {where}: {problem['msg']}")
+            if "method" in message and "id" in message
+            else None
+        )
+        await self._refuse(Refusal(reason=f"{where}: {problem['msg']}", answer=answer), line)
 
-                    reading.start_soon(stop_when_asked)
-                await read_lines()
-                reading.cancel_scope.cancel()
-            if wind_down is not None:
-                await wind_down()
-            with anyio.move_on_after(ANSWER_GRACE_SECONDS):
-                while unanswered:
-                    await anyio.sleep(_ANSWER_POLL_SECONDS)
+    def _take_fast(self, message: Any) -> bool:
+        """Whether the fast lane took this message (a call it answers, or the cancellation of
+        one); anything else goes to the SDK."""
+        self._note(message)
+        if self._fast_lane is None or not isinstance(message, dict):
+            return False
+        if self._modern is None and "id" in message and isinstance(message.get("method"), str):
+            self._modern = opens_modern(message)
+        if not self._modern:
+            return False
+        method = message.get("method")
+        if method == "notifications/cancelled":
+            return self._cancel_fast(message)
+        if method != "tools/call":
+            return False
+        return self._start_fast(message, self._fast_lane)
 
-    async def write_messages() -> None:
-        await jsonwire.write_session_messages(outgoing_receive, writer, answered)
+    def _note(self, message: Any) -> None:
+        """Keep count of the requests that wait for an answer."""
+        if not isinstance(message, dict):
+            return
+        request_id = message.get("id")
+        if "method" in message and isinstance(request_id, str | int):
+            self._unanswered.add(request_id)
+        elif message.get("method") == "notifications/cancelled":
+            params = message.get("params")
+            if isinstance(params, dict):
+                self._unanswered.discard(params.get("requestId"))
 
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(read_messages)
-            tg.start_soon(write_messages)
-            yield incoming, outgoing
-            tg.cancel_scope.cancel()
-    finally:
-        for task in list(in_flight.values()):
-            task.cancel()
-        with suppress(Exception):
-            writer.close()
-        with suppress(Exception):
-            in_transport.close()
-        os.dup2(saved_stdout, 1)
-        os.close(saved_stdout)
-        sys.stdout = sys.__stdout__
-        if out_copier is not None:
-            # The last answers may still be on their way to the file (shielded: a stopping
-            # gateway is the usual reason to be here).
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(out_copier.join, COPY_OUT_SECONDS)
+    def _cancel_fast(self, message: dict[str, Any]) -> bool:
+        """Whether this cancellation was of a call the fast lane is answering (now cancelled)."""
+        params = message.get("params")
+        task = self._in_flight.get(params.get("requestId")) if isinstance(params, dict) else None
+        if task is None:
+            return False
+        task.cancel()  # the client gets no answer to a request it cancelled
+        return True
+
+    def _start_fast(self, message: dict[str, Any], lane: FastLane) -> bool:
+        """Whether the fast lane took this call (and is now answering it)."""
+        call = lane.accept(message)
+        if call is None or message["id"] in self._in_flight:
+            return False
+        request_id = message["id"]
+        self._in_flight[request_id] = self._loop.create_task(self._answer_fast(lane, request_id, call))
+        return True
+
+    async def _answer_fast(self, lane: FastLane, request_id: Any, call: ToolCall) -> None:
+        try:
+            response = await lane.answer(request_id, call)
+        finally:
+            self._in_flight.pop(request_id, None)
+        with suppress(ConnectionError):  # a client that left gets no answer
+            self._writer.write(jsonwire.dumps(response) + b"\n")
+            await self._writer.drain()
+        self._unanswered.discard(request_id)
+
+    def _answered(self, message: Any) -> None:
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            self._unanswered.discard(message.id)
+
+
+async def _cancel_when_set(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
