@@ -225,7 +225,7 @@ async def spawned(
 ) -> AsyncIterator[Spawned]:
     """Start a process; on the way out (errors and cancellation included) SIGTERM it, wait up to
     STOP_GRACE_S, then SIGKILL, and always reap it: no orphans."""
-    errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+    errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed when the process is stopped
     try:
         proc = subprocess.Popen(
             argv,
@@ -299,7 +299,7 @@ async def run_session(
     shows (within `timeout`), then run `body`. Start-up = spawn → connected → first complete listing;
     for a URL target, the processes are already running and `processes` only supplies their stderr
     for error messages."""
-    errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+    errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - read for error messages, closed at the end
     if isinstance(target.params, str):
         transport: Any = target.params
     else:

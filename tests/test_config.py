@@ -177,7 +177,7 @@ def test_hint_settings_per_server_fall_back_to_the_gateways() -> None:
     assert (a.infer_hints, a.sanitize_untrusted_hints) == ("apply", False)
     assert (b.infer_hints, b.sanitize_untrusted_hints) == (None, None)
     assert (config.settings.infer_hints, config.settings.sanitize_untrusted_hints) == ("suggest", True)
-    with pytest.raises(ConfigError, match="toolkeeper.inferHints must be 'suggest' or 'apply'"):
+    with pytest.raises(ConfigError, match=r"toolkeeper\.inferHints must be 'suggest' or 'apply'"):
         parse_config_text('{"toolkeeper": {"inferHints": "always"}}')
     env = {"TOOLKEEPER_INFER_HINTS": "apply"}
     assert parse_config_text("{}", environ=env).settings.infer_hints == "apply"

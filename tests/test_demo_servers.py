@@ -436,10 +436,9 @@ async def test_streamable_http_both_eras(tmp_path: Path, module: str) -> None:
     fresh = tmp_path / "fresh"
     extra = ["--db", str(fresh / "n.sqlite")] if module == "notes" else ["--root", str(fresh)]
     with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+        command = [sys.executable, "-m", f"toolkeeper.demo.{module}", "--transport", "http"]
         proc = subprocess.Popen(
-            [sys.executable, "-m", f"toolkeeper.demo.{module}", "--transport", "http", "--host", "127.0.0.1"]
-            + ["--port", str(port)]
-            + extra,
+            [*command, "--host", "127.0.0.1", "--port", str(port), *extra],
             cwd=tmp_path,
             env={**os.environ, **ENV},
             stdout=out,

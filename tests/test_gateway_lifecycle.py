@@ -50,16 +50,15 @@ async def counting_list_changes(client, mode, changes: Changes):
     if mode == "legacy":
         yield
         return
-    async with client.listen(tools_list_changed=True) as subscription:
-        async with anyio.create_task_group() as tg:
+    async with client.listen(tools_list_changed=True) as subscription, anyio.create_task_group() as tg:
 
-            async def count():
-                async for _ in subscription:
-                    changes.count += 1
+        async def count():
+            async for _ in subscription:
+                changes.count += 1
 
-            tg.start_soon(count)
-            yield
-            tg.cancel_scope.cancel()
+        tg.start_soon(count)
+        yield
+        tg.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -34,9 +34,13 @@ def test_no_other_module_reaches_into_the_sdk() -> None:
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mcp"):
-                if any(part.startswith("_") for part in node.module.split(".")):
-                    offenders.append(f"{path.relative_to(SRC)}: from {node.module}")
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("mcp")
+                and any(part.startswith("_") for part in node.module.split("."))
+            ):
+                offenders.append(f"{path.relative_to(SRC)}: from {node.module}")
             if isinstance(node, ast.Attribute) and node.attr in {a for _, a in PRIVATE_ATTRIBUTES}:
                 offenders.append(f"{path.relative_to(SRC)}:{node.lineno}: .{node.attr}")
     assert offenders == []

@@ -130,7 +130,7 @@ async def test_http_gateway_stops_with_a_held_get_stream_and_a_call_in_flight(tm
                     outcome["result"] = await client.call_tool("ctl__sleep", {"seconds": 120})
                 except MCPError as exc:
                     outcome["error"] = exc.error.message
-                except Exception as exc:  # noqa: BLE001 - the transport may fail instead
+                except Exception as exc:  # the transport may fail instead
                     outcome["transport"] = repr(exc)
 
             async with anyio.create_task_group() as tg:

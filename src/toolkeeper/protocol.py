@@ -170,7 +170,7 @@ def client_resolves(capabilities: object) -> bool:
     return bool(extensions and RESOLUTION_EXTENSION in extensions)
 
 
-def advertise_resolution(result: dict) -> None:
+def advertise_resolution(result: dict[str, Any]) -> None:
     """Add `tools.dynamicAnnotations` and the extension to an `initialize` / `server/discover` result.
 
     The SDK's capability models have no room for the seed's flag, so the wire dict is edited.
@@ -181,7 +181,7 @@ def advertise_resolution(result: dict) -> None:
         capabilities["extensions"] = {**(capabilities.get("extensions") or {}), RESOLUTION_EXTENSION: {}}
 
 
-def flag_resolvable(tool: dict, marker: bool) -> None:
+def flag_resolvable(tool: dict[str, Any], marker: bool) -> None:
     """Flag one wire tool: the seed's `dynamicAnnotations`, and the extension's `_meta` marker for a
     client that advertised the extension."""
     tool["dynamicAnnotations"] = True

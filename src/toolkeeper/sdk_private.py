@@ -35,8 +35,8 @@ async def send_unvalidated(
     if params is not None:
         data["params"] = params
     options: Any = {"timeout": timeout}
-    session._stamp(data, options)  # noqa: SLF001
-    result = await session._dispatcher.send_raw_request(data["method"], data.get("params"), options)  # noqa: SLF001
+    session._stamp(data, options)
+    result = await session._dispatcher.send_raw_request(data["method"], data.get("params"), options)
     return result if isinstance(result, dict) else {}
 
 

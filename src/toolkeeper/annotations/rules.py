@@ -59,7 +59,7 @@ class Condition:
     def matches(self, arguments: Mapping[str, Any]) -> bool:
         value = _lookup(arguments, self.place) if self.is_pointer else arguments.get(self.place, _MISSING)
         if self.operator == "present":
-            return (value is not _MISSING) == self.operand
+            return bool((value is not _MISSING) == self.operand)
         if value is _MISSING:
             return False
         if self.operator == "equals":

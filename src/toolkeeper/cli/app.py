@@ -201,7 +201,8 @@ def toolsets_list(
     """Saved toolsets: tools, notes, which one is equipped."""
     result = run_service(load(config, demo), lambda s: s.saved())
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     table = new_table("toolset", "tools", "notes", "updated", "description")
     for info in result["toolsets"]:
         name = f"[bold]{info['name']}[/bold] (equipped)" if info["equipped"] else info["name"]
@@ -240,7 +241,8 @@ def toolsets_build(
         load(config, demo), lambda s: s.build(name, tools, description, equip), live=True, wait=wait
     )
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     print_warnings(result)
     out.print(
         f"Saved toolset {name} with {result['toolset']['toolCount']} tools"
@@ -352,7 +354,8 @@ def notes_list(
     """The notes of a toolset, tool by tool."""
     info = run_service(load(config, demo), lambda s: s.notes(toolset))
     if as_json:
-        return print_json(info)
+        print_json(info)
+        return
     table = new_table("tool", "note", "text", title=info["toolset"])
     for entry in info["toolNotes"]:
         ref = entry["toolRef"].get("namespacedName") or entry["toolRef"].get("refId")
@@ -387,7 +390,8 @@ def import_hypertool(
     """Import hypertool's toolsets and notes (and its last equipped toolset)."""
     result = run_service(load(config, demo), lambda s: s.import_hypertool(path, overwrite))
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     print_warnings(result)
     for skipped in result["skipped"]:
         err.print(f"[yellow]skipped[/yellow] {skipped['name']}: {skipped['reason']}", highlight=False)

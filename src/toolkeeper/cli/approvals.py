@@ -118,7 +118,8 @@ def approvals_approve(
         kind="approvals",
     )
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     reach = {Answer.ONCE: "once", Answer.SESSION: "for this session", Answer.ALWAYS: "always"}[answer]
     out.print(f"Approved {result['id']} ({result['tool']}) {reach}: the call runs now.", highlight=False)
 
@@ -138,7 +139,8 @@ def approvals_deny(
         kind="approvals",
     )
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     out.print(f"Denied {result['id']} ({result['tool']}): the call was not run.", highlight=False)
 
 
@@ -212,7 +214,8 @@ def approvals_rules(
     answers made."""
     rules = run_service(load(config, demo), lambda s: s.rules(), kind="policy")
     if as_json:
-        return print_json(rules)
+        print_json(rules)
+        return
     if not rules:
         out.print("No approval rules: every call follows the confirm modes and the hints.")
         return

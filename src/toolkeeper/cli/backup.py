@@ -26,7 +26,8 @@ def backup_command(
     """Back up the store to FILE, safely while the gateway runs."""
     result = run_service(load(config, demo), lambda s: s.backup(file, overwrite=overwrite), kind="backup")
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     print(f"Backed up {result['store']} to {result['file']} ({result['toolsets']} toolset(s)).")
 
 
@@ -41,5 +42,6 @@ def restore_command(
     """Replace the store's contents with the backup in FILE (checked first; all or nothing)."""
     result = run_service(load(config, demo), lambda s: s.restore(file, overwrite=overwrite), kind="backup")
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     print(f"Restored {result['toolsets']} toolset(s) from {result['file']} into {result['store']}.")

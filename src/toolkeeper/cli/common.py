@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import anyio
 import typer
@@ -102,8 +102,11 @@ async def running_gateway(config: Config, wait: float, store: Store | None = Non
             tg.cancel_scope.cancel()
 
 
-def with_gateway(config: Config, wait: float, use: Callable[[Gateway], Any]) -> Any:
-    async def main() -> Any:
+T = TypeVar("T")
+
+
+def with_gateway(config: Config, wait: float, use: Callable[[Gateway], T]) -> T:
+    async def main() -> T:
         async with running_gateway(config, wait) as gateway:
             return use(gateway)
 

@@ -109,7 +109,8 @@ def hints_show(
         )
         tools = result["tools"]
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     table = new_table("tool", "field", "value", "source", "why", "suggested", show_lines=False)
     for info in tools:
         _add_tool_rows(table, info, with_name=True)
@@ -168,7 +169,8 @@ def hints_set(
         kind="hints",
     )
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     print_warnings(result)
     pinned = ", ".join(f"{k}={_value(v)}" for k, v in result["pinned"].items())
     out.print(f"Pinned for {result['tool']} ({result['scope']}): {pinned or 'nothing'}.", highlight=False)

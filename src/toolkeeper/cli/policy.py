@@ -58,7 +58,8 @@ def policy_explain(
         load(config, demo), lambda s: s.explain(tool, parsed), live=True, wait=wait, kind="policy"
     )
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     decision = result["decision"]
     out.print(f"{result['tool']} {json.dumps(parsed, ensure_ascii=False)}", highlight=False, soft_wrap=True)
     out.print(
@@ -115,7 +116,8 @@ def policy_confirm(
             kind="policy",
         )
         if as_json:
-            return print_json(result)
+            print_json(result)
+            return
         out.print(
             f"Cleared the confirm mode of {result['tool']} ({result['scope']}). "
             f"In force now: {_mode_text(result['now'])}.",
@@ -129,7 +131,8 @@ def policy_confirm(
         kind="policy",
     )
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     print_warnings(result)
     out.print(
         f"{result['tool']} ({result['scope']}): confirm mode {result['mode']}"
@@ -148,7 +151,8 @@ def policy_modes(
     gateway's `confirm`)."""
     result = run_service(load(config, demo), lambda s: s.confirm_modes(), kind="policy")
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     configured = result["configured"]
     if not result["modes"]:
         out.print("No confirm modes are stored: the approval policy decides from the hints.", highlight=False)

@@ -109,7 +109,8 @@ def rules_test(
         load(config, demo), lambda s: s.test(tool, parsed), live=True, wait=wait, kind="rules"
     )
     if as_json:
-        return print_json(result)
+        print_json(result)
+        return
     hints = ", ".join(f"{k}={str(v).lower()}" for k, v in result["annotations"].items())
     out.print(
         f"{result['tool']} {json.dumps(parsed)}\n  {hints}\n  source: {result['source']} ({result['detail']})"
@@ -164,7 +165,8 @@ def resolve_command(
         err.print(f"error: {result}", markup=False, highlight=False)
         raise typer.Exit(1)
     if as_json:
-        return print_json(result.as_json())
+        print_json(result.as_json())
+        return
     if result.error:
         err.print(f"[yellow]warning:[/yellow] {result.error}; using the static annotations", highlight=False)
     hints = ", ".join(f"{k}={json.dumps(v)}" for k, v in result.annotations.items()) or "(none)"

@@ -175,7 +175,7 @@ class NotesStore:
 
     @staticmethod
     def _get_row(conn: sqlite3.Connection, note_id: int) -> sqlite3.Row:
-        row = conn.execute("SELECT * FROM notes WHERE id = ?", (note_id,)).fetchone()
+        row: sqlite3.Row | None = conn.execute("SELECT * FROM notes WHERE id = ?", (note_id,)).fetchone()
         if row is None:
             raise NoteNotFound(note_id)
         return row

@@ -10,7 +10,7 @@ from typing import Any
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from toolkeeper.downstreams.connection import send_unvalidated
+from toolkeeper.sdk_private import send_unvalidated
 from toolkeeper.protocol import ANNOTATIONS_METHOD, RESOLUTION_EXTENSION, RESOLVE_METHOD
 
 TIMEOUT = 10.0

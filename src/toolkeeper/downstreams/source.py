@@ -128,11 +128,11 @@ class ToolSource(ABC):
 
     async def set_log_level(self, level: str) -> None:
         """Nothing to ask: the source sends no log messages."""
-        return None
+        return
 
     async def roots_changed(self) -> None:
         """Nothing to tell: the source never asks for roots."""
-        return None
+        return
 
     async def resolve_hints(self, name: str, arguments: dict[str, Any], method: str) -> dict[str, Any]:
         raise NotOffered(f"server '{self.name}' does not resolve hints per call ({method})")

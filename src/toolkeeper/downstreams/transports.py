@@ -70,16 +70,18 @@ async def _http(config: ServerConfig) -> AsyncIterator[tuple[Any, Any, HttpLink 
     # The SDK's own defaults: a server may hold a response stream open, so reads wait longer.
     timeout = httpx2.Timeout(HTTP_TIMEOUT_SECONDS, read=HTTP_STREAM_READ_TIMEOUT_SECONDS)
     url = config.url or ""
-    async with httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout) as http_client:
-        async with streamable_http_client(url, http_client=http_client) as (read, write):
-            if not HttpLink.fits(url, dict(config.headers)):
-                yield read, write, None
-                return
-            link = HttpLink(url, dict(config.headers))
-            try:
-                yield read, StampLearner(write, link), link
-            finally:
-                await link.close()
+    async with (
+        httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout) as http_client,
+        streamable_http_client(url, http_client=http_client) as (read, write),
+    ):
+        if not HttpLink.fits(url, dict(config.headers)):
+            yield read, write, None
+            return
+        link = HttpLink(url, dict(config.headers))
+        try:
+            yield read, StampLearner(write, link), link
+        finally:
+            await link.close()
 
 
 @asynccontextmanager

@@ -104,7 +104,7 @@ class AuditWriter:
         for index, record in enumerate(records):
             try:
                 self._waiting.append(plan.row(_values(record, fresh_ids[32 * index : 32 * index + 32])))
-            except Exception:  # noqa: BLE001 - one record that cannot become a row loses only itself
+            except Exception:  # one record that cannot become a row loses only itself
                 logger.exception("audit log: cannot record a call of %r", record.get("exposed_name"))
         if len(self._waiting) >= self.batch_size and self._refused_since is None:
             self._batch_ready.set()
@@ -152,7 +152,7 @@ class AuditWriter:
             batch = [self._waiting.popleft() for _ in range(count)]
             try:
                 await self._write(batch)
-            except Exception as exc:  # noqa: BLE001 - whatever it is, the gateway runs on
+            except Exception as exc:  # whatever it is, the gateway runs on
                 if not audit_rows.rejected_record(exc):
                     self._put_back(batch)
                     self._refused(exc)
@@ -178,7 +178,7 @@ class AuditWriter:
                 "audit log: cannot delete records older than %d days: %s", self.retention_days, exc
             )
             return None
-        except Exception:  # noqa: BLE001 - the gateway runs on without it; tried again later
+        except Exception:  # the gateway runs on without it; tried again later
             logger.exception("audit log: deleting records older than %d days failed", self.retention_days)
             return None
         if removed:
@@ -196,7 +196,7 @@ class AuditWriter:
         for index, record in enumerate(batch):
             try:
                 await self._write([record])
-            except Exception as exc:  # noqa: BLE001 - this record only
+            except Exception as exc:  # this record only
                 if not audit_rows.rejected_record(exc):
                     self._put_back(batch[index:])
                     self._refused(exc)

@@ -71,7 +71,7 @@ _REQUEST_TYPES: dict[str, Any] = {
     "elicitation/create": types.ElicitRequest,
     "roots/list": types.ListRootsRequest,
 }
-_RESULT_TYPES: dict[str, TypeAdapter[Any]] = {
+_RESULT_TYPES: dict[str, TypeAdapter[types.InputResponse]] = {
     "sampling/createMessage": TypeAdapter(types.CreateMessageResult | types.CreateMessageResultWithTools),
     "elicitation/create": TypeAdapter(types.ElicitResult),
     "roots/list": TypeAdapter(types.ListRootsResult),
@@ -211,9 +211,9 @@ class Exchange:
     # Cancelled when the client gives up on a round: the downstream call is cancelled with it.
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
-    async def ask(self, request: ServerInput) -> Any:
+    async def ask(self, request: ServerInput) -> types.InputResponse | types.ErrorData:
         answered = anyio.Event()
-        slot: list[Any] = []
+        slot: list[types.InputResponse | types.ErrorData] = []
         key = f"r{len(self.questions) + 1}-{secrets.token_hex(3)}"
         self.questions.append((key, request, answered, slot))
         self.asked.set()

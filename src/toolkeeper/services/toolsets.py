@@ -492,8 +492,7 @@ class ToolsetService:
                         ErrorKind.NOT_FOUND,
                         NextStep.BUILD_TOOLSET,
                     )
-            toolset = await load_toolset(conn, name)
-        return toolset
+            return await load_toolset(conn, name)
 
     def _member(self, ref: ToolRef, toolset: Toolset) -> tuple[ToolRef, str | None]:
         """The toolset's own reference to the tool `ref` names, and its server.

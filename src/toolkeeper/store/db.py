@@ -13,6 +13,7 @@ since, because the others read the file that is there now.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -170,7 +171,7 @@ class Store:
                 try:
                     async with engine.connect() as conn:
                         await conn.run_sync(_checkpoint)
-                except Exception as exc:  # noqa: BLE001 - a read-only store cannot fold; nothing is lost
+                except Exception as exc:  # a read-only store cannot fold; nothing is lost
                     logger.info("store %s: the write-ahead log stays beside the file: %s", self.label, exc)
             await engine.dispose()
 
@@ -447,10 +448,8 @@ def _use_explicit_sqlite_transactions(engine: AsyncEngine) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
         # WAL lets the gateway read while the CLI writes; it fails harmlessly on a read-only file.
-        try:
+        with contextlib.suppress(Exception):  # read-only files keep their journal mode
             cursor.execute("PRAGMA journal_mode=WAL")
-        except Exception:  # noqa: BLE001 - read-only files keep their journal mode
-            pass
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
