@@ -43,6 +43,7 @@ from toolkeeper.downstreams.base import (
 from toolkeeper.downstreams.calls import InFlightCalls
 from toolkeeper.downstreams.http import binds_headers
 from toolkeeper.downstreams.raw import LaneDeclined, LinkClosed, RawLane
+from toolkeeper.downstreams.subscriptions import Subscriptions
 from toolkeeper.downstreams.transports import open_transport
 from toolkeeper.protocol import (
     INTERNAL_ERROR,
@@ -123,13 +124,7 @@ class McpConnection:
         self._dirty: set[str] = set()
         self._announced: set[str] = set()
         self._dirty_event = anyio.Event()
-        # Resource URIs the gateway's clients subscribed to, with how many subscribers each.
-        self._subscriptions: dict[str, int] = {}
-        self._resubscribe = anyio.Event()
-        # Modern servers: which version of the subscriptions the open listen stream carries.
-        self._subscriptions_version = 0
-        self._listening_version = -1
-        self._listen_acknowledged = anyio.Event()
+        self._subscriptions = Subscriptions(self, timeout=config.timeout)
         # The log level last asked of a handshake-era server (None: never asked).
         self.log_level: str | None = None
         # `"protocol": "auto"`: a stdio server is spoken to in the handshake era if it speaks it.
@@ -328,9 +323,9 @@ class McpConnection:
                 tg.start_soon(self._refresh_when_dirty, client)
                 if self.era is Era.MODERN:
                     tg.start_soon(self._listen_for_changes, client)
-                elif self._subscriptions:
+                elif self._subscriptions.uris:
                     # Subscriptions made before a reconnect are renewed on the new session.
-                    tg.start_soon(self._renew_subscriptions, client)
+                    tg.start_soon(self._subscriptions.renew)
                 await self._lost.wait()
                 tg.cancel_scope.cancel()
             self._connection_lost()
@@ -488,16 +483,16 @@ class McpConnection:
         """Keep a `subscriptions/listen` stream open (modern servers announce changes only there),
         reopened whenever the set of subscribed resources changes. Its notifications reach
         `_on_message` like any other."""
+        subscriptions = self._subscriptions
         while True:
-            self._resubscribe = anyio.Event()
-            version = self._subscriptions_version
+            version = subscriptions.stream_opening()
             tools, prompts, resources = (
                 _announces(client, kind) for kind in ("tools", "prompts", "resources")
             )
-            uris = sorted(self._subscriptions)
+            uris = subscriptions.uris
             if not (tools or prompts or resources or uris):
-                self._listening_for(version)
-                await self._resubscribe.wait()
+                subscriptions.listening_for(version)
+                await subscriptions.wait_for_change()
                 continue
             try:
                 async with client.listen(
@@ -506,7 +501,7 @@ class McpConnection:
                     resources_list_changed=resources,
                     resource_subscriptions=uris,
                 ) as subscription:
-                    self._listening_for(version)
+                    subscriptions.listening_for(version)
                     # A change between the first listing and this subscription would be lost: look once.
                     self._mark_dirty(*LISTS)
                     async with anyio.create_task_group() as tg:
@@ -517,9 +512,9 @@ class McpConnection:
                             tg.cancel_scope.cancel()
 
                         tg.start_soon(drain)
-                        await self._resubscribe.wait()
+                        await subscriptions.wait_for_change()
                         tg.cancel_scope.cancel()
-                if not self._resubscribe.is_set():
+                if not subscriptions.changed:
                     # The server ended the stream: open another, but not in a tight loop.
                     await anyio.sleep(LISTEN_RETRY_SECONDS)
             except Exception as exc:  # a server without a working listen stream still serves calls
@@ -528,15 +523,8 @@ class McpConnection:
                     self.name,
                     self.config.redact(str(exc)),
                 )
-                self._listening_for(version)
-                await self._resubscribe.wait()
-
-    async def _renew_subscriptions(self, client: Client) -> None:
-        for uri in list(self._subscriptions):
-            try:
-                await self.request(types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)))
-            except Exception as exc:
-                logger.warning("server %r: could not renew the subscription to %s: %s", self.name, uri, exc)
+                subscriptions.listening_for(version)
+                await subscriptions.wait_for_change()
 
     def _set_state(self, state: State) -> None:
         changed = state is not self.state
@@ -703,55 +691,11 @@ class McpConnection:
 
     async def subscribe(self, uri: str) -> None:
         """Count one more subscriber to `uri`; the first one subscribes downstream."""
-        first = uri not in self._subscriptions
-        self._subscriptions[uri] = self._subscriptions.get(uri, 0) + 1
-        if not first:
-            return
-        try:
-            await self._change_subscription(
-                types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
-            )
-        except BaseException:
-            self._drop_subscriber(uri)
-            raise
+        await self._subscriptions.subscribe(uri)
 
     async def unsubscribe(self, uri: str) -> None:
         """One subscriber fewer; the last one unsubscribes downstream."""
-        if uri not in self._subscriptions or self._drop_subscriber(uri):
-            return
-        await self._change_subscription(
-            types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
-        )
-
-    def _drop_subscriber(self, uri: str) -> int:
-        left = self._subscriptions[uri] - 1
-        if left:
-            self._subscriptions[uri] = left
-        else:
-            del self._subscriptions[uri]
-        return left
-
-    async def _change_subscription(self, request: Any) -> None:
-        if self.era is not Era.MODERN:
-            await self.request(request)
-            return
-        # No resources/subscribe on the modern wire: the listen stream carries the URIs, so it is
-        # reopened, and the change holds once the server has acknowledged the new stream.
-        self._subscriptions_version += 1
-        wanted = self._subscriptions_version
-        self._resubscribe.set()
-        with anyio.move_on_after(self.config.timeout):
-            while self._listening_version < wanted:
-                await self._listen_acknowledged.wait()
-            return
-        raise CallTimedOut(
-            f"server '{self.name}' did not acknowledge the new subscriptions within {self.config.timeout:g}s"
-        )
-
-    def _listening_for(self, version: int) -> None:
-        self._listening_version = version
-        acknowledged, self._listen_acknowledged = self._listen_acknowledged, anyio.Event()
-        acknowledged.set()
+        await self._subscriptions.unsubscribe(uri)
 
     async def set_log_level(self, level: str) -> None:
         """Ask a handshake-era server for log messages at `level` and above."""
