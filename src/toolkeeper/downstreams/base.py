@@ -13,11 +13,16 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types as types
+from pydantic import TypeAdapter
 
 if TYPE_CHECKING:
     import anyio
 
     from toolkeeper.config.model import SourceConfig
+
+# A result taken as the server sent it. The SDK validates a result with a TypeAdapter as readily
+# as with a model, but types `send_request` for models only.
+RAW = TypeAdapter(dict[str, Any])
 
 # What a downstream server may ask of the client side during a call.
 ServerInput = types.CreateMessageRequest | types.ElicitRequest | types.ListRootsRequest
@@ -65,10 +70,6 @@ class Downstream(Protocol):
 
     name: str
     state: State
-    tools: list[dict[str, Any]]
-    resources: list[dict[str, Any]]
-    resource_templates: list[dict[str, Any]]
-    prompts: list[dict[str, Any]]
     # What the source declared it offers, in wire form ({} until connected).
     capabilities: dict[str, Any]
     protocol_version: str | None
@@ -81,6 +82,18 @@ class Downstream(Protocol):
 
     @property
     def config(self) -> SourceConfig: ...
+
+    @property
+    def tools(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def resources(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def resource_templates(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def prompts(self) -> list[dict[str, Any]]: ...
 
     @property
     def era(self) -> Era | None:

@@ -27,11 +27,13 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.extension import ClientExtension
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from toolkeeper.config.model import ServerConfig
 from toolkeeper.downstreams.base import (
+    RAW,
     CallTimedOut,
     DownstreamListener,
     Era,
@@ -41,7 +43,7 @@ from toolkeeper.downstreams.base import (
     Unavailable,
 )
 from toolkeeper.downstreams.calls import InFlightCalls
-from toolkeeper.downstreams.http import binds_headers
+from toolkeeper.downstreams.lists import CHANGED_LISTS, LISTS, ServerLists
 from toolkeeper.downstreams.raw import LaneDeclined, LinkClosed, RawLane
 from toolkeeper.downstreams.subscriptions import Subscriptions
 from toolkeeper.downstreams.transports import open_transport
@@ -56,35 +58,15 @@ from toolkeeper.sdk_private import send_unvalidated
 
 logger = logging.getLogger(__name__)
 
-# A result taken as the server sent it. The SDK validates a result with a TypeAdapter as readily
-# as with a model, but types `send_request` for models only.
-RAW = TypeAdapter(dict[str, Any])
-CONNECTION_CLOSED = -32000
 # A downstream resolution is a preflight: it must never hold up a decision for long.
 RESOLVE_TIMEOUT = 5.0
-REQUEST_TIMEOUT = -32001
 # What the SDK's server says when a tool asks through its session on the 2026-07-28 wire.
 NO_BACK_CHANNEL = "no back-channel for server-initiated requests"
 INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 CONNECT_TIMEOUT = 30.0
 CLOSED_BY_SERVER = "connection closed by the server"
-MAX_PAGES = 1000
 LISTEN_RETRY_SECONDS = 1.0
-
-# What a server can list, each under its own request and with the key that identifies an entry.
-LISTS: dict[str, tuple[type[Any], str]] = {
-    "tools": (types.ListToolsRequest, "name"),
-    "resources": (types.ListResourcesRequest, "uri"),
-    "resourceTemplates": (types.ListResourceTemplatesRequest, "uriTemplate"),
-    "prompts": (types.ListPromptsRequest, "name"),
-}
-# Which lists a list_changed notification invalidates.
-_CHANGED_LISTS: dict[type[Any], tuple[str, ...]] = {
-    types.ToolListChangedNotification: ("tools",),
-    types.ResourceListChangedNotification: ("resources", "resourceTemplates"),
-    types.PromptListChangedNotification: ("prompts",),
-}
 
 
 class McpConnection:
@@ -92,10 +74,7 @@ class McpConnection:
         self.config = config
         self.name = config.name
         self.state = State.STARTING
-        self.tools: list[dict[str, Any]] = []
-        self.resources: list[dict[str, Any]] = []
-        self.resource_templates: list[dict[str, Any]] = []
-        self.prompts: list[dict[str, Any]] = []
+        self._lists = ServerLists(config)
         # The server's capabilities as it declared them (wire form), once connected.
         self.capabilities: dict[str, Any] = {}
         self.protocol_version: str | None = None
@@ -113,17 +92,11 @@ class McpConnection:
         self._attempting = False
         self._backoff = INITIAL_BACKOFF
         self._next_attempt_at: float | None = None
-        # Optional lists the server did not answer, already logged (each is logged once).
-        self._unanswered_logged: set[str] = set()
         self._listener = listener
         self._client: Client | None = None
         # The raw lane while connected (None for SSE servers).
         self._link: RawLane | None = None
-        self._header_bound: frozenset[str] = frozenset()
         self._lost = anyio.Event()
-        self._dirty: set[str] = set()
-        self._announced: set[str] = set()
-        self._dirty_event = anyio.Event()
         self._subscriptions = Subscriptions(self, timeout=config.timeout)
         # The log level last asked of a handshake-era server (None: never asked).
         self.log_level: str | None = None
@@ -175,14 +148,30 @@ class McpConnection:
             "Its tools come back when it connects; `toolkeeper servers` shows its state."
         )
 
+    # The server's lists as last fetched, kept while it is away.
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return self._lists.tools
+
+    @property
+    def resources(self) -> list[dict[str, Any]]:
+        return self._lists.resources
+
+    @property
+    def resource_templates(self) -> list[dict[str, Any]]:
+        return self._lists.resource_templates
+
+    @property
+    def prompts(self) -> list[dict[str, Any]]:
+        return self._lists.prompts
+
     # -------------------------------------------------------------- supervisor
     async def run(self, connect_slots: anyio.CapacityLimiter) -> None:
         """Supervise the connection until cancelled."""
         try:
             while True:
                 self._lost = anyio.Event()
-                self._dirty.clear()
-                self._dirty_event = anyio.Event()
+                self._lists.clear_dirty()
                 self._next_attempt_at = None
                 self._attempting = True
                 connects_before = self.connects
@@ -240,10 +229,7 @@ class McpConnection:
                             if capabilities
                             else {}
                         )
-                        lists = {
-                            kind: await self._fetch_optional_list(client, kind)
-                            for kind in self._offered_lists()
-                        }
+                        lists = await self._lists.fetch_offered(client, self.capabilities)
                         connect_slots.release()
                         holding_slot = False
                         handshake.deadline = math.inf
@@ -267,34 +253,6 @@ class McpConnection:
         # skip it and leave the server's capabilities unknown.
         return "auto"
 
-    def _offered_lists(self) -> list[str]:
-        kinds = ["tools"]
-        if "resources" in self.capabilities:
-            kinds += ["resources", "resourceTemplates"]
-        if "prompts" in self.capabilities:
-            kinds.append("prompts")
-        return kinds
-
-    def _store_list(self, kind: str, entries: list[dict[str, Any]]) -> None:
-        if kind == "tools":
-            self.tools = entries
-            # Over HTTP, these tools' calls carry arguments in headers that only the SDK sets.
-            self._header_bound = frozenset(t["name"] for t in entries if binds_headers(t))
-        elif kind == "resources":
-            self.resources = entries
-        elif kind == "resourceTemplates":
-            self.resource_templates = entries
-        else:
-            self.prompts = entries
-
-    def _stored_list(self, kind: str) -> list[dict[str, Any]]:
-        return {
-            "tools": self.tools,
-            "resources": self.resources,
-            "resourceTemplates": self.resource_templates,
-            "prompts": self.prompts,
-        }[kind]
-
     async def _serve_ready(self, client: Client, lists: dict[str, list[dict[str, Any]]]) -> None:
         self.protocol_version = client.protocol_version
         info = client.server_info
@@ -305,8 +263,7 @@ class McpConnection:
         self._attempting = False
         self.connected_since = time.monotonic()
         self.last_error = None
-        for kind in LISTS:
-            self._store_list(kind, lists.get(kind, []))
+        self._lists.store(lists)
         self._client = client
         self.log_level = None
         logger.info(
@@ -345,84 +302,10 @@ class McpConnection:
             self._backoff = INITIAL_BACKOFF
         self._set_state(State.RECONNECTING)
 
-    async def _fetch_optional_list(self, client: Client, kind: str) -> list[dict[str, Any]]:
-        """One list, or none for a server that does not answer it: a server is usable with
-        whatever part of the protocol it answers (many offer resources but no templates, and
-        answer -32601). A lost connection or a timeout still fails the attempt."""
-        try:
-            return await self._fetch_list(client, kind)
-        except MCPError as exc:
-            if exc.error.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
-                raise
-            log = logger.warning if kind not in self._unanswered_logged else logger.debug
-            self._unanswered_logged.add(kind)
-            log(
-                "server %r did not answer %s (error %d: %s); it is taken as empty",
-                self.name,
-                LISTS[kind][0].model_fields["method"].default,
-                exc.error.code,
-                exc.error.message,
-            )
-            return []
-
-    async def _fetch_list(self, client: Client, kind: str) -> list[dict[str, Any]]:
-        """One whole list as raw JSON (the SDK's models would drop unknown fields)."""
-        request_type, key = LISTS[kind]
-        entries: list[dict[str, Any]] = []
-        keys: set[str] = set()
-        cursor: str | None = None
-        seen: set[str] = set()
-        for _ in range(MAX_PAGES):
-            page = await self._list_page(client, request_type, cursor)
-            for entry in page.get(kind) or []:
-                value = entry.get(key) if isinstance(entry, dict) else None
-                if not isinstance(value, str) or not value:
-                    logger.warning(
-                        "server %r listed %s without a %s; ignored: %.200r", self.name, kind, key, entry
-                    )
-                elif value in keys:
-                    logger.warning(
-                        "server %r listed %s %r twice; the first one is used", self.name, kind, value
-                    )
-                else:
-                    keys.add(value)
-                    entries.append(entry)
-            cursor = page.get("nextCursor")
-            if not cursor or cursor in seen:
-                break
-            seen.add(cursor)
-        return entries
-
-    async def _list_page(self, client: Client, request_type: type[Any], cursor: str | None) -> dict[str, Any]:
-        request = request_type(params=types.PaginatedRequestParams(cursor=cursor))
-        try:
-            return await client.session.send_request(  # type: ignore[type-var]  # RAW: see its comment
-                request, RAW, request_read_timeout_seconds=self.config.timeout
-            )
-        except ValidationError as exc:
-            # The SDK refuses a whole page for one bad field (a hint of "yes"); the gateway
-            # treats such a field as absent instead (annotations/hints.py says which, per tool).
-            problem = exc.errors()[0]
-            logger.warning(
-                "server %r: its tools/list does not follow the schema (%s at %s); reading it as plain JSON",
-                self.name,
-                problem["msg"],
-                ".".join(str(p) for p in problem["loc"]),
-            )
-            params = request.model_dump(by_alias=True, mode="json", exclude_none=True).get("params")
-            return await send_unvalidated(client, request.method, params, self.config.timeout)
-
-    def _mark_dirty(self, *kinds: str, announced: bool = False) -> None:
-        offered = [kind for kind in kinds if kind in self._offered_lists()]
-        self._dirty.update(offered)
-        if announced:
-            self._announced.update(offered)
-        self._dirty_event.set()
-
     async def _on_message(self, message: Any) -> None:
-        kinds = _CHANGED_LISTS.get(type(message))
+        kinds = CHANGED_LISTS.get(type(message))
         if kinds:
-            self._mark_dirty(*kinds, announced=True)
+            self._lists.mark_dirty(*kinds, announced=True)
         elif isinstance(message, types.ResourceUpdatedNotification):
             await self._listener.resource_updated(self, message.params.uri)
 
@@ -454,28 +337,7 @@ class McpConnection:
 
     async def _refresh_when_dirty(self, client: Client) -> None:
         while True:
-            await self._dirty_event.wait()
-            self._dirty_event = anyio.Event()
-            kinds, self._dirty = self._dirty, set()
-            announced, self._announced = self._announced, set()
-            changed: set[str] = set()
-            for kind in LISTS:
-                if kind not in kinds:
-                    continue
-                try:
-                    entries = await self._fetch_optional_list(client, kind)
-                except MCPError as exc:
-                    logger.warning("server %r: refreshing its %s failed: %s", self.name, kind, exc)
-                    if exc.error.code == CONNECTION_CLOSED:
-                        self._lost.set()
-                    continue
-                # The gateway's own look (after subscribing) stays quiet when nothing changed; a
-                # change the server announced is passed on even if the list reads the same.
-                if entries == self._stored_list(kind) and kind not in announced:
-                    continue
-                self._store_list(kind, entries)
-                changed.add(kind)
-                logger.info("server %r: %s changed (%d)", self.name, kind, len(entries))
+            changed = await self._lists.refresh(client, self._lost)
             if changed:
                 self._listener.downstream_changed(self, changed)
 
@@ -503,7 +365,7 @@ class McpConnection:
                 ) as subscription:
                     subscriptions.listening_for(version)
                     # A change between the first listing and this subscription would be lost: look once.
-                    self._mark_dirty(*LISTS)
+                    self._lists.mark_dirty(*LISTS)
                     async with anyio.create_task_group() as tg:
 
                         async def drain() -> None:
@@ -619,7 +481,7 @@ class McpConnection:
 
     def _raw_over_http(self, name: str) -> bool:
         # A handshake-era HTTP server keeps a session only the SDK's transport holds.
-        return self.era is Era.MODERN and name not in self._header_bound
+        return self.era is Era.MODERN and name not in self._lists.header_bound
 
     async def _raw_request(
         self, link: RawLane, method: str, params: dict[str, Any], what: str
