@@ -10,8 +10,8 @@ from typing import Any
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from toolkeeper.sdk_private import send_unvalidated
 from toolkeeper.protocol import ANNOTATIONS_METHOD, RESOLUTION_EXTENSION, RESOLVE_METHOD
+from toolkeeper.sdk_private import send_unvalidated
 
 TIMEOUT = 10.0
 
