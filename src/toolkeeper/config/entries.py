@@ -38,9 +38,11 @@ COMMON_KEYS = {
 }  # fmt: skip
 PREFIX = re.compile(r"^[A-Za-z0-9_-]{0,40}$")
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
-# Shorter values are not hidden in messages: they cannot be much of a secret, and replacing every
-# "1" or "true" would garble the text.
-MIN_HIDDEN_LENGTH = 6
+# Values of fewer characters are not hidden in messages: one to three characters are no secret
+# worth the name, and replacing every "1", "on" or "yes" in every log line would garble it. From
+# four characters on (a PIN, a short path like "/opt") a value is hidden wherever it appears, at
+# the cost of the odd innocent word that happens to equal one.
+MIN_HIDDEN_LENGTH = 4
 
 
 class EntryError(Exception):

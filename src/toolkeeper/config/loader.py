@@ -39,6 +39,7 @@ from toolkeeper.config.model import (
     GatewaySettings,
     SourceConfig,
 )
+from toolkeeper.log import hide_in_logs
 
 logger = logging.getLogger(__name__)
 
@@ -82,9 +83,13 @@ def load_config(
     *,
     kinds: Sequence[EntryKind] = STANDARD_KINDS,
 ) -> Config:
+    """The configuration this process runs with. From here on its secrets are kept out of every
+    log line (`toolkeeper.log`), a server's stderr and the libraries' messages included."""
     path, origin = find_config(explicit)
     logger.info("configuration: %s (%s)", path, origin)
-    return parse_config_file(path, environ=environ, kinds=kinds)
+    config = parse_config_file(path, environ=environ, kinds=kinds)
+    hide_in_logs(config.redact)
+    return config
 
 
 def parse_config_file(

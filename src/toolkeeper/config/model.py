@@ -8,7 +8,9 @@ point toolkeeper at the file they already have. toolkeeper's own per-server keys
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -37,6 +39,28 @@ def mask_credentials(text: str) -> str:
     """`text` with URL passwords and the values of credential-named parameters masked."""
     text = _URL_PASSWORD.sub(rf"\1:{MASK}@", text)
     return _NAMED_CREDENTIAL.sub(rf"\1\2={MASK}", text)
+
+
+class Redactor:
+    """Replaces secret values in any text, each by what to show instead, in one pass: a longer
+    value wins over one it contains, and a replacement is never searched again."""
+
+    __slots__ = ("_pattern", "_shown")
+
+    def __init__(self, hidden: Iterable[tuple[str, str]]) -> None:
+        self._shown: dict[str, str] = {}
+        for secret, shown in hidden:
+            self._shown.setdefault(secret, shown)
+        longest_first = sorted(self._shown, key=len, reverse=True)
+        self._pattern = re.compile("|".join(map(re.escape, longest_first))) if longest_first else None
+
+    def __call__(self, text: str) -> str:
+        if self._pattern is None:
+            return text
+        return self._pattern.sub(self._replacement, text)
+
+    def _replacement(self, match: re.Match[str]) -> str:
+        return self._shown[match.group(0)]
 
 
 DEFAULT_CALL_TIMEOUT = 60.0
@@ -82,9 +106,11 @@ class SourceConfig:
 
     def redact(self, text: str) -> str:
         """`text` (a log line, an error) without this source's secrets."""
-        for secret, shown in self.hidden:
-            text = text.replace(secret, shown)
-        return mask_credentials(text)
+        return mask_credentials(self._redactor(text))
+
+    @cached_property
+    def _redactor(self) -> Redactor:
+        return Redactor(self.hidden)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,3 +184,8 @@ class Config:
     # Entries that were present but could not be used, with the reason (already logged).
     skipped: dict[str, str] = field(default_factory=dict)
     disabled: tuple[str, ...] = ()
+
+    @cached_property
+    def redact(self) -> Redactor:
+        """Every server's secrets out of any text: what the log filter applies to every line."""
+        return Redactor(pair for server in self.servers for pair in server.hidden)

@@ -81,7 +81,7 @@ class McpConnection:
         self.server_info: dict[str, Any] | None = None
         # What the server says about using it (its `instructions`), kept while it is away.
         self.instructions: str | None = None
-        self.last_error: str | None = None
+        self._last_error: str | None = None
         self.connected_since: float | None = None
         self.connects = 0
         self.first_attempt_done = anyio.Event()
@@ -126,6 +126,16 @@ class McpConnection:
     @property
     def available(self) -> bool:
         return self.state is State.READY
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the last connection failed or ended, without the server's secrets (an error may
+        quote the expanded command or URL): it leaves the process in inspection and in errors."""
+        return self._last_error
+
+    @last_error.setter
+    def last_error(self, reason: str | None) -> None:
+        self._last_error = None if reason is None else self.config.redact(reason)
 
     def describe_unavailable(self) -> str:
         reason = f" (last error: {self.last_error})" if self.last_error else ""
@@ -611,16 +621,11 @@ def _refused(exc: BaseException) -> bool:
 
 
 def _explain(exc: BaseException, config: ServerConfig) -> str:
-    """A person-readable reason for a failed connection, without the server's secrets (an
-    error may quote the expanded command or URL)."""
-    return config.redact(_reason(exc, config))
-
-
-def _reason(exc: BaseException, config: ServerConfig) -> str:
+    """A person-readable reason for a failed connection (`last_error` removes the secrets)."""
     if isinstance(exc, BaseExceptionGroup):
         leaves = [e for e in exc.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())]
         if leaves:
-            return _reason(leaves[0], config)
+            return _explain(leaves[0], config)
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {config.command!r} (check 'command' and PATH)"
     if isinstance(exc, PermissionError):

@@ -40,7 +40,7 @@ class ToolSource(ABC):
         self.capabilities: dict[str, Any] = {}
         self.protocol_version: str | None = None
         self.instructions: str | None = None
-        self.last_error: str | None = None
+        self._last_error: str | None = None
         self.connected_since: float | None = None
         self.connects = 0
         self.first_attempt_done = anyio.Event()
@@ -78,6 +78,16 @@ class ToolSource(ABC):
     @property
     def available(self) -> bool:
         return self.state is State.READY
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the source is not ready, without its secrets: a kind may set any exception's
+        text, and this leaves the process in inspection and in errors."""
+        return self._last_error
+
+    @last_error.setter
+    def last_error(self, reason: str | None) -> None:
+        self._last_error = None if reason is None else self.config.redact(reason)
 
     def describe_unavailable(self) -> str:
         reason = f" (last error: {self.last_error})" if self.last_error else ""

@@ -29,6 +29,7 @@ from toolkeeper.edge.http_fastlane import HttpFastLane, respond
 from toolkeeper.edge.stdio import stdio_streams
 from toolkeeper.faces.mcp.config_tools import ConfigMenu
 from toolkeeper.faces.mcp.server import build_server
+from toolkeeper.log import redact_every_handler
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.store import Store
 
@@ -271,6 +272,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
             timeout_graceful_shutdown=CALLS_ENDED_SECONDS + 1,
         )
     )
+    redact_every_handler()  # uvicorn's configuration just gave its loggers handlers of their own
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
