@@ -5,8 +5,9 @@ resource updates.
 Downstream connections are shared by every client of the gateway. In the handshake era a
 server's request does not say which call it belongs to, so toolkeeper never guesses (see
 `ServerCalls`): a request goes to the client whose calls are the only ones in flight on that
-server, and is refused when calls of several clients are; a server that has asked something
-once has its calls taken in turns from then on, one client at a time.
+server; one that comes while calls of several clients are waits (up to `PLACING_TIMEOUT`) until
+the others' calls have ended, and is refused only if they do not; a server that has asked
+something once has its calls taken in turns from then on, one client at a time.
 
 The two protocol eras meet here:
 - a handshake-era (legacy) client gets the server's request as a real request on its call's
@@ -64,6 +65,10 @@ EXCHANGE_TIMEOUT = 600.0
 # How long a call waits for its server to take new roots after it was told they changed.
 ROOTS_SETTLE_SECONDS = 2.0
 ROOTS_ASK_TIMEOUT = 10.0
+# How long a server's request that came while calls of several clients were in flight waits for
+# the calls of all but one client to end (then it is that client's) before it is refused. Only
+# the calls in flight at a server's first request can be mixed: later ones take turns.
+PLACING_TIMEOUT = 10.0
 REQUEST_STATE_PREFIX = "toolkeeper:"
 
 _REQUEST_TYPES: dict[str, Any] = {
@@ -131,10 +136,13 @@ class ServerCalls:
 
     A handshake-era server's request does not say which call it belongs to (over streamable
     HTTP the stream it arrives on would, but the SDK's client does not tell), so a request goes
-    to a client only when that client's calls are the only ones in flight, and is refused
-    otherwise. Once a server has asked anything (`asks`), its calls are taken in turns so that
-    this always holds: calls of one client at a time, or any number of calls of clients that can
-    answer nothing. Servers that never ask are never slowed down."""
+    to a client only when that client's calls are the only ones in flight. One that comes while
+    calls of several clients are in flight waits until it can be placed (see `placeable`): a
+    server's call does not end while its own question is unanswered, so once the calls of all
+    but one client have ended the question is that client's. Once a server has asked anything
+    (`asks`), its calls are taken in turns so that this always holds: calls of one client at a
+    time, or any number of calls of clients that can answer nothing. Servers that never ask are
+    never slowed down."""
 
     def __init__(self, downstream: Downstream) -> None:
         self.downstream = downstream
@@ -145,6 +153,10 @@ class ServerCalls:
         # while it has not asked again since it was told, what its calls wait for.
         self.takes_roots = False
         self.roots_pending: anyio.Event | None = None
+        # The server's requests waiting to be placed, oldest first, and what wakes them when the
+        # calls in flight or the waiting requests change.
+        self._unplaced: list[object] = []
+        self._changed = anyio.Event()
 
     def _fits(self, caller: Caller) -> bool:
         if not self.asks:
@@ -182,6 +194,32 @@ class ServerCalls:
             waiting, admitted = self._queue.pop(0)
             self.running.append(waiting)
             admitted.set()
+        self._wake_unplaced()
+
+    def _wake_unplaced(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def placeable(self, timeout: float) -> bool:
+        """Wait, up to `timeout`, until the calls in flight are one client's, so that a request
+        the server sent meanwhile is that client's. False if they are not: the wait ran out, or
+        every call in flight may be waiting on one of the requests waiting here. Then none of
+        those calls can end on its own, so the newest request is given up: its call can end, and
+        the others can be placed."""
+        request = object()
+        self._unplaced.append(request)
+        self._wake_unplaced()
+        try:
+            with anyio.move_on_after(timeout):
+                while self.mixed():
+                    if request is self._unplaced[-1] and len(self._unplaced) >= len(self.running):
+                        return False
+                    changed = self._changed
+                    await changed.wait()
+            return not self.mixed()
+        finally:
+            self._unplaced.remove(request)
+            self._wake_unplaced()
 
     def latest(self) -> Caller | None:
         return self.running[-1] if self.running else None
@@ -538,19 +576,19 @@ class Relay:
                 downstream.name,
                 method,
             )
+        if calls.mixed() and not await calls.placeable(PLACING_TIMEOUT):
+            return types.ErrorData(
+                code=INTERNAL_ERROR,
+                message=f"toolkeeper: {method} from '{downstream.name}' came while calls of several clients"
+                " were in flight, and the handshake era does not say whose call it belongs to, so no"
+                " client was asked; call the tool again (such calls now take turns)",
+            )
         caller = calls.latest()
         if caller is None:
             return types.ErrorData(
                 code=INTERNAL_ERROR,
                 message=f"toolkeeper: {method} from '{downstream.name}' outside of a call has no client"
                 " to ask",
-            )
-        if calls.mixed():
-            return types.ErrorData(
-                code=INTERNAL_ERROR,
-                message=f"toolkeeper: {method} from '{downstream.name}' came while calls of several clients"
-                " were in flight, and the handshake era does not say whose call it belongs to, so no"
-                " client was asked; call the tool again (such calls now take turns)",
             )
         if not caller.can_answer(method):
             return _undeclared(method)
