@@ -374,6 +374,35 @@ async def test_two_clients_roots_meet_in_their_intersection(folders):
         stop(process)
 
 
+async def test_a_modern_clients_roots_confine_a_shared_filesystem_server(folders):
+    """A 2026-07-28 client has no session to be asked outside a call: it is asked for its roots in
+    its first call's result, and the server then gets no more than them, as it would directly."""
+    fs, config = folders
+    async with gateway_client(config, "auto", list_roots_callback=roots_of(fs / "sub")) as client:
+        assert "in sub" in await read(client, fs / "sub" / "inside.txt")
+        assert "denied" in (await read(client, fs / "hello.txt")).lower()
+        assert "denied" in (await read(client, fs / "other" / "inside.txt")).lower()
+
+
+async def test_a_modern_and_a_handshake_era_clients_roots_meet_in_their_intersection(folders):
+    fs, config = folders
+    port = free_port()
+    process = spawn_http_gateway(config, port)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wait_port(port)
+        async with Client(url, mode="legacy", list_roots_callback=roots_of(fs)) as wide:
+            assert "in other" in await read(wide, fs / "other" / "inside.txt")
+            async with Client(url, mode="auto", list_roots_callback=roots_of(fs / "sub")) as narrow:
+                assert "in sub" in await read(narrow, fs / "sub" / "inside.txt")
+                # The modern client's root holds for both: neither reaches outside it.
+                assert "denied" in (await read(narrow, fs / "hello.txt")).lower()
+                assert "denied" in (await read(narrow, fs / "other" / "inside.txt")).lower()
+                assert "denied" in (await read(wide, fs / "other" / "inside.txt")).lower()
+    finally:
+        stop(process)
+
+
 # -- what the client cannot do ------------------------------------------------------------------
 
 

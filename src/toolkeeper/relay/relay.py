@@ -17,7 +17,10 @@ The two protocol eras meet here:
   and the arguments);
 - a modern server's `InputRequiredResult` is answered for a legacy client by asking it each
   embedded request, then retrying the call downstream with the answers; a modern client gets it
-  as it is and retries through the gateway.
+  as it is and retries through the gateway;
+- a server that takes roots outside of calls gets what every client allows (roots.py): a legacy
+  client is asked for its roots on its first call's stream, a modern client in its first call's
+  result (`InputRequiredResult`, sealed like the others), before that call runs.
 """
 
 from __future__ import annotations
@@ -70,6 +73,10 @@ ROOTS_ASK_TIMEOUT = 10.0
 # the calls in flight at a server's first request can be mixed: later ones take turns.
 PLACING_TIMEOUT = 10.0
 REQUEST_STATE_PREFIX = "toolkeeper:"
+# The requestState and inputRequests key of the gateway's own roots question to a modern client.
+ROOTS_STATE_PREFIX = "toolkeeper-roots:"
+ROOTS_ANSWER_KEY = "toolkeeper.roots"
+ROOTS_SUBJECT = "roots"
 
 _REQUEST_TYPES: dict[str, Any] = {
     "sampling/createMessage": types.CreateMessageRequest,
@@ -343,6 +350,47 @@ class Relay:
             roots = None
         await self.roots.learn(ctx.session, roots)
 
+    async def _roots_known(self, ctx: ServerRequestContext[Any], session: str) -> bool:
+        """Whether the calling client's roots count for what servers get: a handshake-era client
+        not asked yet is asked now, on its call's stream; a modern client can only be asked in its
+        call's result (False)."""
+        if is_modern(ctx):
+            return self.roots.knows_modern(session)
+        if not self.roots.knows(ctx.session):
+            await self._learn_roots(ctx)
+        return True
+
+    def _ask_modern_roots(self, session: str, digest: str) -> dict[str, Any]:
+        """The result that asks a modern client for its roots; its retry of the same call
+        answers (see `_take_modern_roots`)."""
+        token = self.seal.issue(session, digest, ROOTS_ASK_TIMEOUT, subject=ROOTS_SUBJECT)
+        return {
+            "resultType": "input_required",
+            "inputRequests": {ROOTS_ANSWER_KEY: {"method": "roots/list"}},
+            "requestState": ROOTS_STATE_PREFIX + token,
+        }
+
+    async def _take_modern_roots(self, state: str, responses: Any, session: str, digest: str) -> None:
+        """A modern client's retry with its roots: only the client asked, retrying the same call,
+        is heard; an answer that is not a roots list counts as none, as a handshake-era client's."""
+        token = state.removeprefix(ROOTS_STATE_PREFIX)
+        problem = self.seal.check(token, session, digest)
+        if problem is None and self.seal.subject_of(token) != ROOTS_SUBJECT:
+            problem = "the request state was not issued for roots"
+        if problem is not None:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"requestState was not accepted ({problem}); call the tool again without it",
+            )
+        answer = responses.get(ROOTS_ANSWER_KEY) if isinstance(responses, dict) else None
+        roots: list[dict[str, Any]] | None = None
+        try:
+            listed = _RESULT_TYPES["roots/list"].validate_python(answer)
+            roots = listed.model_dump(by_alias=True, mode="json", exclude_none=True)["roots"]
+        except (ValidationError, KeyError) as exc:
+            logger.warning("a client declared roots but did not list them (%s); counted as none", exc)
+        await self.roots.learn_modern(session, roots)
+
     async def _roots_changed(self) -> None:
         """Tell each server that took roots outside of a call that they changed; its calls wait
         (briefly) until it has asked again."""
@@ -390,19 +438,21 @@ class Relay:
         if isinstance(state, str) and state.startswith(REQUEST_STATE_PREFIX):
             digest = call_hash(downstream.name, name, arguments, "")
             return await self._resume(ctx, state, params.get("inputResponses") or {}, session, digest)
+        if isinstance(state, str) and state.startswith(ROOTS_STATE_PREFIX):
+            digest = call_hash(downstream.name, name, arguments, "")
+            await self._take_modern_roots(state, params.get("inputResponses"), session, digest)
+            # The retry's envelope was for the gateway alone: the downstream sees the plain call.
+            params = {k: v for k, v in params.items() if k not in ("requestState", "inputResponses")}
+        calls = self.calls_on(downstream)
+        if calls.takes_roots and _declared(ctx, "roots/list") and not await self._roots_known(ctx, session):
+            # A modern client's roots must narrow what the server gets before its call runs: it
+            # is asked in this call's result, and its retry carries them.
+            return self._ask_modern_roots(session, call_hash(downstream.name, name, arguments, ""))
         meta = dict(params.get("_meta") or {})
         level = self._log_level_for(ctx, meta)
         if level is not None and downstream.era is Era.LEGACY:
             await downstream.set_log_level(_most_verbose(level, *self._session_levels()))
         extra: dict[str, Any] = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
-        calls = self.calls_on(downstream)
-        if (
-            calls.takes_roots
-            and not is_modern(ctx)
-            and _declared(ctx, "roots/list")
-            and not self.roots.knows(ctx.session)
-        ):
-            await self._learn_roots(ctx)
 
         async def call_downstream(caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
             # While the call runs, what its server sends (requests, logs) may go to this caller.
