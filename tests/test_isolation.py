@@ -19,6 +19,7 @@ import anyio
 import mcp_types as types
 import pytest
 from conftest import (
+    CONTROLLABLE,
     PY,
     ROOT,
     free_port,
@@ -33,6 +34,8 @@ from conftest import (
 )
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+
+from toolkeeper.relay.relay import PLACING_TIMEOUT
 
 pytestmark = [
     pytest.mark.anyio,
@@ -238,6 +241,79 @@ def test_a_request_state_holds_only_for_its_client_its_tool_its_arguments_and_on
     assert replay["error"]["code"] == -32602, replay
 
 
+# -- a server's first question, while calls of two clients are in flight -------------------------
+
+
+@pytest.fixture
+def asking_server(tmp_path):
+    """The URL of an HTTP gateway in front of one handshake-era controllable server that offers
+    `ask` (a question during the call, after a delay)."""
+    entry = {"command": PY, "args": [CONTROLLABLE, "--asks"], "protocol": "legacy", "prefix": ""}
+    config = write_config(tmp_path, {"ctl": entry})
+    port = free_port()
+    process = spawn_http_gateway(config, port)
+    try:
+        wait_port(port)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop(process)
+
+
+def named(who: str):
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": f"user-{who}"})
+
+    return elicit
+
+
+async def test_a_first_question_during_another_clients_call_waits_for_that_call_to_end(asking_server):
+    """Before the server has asked anything, calls of both clients run side by side. Its first
+    question comes while B's call is in flight, so it cannot be told apart yet: it waits until
+    B's call ends (then it can only be A's) and reaches A; nobody is refused."""
+    async with (
+        Client(asking_server, mode="legacy", elicitation_callback=named("A")) as a,
+        Client(asking_server, mode="legacy", elicitation_callback=named("B")) as b,
+    ):
+        await wait_for_tool(a, "ask")
+        results: dict[str, str] = {}
+
+        async def one(who: str, client: Client, tool: str, arguments: dict[str, Any]) -> None:
+            results[who] = text_of(await call(client, tool, arguments))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, "B", b, "sleep", {"seconds": 1.5})
+            await anyio.sleep(0.3)  # B's call is in flight
+            tg.start_soon(one, "A", a, "ask", {"after": 0.3})
+    assert results["B"] == "slept", results
+    assert "user-A" in results["A"], results
+
+
+async def test_first_questions_of_two_clients_at_once_cost_one_call_at_most(asking_server):
+    """Both calls ask at once, before turns start: neither question can be told apart, and
+    neither call can end while its question waits. One question is refused at once (not after
+    the wait), its call ends, and the other question then reaches its own client."""
+    async with (
+        Client(asking_server, mode="legacy", elicitation_callback=named("A")) as a,
+        Client(asking_server, mode="legacy", elicitation_callback=named("B")) as b,
+    ):
+        await wait_for_tool(a, "ask")
+        results: dict[str, str] = {}
+
+        async def one(who: str, client: Client) -> None:
+            results[who] = text_of(await call(client, "ask", {"after": 0.5}))
+
+        started = anyio.current_time()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, "A", a)
+            tg.start_soon(one, "B", b)
+        elapsed = anyio.current_time() - started
+    outcomes = sorted("own" if f"user-{who}" in text else "refused" for who, text in results.items())
+    for who, text in results.items():
+        assert f"user-{who}" in text or REFUSED in text, results
+    assert outcomes in (["own", "own"], ["own", "refused"]), results
+    assert elapsed < PLACING_TIMEOUT, elapsed
+
+
 # -- roots of a shared server -------------------------------------------------------------------
 
 
@@ -294,6 +370,35 @@ async def test_two_clients_roots_meet_in_their_intersection(folders):
                     # Nothing in common: nothing is readable.
                     assert "denied" in (await read(apart, fs / "other" / "inside.txt")).lower()
                     assert "denied" in (await read(narrow, fs / "sub" / "inside.txt")).lower()
+    finally:
+        stop(process)
+
+
+async def test_a_modern_clients_roots_confine_a_shared_filesystem_server(folders):
+    """A 2026-07-28 client has no session to be asked outside a call: it is asked for its roots in
+    its first call's result, and the server then gets no more than them, as it would directly."""
+    fs, config = folders
+    async with gateway_client(config, "auto", list_roots_callback=roots_of(fs / "sub")) as client:
+        assert "in sub" in await read(client, fs / "sub" / "inside.txt")
+        assert "denied" in (await read(client, fs / "hello.txt")).lower()
+        assert "denied" in (await read(client, fs / "other" / "inside.txt")).lower()
+
+
+async def test_a_modern_and_a_handshake_era_clients_roots_meet_in_their_intersection(folders):
+    fs, config = folders
+    port = free_port()
+    process = spawn_http_gateway(config, port)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wait_port(port)
+        async with Client(url, mode="legacy", list_roots_callback=roots_of(fs)) as wide:
+            assert "in other" in await read(wide, fs / "other" / "inside.txt")
+            async with Client(url, mode="auto", list_roots_callback=roots_of(fs / "sub")) as narrow:
+                assert "in sub" in await read(narrow, fs / "sub" / "inside.txt")
+                # The modern client's root holds for both: neither reaches outside it.
+                assert "denied" in (await read(narrow, fs / "hello.txt")).lower()
+                assert "denied" in (await read(narrow, fs / "other" / "inside.txt")).lower()
+                assert "denied" in (await read(wide, fs / "other" / "inside.txt")).lower()
     finally:
         stop(process)
 

@@ -5,7 +5,8 @@ Runs over stdio (default) or streamable HTTP (`--http PORT`), serving both proto
 `--record FILE` appends one JSON line per request it receives (method, headers on HTTP), so a
 test can see what actually reached the server. `--instructions TEXT` sets its instructions;
 `--resources` offers resources and prompts (a low-level server with no resource templates
-handler, so `resources/templates/list` is answered -32601 like many servers do).
+handler, so `resources/templates/list` is answered -32601 like many servers do). `--asks` offers
+`ask`, a tool that puts a question to its client during the call.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
@@ -43,6 +45,34 @@ def text_tool(name: str, description: str, properties: dict[str, Any] | None = N
     )
 
 
+ASK_TOOL = text_tool(
+    "ask",
+    "Wait `after` seconds, then ask the client for a name (elicitation/create).",
+    {"after": {"type": "number"}},
+)
+
+
+async def ask(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+    """The `ask` tool: a question during the call (handshake era) or in its result (2026-07-28)."""
+    request = types.ElicitRequest(
+        params=types.ElicitRequestFormParams(
+            message="Who are you?",
+            requested_schema={"type": "object", "properties": {"name": {"type": "string"}}},
+        )
+    )
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        answer: Any = (params.input_responses or {}).get("who")
+        if answer is None:
+            return types.InputRequiredResult(input_requests={"who": request})
+        answer = types.ElicitResult.model_validate(answer.model_dump(by_alias=True, mode="json"))
+    else:
+        await anyio.sleep(float((params.arguments or {}).get("after", 0)))
+        answer = await ctx.session.send_request(
+            request, types.ElicitResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
+        )
+    return types.CallToolResult(content=[types.TextContent(text=f"answered: {json.dumps(answer.content)}")])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on this port")
@@ -52,6 +82,7 @@ def main() -> None:
     parser.add_argument("--echo-variant", default="", help="extra property in echo's schema")
     parser.add_argument("--instructions", default=None)
     parser.add_argument("--resources", action="store_true", help="offer resources and prompts")
+    parser.add_argument("--asks", action="store_true", help="offer the ask tool (a question during a call)")
     parser.add_argument(
         "--start-delay-file",
         default=None,
@@ -122,6 +153,8 @@ def main() -> None:
             text_tool("pid", "Return this process's id."),
         ]
         tools += [text_tool(name, f"Extra tool {name}.") for name in extra]
+        if args.asks:
+            tools.append(ASK_TOOL)
         return tools
 
     async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> dict[str, Any]:
@@ -178,6 +211,8 @@ def main() -> None:
         if name == "sleep":
             await anyio.sleep(float(arguments.get("seconds", 3600)))
             return types.CallToolResult(content=[types.TextContent(text="slept")])
+        if name == "ask" and args.asks:
+            return await ask(ctx, params)
         if name == "progress":
             token = (ctx.params or {}).get("_meta", {}).get("progressToken")
             steps = int(arguments.get("steps", 3))

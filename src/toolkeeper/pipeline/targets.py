@@ -29,6 +29,8 @@ class DownstreamTool:
     def needs_client(self, call: ToolCall) -> bool:
         # A downstream that may ask during the call (a handshake-era server) asks a client that
         # declared sampling, elicitation or roots; the others ask nothing, or ask in the result.
+        # This also keeps a modern client that declared roots off the fast lane for a server that
+        # takes roots: the relay asks it for them first (a handshake-era server, here too).
         if not self.downstream.may_ask_client:
             return False
         capabilities = call.capabilities or {}

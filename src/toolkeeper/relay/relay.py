@@ -5,8 +5,9 @@ resource updates.
 Downstream connections are shared by every client of the gateway. In the handshake era a
 server's request does not say which call it belongs to, so toolkeeper never guesses (see
 `ServerCalls`): a request goes to the client whose calls are the only ones in flight on that
-server, and is refused when calls of several clients are; a server that has asked something
-once has its calls taken in turns from then on, one client at a time.
+server; one that comes while calls of several clients are waits (up to `PLACING_TIMEOUT`) until
+the others' calls have ended, and is refused only if they do not; a server that has asked
+something once has its calls taken in turns from then on, one client at a time.
 
 The two protocol eras meet here:
 - a handshake-era (legacy) client gets the server's request as a real request on its call's
@@ -16,7 +17,10 @@ The two protocol eras meet here:
   and the arguments);
 - a modern server's `InputRequiredResult` is answered for a legacy client by asking it each
   embedded request, then retrying the call downstream with the answers; a modern client gets it
-  as it is and retries through the gateway.
+  as it is and retries through the gateway;
+- a server that takes roots outside of calls gets what every client allows (roots.py): a legacy
+  client is asked for its roots on its first call's stream, a modern client in its first call's
+  result (`InputRequiredResult`, sealed like the others), before that call runs.
 """
 
 from __future__ import annotations
@@ -64,7 +68,15 @@ EXCHANGE_TIMEOUT = 600.0
 # How long a call waits for its server to take new roots after it was told they changed.
 ROOTS_SETTLE_SECONDS = 2.0
 ROOTS_ASK_TIMEOUT = 10.0
+# How long a server's request that came while calls of several clients were in flight waits for
+# the calls of all but one client to end (then it is that client's) before it is refused. Only
+# the calls in flight at a server's first request can be mixed: later ones take turns.
+PLACING_TIMEOUT = 10.0
 REQUEST_STATE_PREFIX = "toolkeeper:"
+# The requestState and inputRequests key of the gateway's own roots question to a modern client.
+ROOTS_STATE_PREFIX = "toolkeeper-roots:"
+ROOTS_ANSWER_KEY = "toolkeeper.roots"
+ROOTS_SUBJECT = "roots"
 
 _REQUEST_TYPES: dict[str, Any] = {
     "sampling/createMessage": types.CreateMessageRequest,
@@ -131,10 +143,13 @@ class ServerCalls:
 
     A handshake-era server's request does not say which call it belongs to (over streamable
     HTTP the stream it arrives on would, but the SDK's client does not tell), so a request goes
-    to a client only when that client's calls are the only ones in flight, and is refused
-    otherwise. Once a server has asked anything (`asks`), its calls are taken in turns so that
-    this always holds: calls of one client at a time, or any number of calls of clients that can
-    answer nothing. Servers that never ask are never slowed down."""
+    to a client only when that client's calls are the only ones in flight. One that comes while
+    calls of several clients are in flight waits until it can be placed (see `placeable`): a
+    server's call does not end while its own question is unanswered, so once the calls of all
+    but one client have ended the question is that client's. Once a server has asked anything
+    (`asks`), its calls are taken in turns so that this always holds: calls of one client at a
+    time, or any number of calls of clients that can answer nothing. Servers that never ask are
+    never slowed down."""
 
     def __init__(self, downstream: Downstream) -> None:
         self.downstream = downstream
@@ -145,6 +160,10 @@ class ServerCalls:
         # while it has not asked again since it was told, what its calls wait for.
         self.takes_roots = False
         self.roots_pending: anyio.Event | None = None
+        # The server's requests waiting to be placed, oldest first, and what wakes them when the
+        # calls in flight or the waiting requests change.
+        self._unplaced: list[object] = []
+        self._changed = anyio.Event()
 
     def _fits(self, caller: Caller) -> bool:
         if not self.asks:
@@ -182,6 +201,32 @@ class ServerCalls:
             waiting, admitted = self._queue.pop(0)
             self.running.append(waiting)
             admitted.set()
+        self._wake_unplaced()
+
+    def _wake_unplaced(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def placeable(self, timeout: float) -> bool:
+        """Wait, up to `timeout`, until the calls in flight are one client's, so that a request
+        the server sent meanwhile is that client's. False if they are not: the wait ran out, or
+        every call in flight may be waiting on one of the requests waiting here. Then none of
+        those calls can end on its own, so the newest request is given up: its call can end, and
+        the others can be placed."""
+        request = object()
+        self._unplaced.append(request)
+        self._wake_unplaced()
+        try:
+            with anyio.move_on_after(timeout):
+                while self.mixed():
+                    if request is self._unplaced[-1] and len(self._unplaced) >= len(self.running):
+                        return False
+                    changed = self._changed
+                    await changed.wait()
+            return not self.mixed()
+        finally:
+            self._unplaced.remove(request)
+            self._wake_unplaced()
 
     def latest(self) -> Caller | None:
         return self.running[-1] if self.running else None
@@ -305,6 +350,47 @@ class Relay:
             roots = None
         await self.roots.learn(ctx.session, roots)
 
+    async def _roots_known(self, ctx: ServerRequestContext[Any], session: str) -> bool:
+        """Whether the calling client's roots count for what servers get: a handshake-era client
+        not asked yet is asked now, on its call's stream; a modern client can only be asked in its
+        call's result (False)."""
+        if is_modern(ctx):
+            return self.roots.knows_modern(session)
+        if not self.roots.knows(ctx.session):
+            await self._learn_roots(ctx)
+        return True
+
+    def _ask_modern_roots(self, session: str, digest: str) -> dict[str, Any]:
+        """The result that asks a modern client for its roots; its retry of the same call
+        answers (see `_take_modern_roots`)."""
+        token = self.seal.issue(session, digest, ROOTS_ASK_TIMEOUT, subject=ROOTS_SUBJECT)
+        return {
+            "resultType": "input_required",
+            "inputRequests": {ROOTS_ANSWER_KEY: {"method": "roots/list"}},
+            "requestState": ROOTS_STATE_PREFIX + token,
+        }
+
+    async def _take_modern_roots(self, state: str, responses: Any, session: str, digest: str) -> None:
+        """A modern client's retry with its roots: only the client asked, retrying the same call,
+        is heard; an answer that is not a roots list counts as none, as a handshake-era client's."""
+        token = state.removeprefix(ROOTS_STATE_PREFIX)
+        problem = self.seal.check(token, session, digest)
+        if problem is None and self.seal.subject_of(token) != ROOTS_SUBJECT:
+            problem = "the request state was not issued for roots"
+        if problem is not None:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"requestState was not accepted ({problem}); call the tool again without it",
+            )
+        answer = responses.get(ROOTS_ANSWER_KEY) if isinstance(responses, dict) else None
+        roots: list[dict[str, Any]] | None = None
+        try:
+            listed = _RESULT_TYPES["roots/list"].validate_python(answer)
+            roots = listed.model_dump(by_alias=True, mode="json", exclude_none=True)["roots"]
+        except (ValidationError, KeyError) as exc:
+            logger.warning("a client declared roots but did not list them (%s); counted as none", exc)
+        await self.roots.learn_modern(session, roots)
+
     async def _roots_changed(self) -> None:
         """Tell each server that took roots outside of a call that they changed; its calls wait
         (briefly) until it has asked again."""
@@ -352,19 +438,21 @@ class Relay:
         if isinstance(state, str) and state.startswith(REQUEST_STATE_PREFIX):
             digest = call_hash(downstream.name, name, arguments, "")
             return await self._resume(ctx, state, params.get("inputResponses") or {}, session, digest)
+        if isinstance(state, str) and state.startswith(ROOTS_STATE_PREFIX):
+            digest = call_hash(downstream.name, name, arguments, "")
+            await self._take_modern_roots(state, params.get("inputResponses"), session, digest)
+            # The retry's envelope was for the gateway alone: the downstream sees the plain call.
+            params = {k: v for k, v in params.items() if k not in ("requestState", "inputResponses")}
+        calls = self.calls_on(downstream)
+        if calls.takes_roots and _declared(ctx, "roots/list") and not await self._roots_known(ctx, session):
+            # A modern client's roots must narrow what the server gets before its call runs: it
+            # is asked in this call's result, and its retry carries them.
+            return self._ask_modern_roots(session, call_hash(downstream.name, name, arguments, ""))
         meta = dict(params.get("_meta") or {})
         level = self._log_level_for(ctx, meta)
         if level is not None and downstream.era is Era.LEGACY:
             await downstream.set_log_level(_most_verbose(level, *self._session_levels()))
         extra: dict[str, Any] = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
-        calls = self.calls_on(downstream)
-        if (
-            calls.takes_roots
-            and not is_modern(ctx)
-            and _declared(ctx, "roots/list")
-            and not self.roots.knows(ctx.session)
-        ):
-            await self._learn_roots(ctx)
 
         async def call_downstream(caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
             # While the call runs, what its server sends (requests, logs) may go to this caller.
@@ -538,19 +626,19 @@ class Relay:
                 downstream.name,
                 method,
             )
+        if calls.mixed() and not await calls.placeable(PLACING_TIMEOUT):
+            return types.ErrorData(
+                code=INTERNAL_ERROR,
+                message=f"toolkeeper: {method} from '{downstream.name}' came while calls of several clients"
+                " were in flight, and the handshake era does not say whose call it belongs to, so no"
+                " client was asked; call the tool again (such calls now take turns)",
+            )
         caller = calls.latest()
         if caller is None:
             return types.ErrorData(
                 code=INTERNAL_ERROR,
                 message=f"toolkeeper: {method} from '{downstream.name}' outside of a call has no client"
                 " to ask",
-            )
-        if calls.mixed():
-            return types.ErrorData(
-                code=INTERNAL_ERROR,
-                message=f"toolkeeper: {method} from '{downstream.name}' came while calls of several clients"
-                " were in flight, and the handshake era does not say whose call it belongs to, so no"
-                " client was asked; call the tool again (such calls now take turns)",
             )
         if not caller.can_answer(method):
             return _undeclared(method)
