@@ -18,6 +18,7 @@ import anyio
 import mcp_types as types
 import pytest
 from conftest import (
+    CONTROLLABLE,
     MODES,
     PY,
     ROOT,
@@ -469,6 +470,36 @@ async def test_a_call_the_client_gives_up_on_is_cancelled_downstream(tmp_path, m
         assert gave_up.cancelled_caught and downstream_saw("tools/call")
         await eventually(lambda: downstream_saw("notifications/cancelled"), timeout=WAIT)
         assert (await gateway.call_tool("ctl__echo", {"text": "after"})).content[0].text == "after"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_handshake_era_http_call_the_client_gives_up_on_is_cancelled_there(tmp_path, mode):
+    """Over HTTP a handshake-era call takes the raw lane, one POST on the server's session; the
+    session outlives that POST, so giving up on the call must tell the server."""
+    record = tmp_path / "requests.jsonl"
+    port = free_port()
+    server = spawn(
+        [PY, CONTROLLABLE, "--http", str(port), "--record", str(record)],
+        cwd=tmp_path,
+    )
+
+    def downstream_saw(method: str) -> bool:
+        lines = record.read_text().splitlines() if record.exists() else []
+        return any(json.loads(line)["method"] == method for line in lines)
+
+    try:
+        wait_port(port)
+        entry = {"type": "http", "url": f"http://127.0.0.1:{port}/mcp"}
+        config = write_config(tmp_path, {"ctl": entry})
+        async with gateway_client(config, mode) as gateway:
+            await eventually(lambda: _lists(gateway, "ctl__sleep"))
+            with anyio.move_on_after(0.5) as gave_up:
+                await gateway.call_tool("ctl__sleep", {"seconds": 30})
+            assert gave_up.cancelled_caught and downstream_saw("tools/call")
+            await eventually(lambda: downstream_saw("notifications/cancelled"), timeout=WAIT)
+            assert (await gateway.call_tool("ctl__echo", {"text": "after"})).content[0].text == "after"
+    finally:
+        stop(server)
 
 
 # -- the CLI ----------------------------------------------------------------------------------
