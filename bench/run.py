@@ -1070,7 +1070,8 @@ def main(argv: list[str] | None = None) -> int:
         "--downstream-protocol",
         default="auto",
         choices=["auto", "legacy", "2026-07-28"],
-        help="the era toolkeeper speaks to the echo servers (its per-server 'protocol' setting)",
+        help="the era toolkeeper speaks to the echo servers (its per-server 'protocol' setting) in figures "
+        "1-6; figure 7 measures both",
     )
     p.add_argument("--settle", type=float, default=0.3, help="pause between jobs, seconds")
     p.add_argument(
