@@ -90,7 +90,8 @@ class StampLearner:
 
 
 class HttpLink:
-    """Requests to a modern streamable-HTTP server, each its own POST."""
+    """Requests to a streamable-HTTP server, each its own POST (on the SDK transport's session, for
+    a handshake-era server)."""
 
     def __init__(self, url: str, headers: dict[str, str]) -> None:
         parts = urlsplit(url)
