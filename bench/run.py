@@ -6,7 +6,8 @@
 Every job spawns fresh processes with the official SDK client, client-side response cache off, and
 the echo server beside this file: over stdio (`mcp.Client(stdio_client(StdioServerParameters(...)),
 mode=...)`) for figures 1-5, over streamable HTTP (`mcp.Client("http://127.0.0.1:PORT/mcp", ...)`,
-echo server and gateway each on a free local port) for figure 6.
+echo server and gateway each on a free local port) for figure 6. Figure 7 puts the gateway over stdio
+in front of the echo server over streamable HTTP, once per era the gateway speaks to it in.
 The direct session and the one through the gateway are open together, and their c=1 calls take
 turns call by call, so that the machine's noise falls on both alike; every job is repeated, and
 the table shows the median of the repeats and the ratio through/direct. Ratios only mean
@@ -53,7 +54,7 @@ BODY_TIMEOUT_S = 180.0
 TEARDOWN_TIMEOUT_S = 15.0
 STOP_GRACE_S = 5.0  # SIGTERM → this long → SIGKILL, for the processes the HTTP jobs spawn
 LOCALHOST = "127.0.0.1"
-FIGURES = (1, 2, 3, 4, 5, 6)
+FIGURES = (1, 2, 3, 4, 5, 6, 7)
 now = time.perf_counter
 
 
@@ -614,6 +615,38 @@ async def http_session(args, kind: str, workdir: Path, body) -> dict[str, Any]:
         return res
 
 
+# Figure 7: the era toolkeeper speaks to the HTTP echo server in, per column (its `protocol`
+# setting); the "direct" column is the 2026-07-28 raw lane the handshake era is compared with.
+DOWNSTREAM_ERAS = {"direct": "2026-07-28", "gateway": "legacy"}
+
+
+async def http_downstream_session(args, kind: str, workdir: Path, body) -> dict[str, Any]:
+    """Figure 7: toolkeeper over stdio fronting an echo server over streamable HTTP on a free
+    port, spoken to in the era of `kind` (DOWNSTREAM_ERAS). The echo server is stopped
+    afterwards, whatever happens."""
+    async with AsyncExitStack() as stack:
+        port = free_port()
+        echo = await stack.enter_async_context(
+            spawned(
+                "echo server",
+                [sys.executable, str(ECHO), "--http", str(port)],
+                port,
+                env={"ECHO_TOOLS": str(SMALL_TOOLS)},
+            )
+        )
+        try:
+            await wait_listening(echo, args.timeout)
+        except JobError as e:
+            tail = echo.tail()
+            raise JobError(str(e) + (f" [stderr: {tail}]" if tail else "")) from e
+        era = DOWNSTREAM_ERAS[kind]
+        cfg = gateway_http_config(f"http://{LOCALHOST}:{port}/mcp", workdir, era)
+        target = Target(f"toolkeeper → http {era}", kind, gateway_params(cfg, args.gateway_cmd), SMALL_TOOLS)
+        res = await run_session(target, args.mode, args.timeout, body, processes=[echo])
+        res.pop("startup_ms", None)  # not a figure here
+        return res
+
+
 # --------------------------------------------------------------------------- jobs
 
 # metric key -> (label, unit, higher_is_better, figure group)
@@ -628,6 +661,9 @@ METRICS: dict[str, tuple[str, str, bool, int]] = {
     "http_call_median": ("6. HTTP call latency, c=1, median", "µs", False, 6),
     "http_call_p99": ("   HTTP call latency, c=1, p99", "µs", False, 6),
     "http_calls_per_s": ("6. HTTP throughput, c={conc}", "calls/s", True, 6),
+    "downstream_call_median": ("7. HTTP downstream call, c=1, median", "µs", False, 7),
+    "downstream_call_p99": ("   HTTP downstream call, c=1, p99", "µs", False, 7),
+    "downstream_calls_per_s": ("7. HTTP downstream throughput, c={conc}", "calls/s", True, 7),
 }
 
 # (figure groups the line is about, text); the first line is always shown.
@@ -665,6 +701,13 @@ DEFINITIONS: list[tuple[set[int], str]] = [
         "6. as 1-2 over streamable HTTP on 127.0.0.1: direct = client → echo server (3 tools) over HTTP,"
         " toolkeeper = client → `toolkeeper serve --transport http` → the same kind of echo server over"
         " HTTP. Both are started and listening before the client connects; same warm-up, calls and c={conc}.",
+    ),
+    (
+        {7},
+        "7. client → toolkeeper over stdio → an echo server (3 tools) over streamable HTTP, in two eras:"
+        " here the 'direct' column is the gateway speaking 2026-07-28 to the echo server and the"
+        " 'toolkeeper' column the same gateway speaking the handshake era to it (its `protocol` setting),"
+        " so ratio = handshake era / 2026-07-28. Both sessions open together; same warm-up, calls, c={conc}.",
     ),
 ]
 
@@ -749,7 +792,24 @@ def make_jobs(args, workdir: Path) -> list[Job]:
         transport="http",
         figures={6},
     )
-    return [job for job in (small_job, big_job, many_job, http_job) if job.figures & args.only]
+
+    def open_downstream(kind: str, inside) -> Awaitable[dict[str, Any]]:
+        return http_downstream_session(args, kind, workdir, inside)
+
+    downstream_calls = {
+        "call_us_median": "downstream_call_median",
+        "call_us_p99": "downstream_call_p99",
+        "calls_per_s": "downstream_calls_per_s",
+    }
+    downstream_job = Job(
+        {kind: f"toolkeeper → http {era}" for kind, era in DOWNSTREAM_ERAS.items()},
+        lambda kinds: run_together(open_downstream, kinds, calls_body(args)),
+        {"direct": downstream_calls, "gateway": downstream_calls},
+        transport="http downstream",
+        figures={7},
+    )
+    jobs = (small_job, big_job, many_job, http_job, downstream_job)
+    return [job for job in jobs if job.figures & args.only]
 
 
 # --------------------------------------------------------------------------- report
@@ -1010,7 +1070,8 @@ def main(argv: list[str] | None = None) -> int:
         "--downstream-protocol",
         default="auto",
         choices=["auto", "legacy", "2026-07-28"],
-        help="the era toolkeeper speaks to the echo servers (its per-server 'protocol' setting)",
+        help="the era toolkeeper speaks to the echo servers (its per-server 'protocol' setting) in figures "
+        "1-6; figure 7 measures both",
     )
     p.add_argument("--settle", type=float, default=0.3, help="pause between jobs, seconds")
     p.add_argument(

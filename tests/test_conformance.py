@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import (
@@ -117,16 +120,22 @@ def assert_conformant(run: SuiteRun, context: str = "") -> None:
     )
 
 
-@pytest.fixture
-def fixture_port(tmp_path: Path):
-    """The conformance fixture serving streamable HTTP on a free port."""
+@contextmanager
+def serving_fixture(tmp_path: Path, *flags: str) -> Iterator[int]:
+    """The conformance fixture serving streamable HTTP on a free port, started with `flags`."""
     port = free_port()
-    process = spawn([PY, str(FIXTURE), "--port", str(port)], cwd=tmp_path)
+    process = spawn([PY, str(FIXTURE), "--port", str(port), *flags], cwd=tmp_path)
     try:
         wait_port(port)
         yield port
     finally:
         stop(process)
+
+
+@pytest.fixture
+def fixture_port(tmp_path: Path) -> Iterator[int]:
+    with serving_fixture(tmp_path) as port:
+        yield port
 
 
 def test_fixture_passes_the_suite(fixture_port: int, tmp_path: Path) -> None:
@@ -135,15 +144,9 @@ def test_fixture_passes_the_suite(fixture_port: int, tmp_path: Path) -> None:
     assert_conformant(run)
 
 
-# The gateway talks to the fixture in 2026-07-28 (a legacy client's sampling and elicitation are
-# translated from InputRequiredResult) or, by default ("auto"), in the handshake era (passed on as
-# requests).
-@pytest.mark.parametrize("downstream", ["auto", "2026-07-28"])
-def test_gateway_passes_the_suite(fixture_port: int, tmp_path: Path, downstream: str) -> None:
-    url = f"http://127.0.0.1:{fixture_port}/mcp"
-    config = write_config(
-        tmp_path, {"conformance": {"type": "http", "url": url, "prefix": "", "protocol": downstream}}
-    )
+def assert_gateway_conformant(entry: dict[str, Any], tmp_path: Path) -> None:
+    """The suite through `toolkeeper serve --transport http` with `entry` as its only server."""
+    config = write_config(tmp_path, {"conformance": entry})
     port = free_port()
     log = tmp_path / "gateway.log"
     with log.open("wb") as stderr:
@@ -159,3 +162,21 @@ def test_gateway_passes_the_suite(fixture_port: int, tmp_path: Path, downstream:
             stop(gateway)
     tail = log.read_text(errors="replace").splitlines()[-30:]
     assert_conformant(run, "gateway log ends with:\n" + "\n".join(tail))
+
+
+# The gateway talks to the fixture in 2026-07-28 (a legacy client's sampling and elicitation are
+# translated from InputRequiredResult) or, by default ("auto"), in the handshake era (passed on as
+# requests).
+@pytest.mark.parametrize("downstream", ["auto", "2026-07-28"])
+def test_gateway_passes_the_suite(fixture_port: int, tmp_path: Path, downstream: str) -> None:
+    url = f"http://127.0.0.1:{fixture_port}/mcp"
+    assert_gateway_conformant({"type": "http", "url": url, "prefix": "", "protocol": downstream}, tmp_path)
+
+
+def test_gateway_passes_the_suite_in_front_of_a_server_that_asks_through_its_session(tmp_path: Path) -> None:
+    """Like the SDK's reference server, the fixture started with --session-api asks the client
+    through its session in every era. The suite calls each tool once, so through the gateway with
+    the default settings the first sampling and elicitation calls must already work."""
+    with serving_fixture(tmp_path, "--session-api") as fixture:
+        entry = {"type": "http", "url": f"http://127.0.0.1:{fixture}/mcp", "prefix": ""}
+        assert_gateway_conformant(entry, tmp_path)

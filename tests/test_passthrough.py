@@ -18,6 +18,7 @@ import anyio
 import mcp_types as types
 import pytest
 from conftest import (
+    CONTROLLABLE,
     MODES,
     PY,
     ROOT,
@@ -471,6 +472,36 @@ async def test_a_call_the_client_gives_up_on_is_cancelled_downstream(tmp_path, m
         assert (await gateway.call_tool("ctl__echo", {"text": "after"})).content[0].text == "after"
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_handshake_era_http_call_the_client_gives_up_on_is_cancelled_there(tmp_path, mode):
+    """Over HTTP a handshake-era call takes the raw lane, one POST on the server's session; the
+    session outlives that POST, so giving up on the call must tell the server."""
+    record = tmp_path / "requests.jsonl"
+    port = free_port()
+    server = spawn(
+        [PY, CONTROLLABLE, "--http", str(port), "--record", str(record)],
+        cwd=tmp_path,
+    )
+
+    def downstream_saw(method: str) -> bool:
+        lines = record.read_text().splitlines() if record.exists() else []
+        return any(json.loads(line)["method"] == method for line in lines)
+
+    try:
+        wait_port(port)
+        entry = {"type": "http", "url": f"http://127.0.0.1:{port}/mcp"}
+        config = write_config(tmp_path, {"ctl": entry})
+        async with gateway_client(config, mode) as gateway:
+            await eventually(lambda: _lists(gateway, "ctl__sleep"))
+            with anyio.move_on_after(0.5) as gave_up:
+                await gateway.call_tool("ctl__sleep", {"seconds": 30})
+            assert gave_up.cancelled_caught and downstream_saw("tools/call")
+            await eventually(lambda: downstream_saw("notifications/cancelled"), timeout=WAIT)
+            assert (await gateway.call_tool("ctl__echo", {"text": "after"})).content[0].text == "after"
+    finally:
+        stop(server)
+
+
 # -- the CLI ----------------------------------------------------------------------------------
 
 
@@ -518,10 +549,14 @@ async def _lists(client: Client, name: str) -> bool:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_an_http_server_that_asks_through_its_session_is_moved_to_the_handshake_era(tmp_path, mode):
-    """Over HTTP "auto" starts in 2026-07-28 (its calls take the faster lane there). The first
-    call that asks through the session fails with a message to call again, and from then on the
-    server is spoken to in the handshake era, where every call works."""
+async def test_an_http_server_that_asks_through_its_session_works_on_the_first_call(tmp_path, mode):
+    """Over HTTP too "auto" speaks to such a server in the handshake era: its first call that
+    asks the client something through the session works (the question arrives on the call's
+    own event stream and the answer goes back on the server's session), for clients of both
+    eras, and so do the calls after it."""
+
+    async def sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(text="42"), model="m")
 
     async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         return types.ElicitResult(action="accept", content={"name": "Ada"})
@@ -534,15 +569,13 @@ async def test_an_http_server_that_asks_through_its_session_is_moved_to_the_hand
         wait_port(port)
         entry = {"type": "http", "url": f"http://127.0.0.1:{port}/mcp", "prefix": ""}
         config = write_config(tmp_path, {"s": entry})
-        async with gateway_client(config, mode, elicitation_callback=elicit) as gateway:
+        async with gateway_client(
+            config, mode, sampling_callback=sample, elicitation_callback=elicit
+        ) as gateway:
             await eventually(lambda: _lists(gateway, "ask_name"))
-            first = await call_or_error(gateway, "ask_name", {})
-            assert ran_into_refusal(first, "call the tool again"), first
-
-            async def works() -> bool:
-                outcome = await call_or_error(gateway, "ask_name", {})
-                return not isinstance(outcome, MCPError) and only_text(outcome) == "accept: Ada"
-
-            await eventually(works)
+            with anyio.fail_after(WAIT):
+                assert only_text(await gateway.call_tool("ask_name", {})) == "accept: Ada"
+                assert only_text(await gateway.call_tool("sample", {"prompt": "six times seven?"})) == "42"
+                assert only_text(await gateway.call_tool("ask_name", {})) == "accept: Ada"
     finally:
         stop(server)

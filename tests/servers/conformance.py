@@ -12,6 +12,11 @@ gateway's forwarding of notifications can be tested: `notify_resource_updated` a
 
     python tests/servers/conformance.py --port PORT   # streamable HTTP at http://127.0.0.1:PORT/mcp
     python tests/servers/conformance.py               # stdio
+    python tests/servers/conformance.py --port PORT --session-api
+
+With `--session-api` its tools ask the client (sampling, elicitation, roots) through the session
+in every era, the way many SDK 2.x servers do (the SDK's own reference server among them): that
+works in the handshake era only, since the 2026-07-28 wire has no back-channel for it.
 
 Both protocol eras are served: the handshake era (`initialize`, up to 2025-11-25) and the
 2026-07-28 era (`server/discover`, per-request envelopes).
@@ -267,7 +272,8 @@ def is_modern(ctx: Ctx) -> bool:
 class ConformanceServer:
     """The state behind the handlers: log levels, subscriptions, and who to notify."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, session_api: bool = False) -> None:
+        self.session_api = session_api
         self.log_levels: dict[str, types.LoggingLevel] = {}
         # uri -> {connection: session}; a handshake-era session's standalone channel outlives
         # the request that handed it over, so it can carry notifications later.
@@ -414,7 +420,7 @@ class ConformanceServer:
                 messages=[types.SamplingMessage(role="user", content=text(prompt))], max_tokens=100
             )
         )
-        answer = await ask_client(ctx, params, "sampling", request, types.CreateMessageResult)
+        answer = await self.ask_client(ctx, params, "sampling", request, types.CreateMessageResult)
         if isinstance(answer, types.InputRequiredResult):
             return answer
         reply = answer.content.text if isinstance(answer.content, types.TextContent) else str(answer.content)
@@ -430,7 +436,7 @@ class ConformanceServer:
             "required": ["username", "email"],
         }
         message = str((params.arguments or {}).get("message", ""))
-        answer = await elicit(ctx, params, message, schema)
+        answer = await self.elicit(ctx, params, message, schema)
         if not isinstance(answer, types.ElicitResult):
             return answer
         return types.CallToolResult(
@@ -494,7 +500,7 @@ class ConformanceServer:
     async def elicit_and_report(
         self, ctx: Ctx, params: types.CallToolRequestParams, message: str, schema: dict[str, Any]
     ) -> ToolResult:
-        answer = await elicit(ctx, params, message, schema)
+        answer = await self.elicit(ctx, params, message, schema)
         if not isinstance(answer, types.ElicitResult):
             return answer
         content = json.dumps(answer.content or {})
@@ -517,7 +523,7 @@ class ConformanceServer:
     async def list_client_roots(self, ctx: Ctx, params: types.CallToolRequestParams) -> ToolResult:
         if not ctx.session.check_client_capability(types.ClientCapabilities(roots=types.RootsCapability())):
             return tool_error("The client does not support roots.")
-        answer = await ask_client(ctx, params, "roots", types.ListRootsRequest(), types.ListRootsResult)
+        answer = await self.ask_client(ctx, params, "roots", types.ListRootsRequest(), types.ListRootsResult)
         if isinstance(answer, types.InputRequiredResult):
             return answer
         return types.CallToolResult(content=[text("\n".join(str(root.uri) for root in answer.roots))])
@@ -641,6 +647,42 @@ class ConformanceServer:
             ]
         return types.GetPromptResult(description=prompt.description, messages=messages)
 
+    async def elicit(
+        self, ctx: Ctx, params: types.CallToolRequestParams, message: str, schema: dict[str, Any]
+    ) -> types.ElicitResult | ToolResult:
+        if not ctx.session.check_client_capability(
+            types.ClientCapabilities(elicitation=types.ElicitationCapability())
+        ):
+            return tool_error("The client does not support elicitation.")
+        request = types.ElicitRequest(
+            params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
+        )
+        return await self.ask_client(ctx, params, "elicitation", request, types.ElicitResult)
+
+    async def ask_client(
+        self,
+        ctx: Ctx,
+        params: types.CallToolRequestParams,
+        key: str,
+        request: types.InputRequest,
+        result_type: type[R],
+    ) -> R | types.InputRequiredResult:
+        """Put a question to the client the way its era expects.
+
+        Up to 2025-11-25 the server sends its own request and waits for the answer. In 2026-07-28 it
+        returns the question in an InputRequiredResult, and the client calls again with the answer
+        (unless the server was started with --session-api).
+        """
+        if self.session_api or not is_modern(ctx):
+            return await ctx.session.send_request(
+                request, result_type, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
+            )
+        answer = (params.input_responses or {}).get(key)
+        if answer is None:
+            return types.InputRequiredResult(input_requests={key: request})
+        # The answers arrive parsed against a union of every kind of answer; read this one as its kind.
+        return result_type.model_validate(answer.model_dump(by_alias=True, mode="json"))
+
     # Utilities
 
     async def complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
@@ -668,45 +710,18 @@ def tool_error(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[text(message)], is_error=True)
 
 
-async def elicit(
-    ctx: Ctx, params: types.CallToolRequestParams, message: str, schema: dict[str, Any]
-) -> types.ElicitResult | ToolResult:
-    if not ctx.session.check_client_capability(
-        types.ClientCapabilities(elicitation=types.ElicitationCapability())
-    ):
-        return tool_error("The client does not support elicitation.")
-    request = types.ElicitRequest(
-        params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
-    )
-    return await ask_client(ctx, params, "elicitation", request, types.ElicitResult)
-
-
-async def ask_client(
-    ctx: Ctx, params: types.CallToolRequestParams, key: str, request: types.InputRequest, result_type: type[R]
-) -> R | types.InputRequiredResult:
-    """Put a question to the client the way its era expects.
-
-    Up to 2025-11-25 the server sends its own request and waits for the answer. In 2026-07-28 it
-    returns the question in an InputRequiredResult, and the client calls again with the answer.
-    """
-    if not is_modern(ctx):
-        return await ctx.session.send_request(
-            request, result_type, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
-        )
-    answer = (params.input_responses or {}).get(key)
-    if answer is None:
-        return types.InputRequiredResult(input_requests={key: request})
-    # The answers arrive parsed against a union of every kind of answer; read this one as its kind.
-    return result_type.model_validate(answer.model_dump(by_alias=True, mode="json"))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--port", type=int, default=None, help="serve streamable HTTP on this port (default: stdio)"
     )
+    parser.add_argument(
+        "--session-api",
+        action="store_true",
+        help="ask the client through the session in every era, as many SDK 2.x servers do",
+    )
     args = parser.parse_args()
-    server = ConformanceServer().build()
+    server = ConformanceServer(session_api=args.session_api).build()
 
     if args.port is None:
 

@@ -29,7 +29,7 @@ from mcp.client.extension import ClientExtension
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from toolkeeper.config.model import ServerConfig
 from toolkeeper.downstreams.base import (
@@ -51,7 +51,9 @@ from toolkeeper.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     LOG_LEVEL_META,
+    METHOD_NOT_FOUND,
     RESOLUTION_EXTENSION,
+    error_response,
     forwardable_meta,
 )
 from toolkeeper.sdk_private import send_unvalidated
@@ -67,6 +69,7 @@ MAX_BACKOFF = 30.0
 CONNECT_TIMEOUT = 30.0
 CLOSED_BY_SERVER = "connection closed by the server"
 LISTEN_RETRY_SECONDS = 1.0
+SERVER_INPUT: TypeAdapter[ServerInput] = TypeAdapter(ServerInput)
 
 
 class McpConnection:
@@ -100,14 +103,13 @@ class McpConnection:
         self._subscriptions = Subscriptions(self, timeout=config.timeout)
         # The log level last asked of a handshake-era server (None: never asked).
         self.log_level: str | None = None
-        # `"protocol": "auto"`: a stdio server is spoken to in the handshake era if it speaks it.
-        # There everything every SDK's servers do works, their own requests during a call included
-        # (many SDK 2.x servers ask through the session, which has no back-channel on the
-        # 2026-07-28 wire), and its calls cost the same in both eras. An HTTP server is spoken to
-        # in 2026-07-28, whose calls take the raw lane, until it asks something it can only ask
-        # in the handshake era (see `_needs_back_channel`). A server that refuses the era it was
-        # asked in is asked in the other on the next attempt.
-        self._handshake_first = config.transport != "http"
+        # `"protocol": "auto"`: a server is spoken to in the handshake era if it speaks it. There
+        # everything every SDK's servers do works, their own requests during a call included (many
+        # SDK 2.x servers ask through the session, which has no back-channel on the 2026-07-28
+        # wire), and its calls take the raw lane over stdio and HTTP alike. A server that refuses
+        # the era it was asked in is asked in the other on the next attempt; one reached in
+        # 2026-07-28 that asks through its session anyway is moved back (`_needs_back_channel`).
+        self._handshake_first = True
         self._calls = InFlightCalls(config.name)
 
     # ------------------------------------------------------------------ status
@@ -246,6 +248,7 @@ class McpConnection:
                         self._link = link
                         if link is not None:
                             link.on_notification = self._on_raw_notification
+                            link.on_request = self._on_raw_request
                         try:
                             await self._serve_ready(client, lists)
                         finally:
@@ -330,6 +333,24 @@ class McpConnection:
             logger.warning("server %r sent a malformed log message: %.200r", self.name, message)
             return
         await self._on_log(params)
+
+    async def _on_raw_request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A request the server sent on a raw call's own stream: the gateway answers it as it
+        answers those that reach the SDK's session; the whole JSON-RPC response."""
+        request_id = message["id"]
+        method = message.get("method")
+        if method == "ping":
+            return {"jsonrpc": "2.0", "id": request_id, "result": {}}
+        try:
+            request = SERVER_INPUT.validate_python({"method": method, "params": message.get("params")})
+        except ValidationError as exc:
+            known = method in {"sampling/createMessage", "elicitation/create", "roots/list"}
+            code, problem = (INVALID_PARAMS, f"invalid params: {exc}") if known else (METHOD_NOT_FOUND, "")
+            return error_response(request_id, code, problem or f"toolkeeper does not answer {method!r}")
+        answer = await self._listener.downstream_request(self, request)
+        if isinstance(answer, types.ErrorData):
+            return {"jsonrpc": "2.0", "id": request_id, "error": _wire(answer)}
+        return {"jsonrpc": "2.0", "id": request_id, "result": _wire(answer)}
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         await self._listener.downstream_log(self, params)
@@ -490,8 +511,7 @@ class McpConnection:
         return await self.request(request, on_progress=on_progress)
 
     def _raw_over_http(self, name: str) -> bool:
-        # A handshake-era HTTP server keeps a session only the SDK's transport holds.
-        return self.era is Era.MODERN and name not in self._lists.header_bound
+        return name not in self._lists.header_bound
 
     async def _raw_request(
         self, link: RawLane, method: str, params: dict[str, Any], what: str
@@ -605,6 +625,10 @@ class ToolResolution(ClientExtension):
     """Advertises the tool-resolution extension to downstream servers, so they mark resolvable tools."""
 
     identifier = RESOLUTION_EXTENSION
+
+
+def _wire(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 def _announces(client: Client, kind: str) -> bool:

@@ -1,18 +1,25 @@
-"""The raw lane of a 2026-07-28 server over streamable HTTP: each call its own POST, on
-keep-alive connections of its own.
+"""The raw lane of a server over streamable HTTP: each call its own POST, on keep-alive
+connections of its own.
 
 A 2026-07-28 request stands alone (no session), so a call needs nothing the SDK's transport
-holds. The lane speaks plain HTTP/1.1 through httptools' parser: the SDK's HTTP client took two
-thirds of the gateway's time per call over HTTP. Anything unusual in an answer (a status other
-than 200, a redirect, a body that is no JSON-RPC answer) declines the raw lane for that call,
-and the call is sent again the SDK's way, whose handling is the reference. Connections through
-a proxy (an `*_proxy` environment variable) and headers that are not plain text leave every
-call to the SDK.
+holds. A handshake-era call needs the session the SDK's transport opened: its id and protocol
+version are read off the SDK's own requests as they leave, and every raw POST carries them. Such
+a server may ask the client something during a call (sampling, elicitation, roots) on the call's
+event stream; the lane hands the request to the connection and POSTs the answer back on the
+session, as the SDK's transport would, and goes on reading the call's stream.
+
+The lane speaks plain HTTP/1.1 through httptools' parser: the SDK's HTTP client took two thirds
+of the gateway's time per call over HTTP. Anything unusual in an answer (a status other than
+200, a redirect, a body that is no JSON-RPC answer) declines the raw lane for that call, and the
+call is sent again the SDK's way, whose handling is the reference. Connections through a proxy
+(an `*_proxy` environment variable) and headers that are not plain text leave every call to the
+SDK.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import ssl
 from itertools import count
@@ -20,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
+import httpx2
 import orjson
 from mcp.shared.inbound import X_MCP_HEADER_KEY, encode_header_value
 
@@ -29,14 +37,21 @@ from toolkeeper.downstreams.raw import (
     LaneDeclined,
     LinkClosed,
     OnNotification,
+    OnServerRequest,
     RawLane,
     learn_stamp,
 )
-from toolkeeper.protocol import INTERNAL_ERROR, error_response
+from toolkeeper.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND, error_response
+
+logger = logging.getLogger(__name__)
 
 MAX_IDLE_CONNECTIONS = 16
 # How long a stream whose answer was taken may take to end before its connection is dropped.
 STREAM_END_SECONDS = 5.0
+# How long a message that gets no JSON-RPC answer (the answer to a server's request, a
+# cancellation) may take to be accepted.
+ONE_WAY_SECONDS = 10.0
+SESSION_HEADERS = ("mcp-session-id", "mcp-protocol-version")
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
 
 
@@ -75,7 +90,8 @@ class StampLearner:
 
 
 class HttpLink:
-    """Requests to a modern streamable-HTTP server, each its own POST."""
+    """Requests to a streamable-HTTP server, each its own POST (on the SDK transport's session, for
+    a handshake-era server)."""
 
     def __init__(self, url: str, headers: dict[str, str]) -> None:
         parts = urlsplit(url)
@@ -91,6 +107,9 @@ class HttpLink:
         self._head = f"POST {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
         self.stamp: dict[str, Any] = {}
         self.on_notification: OnNotification | None = None
+        self.on_request: OnServerRequest | None = None
+        # A handshake-era session's headers, as the SDK's transport last sent them.
+        self._session_head = ""
         self._ids = count(1)
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self._finishing: set[asyncio.Task[None]] = set()
@@ -104,19 +123,88 @@ class HttpLink:
             return False
         return all(_plain_header(k) and _plain_header(v) for k, v in headers.items())
 
+    async def observe(self, request: httpx2.Request) -> None:
+        """Learn the session's headers from a request of the SDK's transport (an httpx event
+        hook): handshake-era raw requests must carry the same."""
+        found = {name: value for name in SESSION_HEADERS if (value := request.headers.get(name)) is not None}
+        if all(_plain_header(value) for value in found.values()):
+            self._session_head = "".join(f"{name}: {value}\r\n" for name, value in found.items())
+
     async def request(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
         request_id = -next(self._ids)
         body = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        head = self._head + f"mcp-protocol-version: {self.stamp.get(PROTOCOL_VERSION_META, '')}\r\n"
-        head += f"mcp-method: {method}\r\n"
-        if isinstance(name := params.get("name"), str):
-            head += f"mcp-name: {encode_header_value(name)}\r\n"
+        if self.stamp:
+            head = self._head + f"mcp-protocol-version: {self.stamp.get(PROTOCOL_VERSION_META, '')}\r\n"
+            head += f"mcp-method: {method}\r\n"
+            if isinstance(name := params.get("name"), str):
+                head += f"mcp-name: {encode_header_value(name)}\r\n"
+        else:
+            head = self._head + self._session_head
         data = (head + f"content-length: {len(body)}\r\n\r\n").encode("latin-1") + body
         try:
             async with asyncio.timeout(timeout):
                 return await self._exchange(data, request_id)
         except OSError as exc:
             raise LinkClosed(str(exc)) from exc
+        except TimeoutError:
+            self._cancel_in_session(request_id, "the gateway's timeout for this server expired")
+            raise
+        except asyncio.CancelledError:
+            self._cancel_in_session(request_id, "the client cancelled the request")
+            raise
+
+    def _cancel_in_session(self, request_id: int, reason: str) -> None:
+        """Tell a handshake-era server that a call was given up: its session outlives the POST.
+        (A 2026-07-28 server takes the closed connection as the cancellation.)"""
+        if self.stamp:
+            return
+        cancelled = {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": request_id, "reason": reason},
+        }
+        task = asyncio.get_running_loop().create_task(self._send_one_way(cancelled))
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _send_one_way(self, message: dict[str, Any]) -> None:
+        """POST a message on the session that gets no JSON-RPC answer (202 Accepted)."""
+        body = orjson.dumps(message)
+        head = self._head + self._session_head + f"content-length: {len(body)}\r\n\r\n"
+        data = head.encode("latin-1") + body
+        try:
+            async with asyncio.timeout(ONE_WAY_SECONDS):
+                status = await self._post_plain(data, reuse=bool(self._idle))
+        except (TimeoutError, OSError, LinkClosed, httptools.HttpParserError) as exc:
+            logger.warning("%s was not delivered to the server: %s", message.get("method", "an answer"), exc)
+            return
+        if status >= 300:
+            logger.warning(
+                "the server refused %s with HTTP %d",
+                message.get("method", "the answer to its request"),
+                status,
+            )
+
+    async def _post_plain(self, data: bytes, *, reuse: bool) -> int:
+        """One POST whose answer is read to its end and dropped; its HTTP status."""
+        reader, writer = self._idle.pop() if reuse else await self._connect()
+        response = _Response()
+        parser = response.parser = httptools.HttpResponseParser(response)
+        try:
+            writer.write(data)
+            while not response.complete:
+                chunk = await reader.read(65536)
+                if not chunk:
+                    writer.close()
+                    if reuse and not response.started:
+                        return await self._post_plain(data, reuse=False)
+                    raise LinkClosed("the server closed the connection")
+                parser.feed_data(chunk)
+        except BaseException:
+            writer.close()
+            raise
+        self._release(reader, writer, response)
+        return parser.get_status_code()
 
     async def close(self) -> None:
         for task in list(self._finishing):
@@ -211,17 +299,29 @@ class HttpLink:
 
     async def _answer_in_events(self, response: _Response, request_id: int) -> dict[str, Any] | None:
         """The response to `request_id` among the events received so far; the server's
-        notifications before it (log messages) are handed on, each once."""
+        notifications before it (log messages) are handed on, and its requests answered, each
+        once."""
         for data in response.take_events():
             message = jsonwire.loads(data)
             if not isinstance(message, dict):
                 continue
             if "method" in message:
-                if "id" not in message and self.on_notification is not None:
+                if "id" in message:
+                    await self._answer_server_request(message)
+                elif self.on_notification is not None:
                     await self.on_notification(message)
             elif message.get("id") == request_id:
                 return message
         return None
+
+    async def _answer_server_request(self, message: dict[str, Any]) -> None:
+        """The server asks something during the call: its answer goes back on the session while
+        the call's stream stays open (the server waits for it before it goes on)."""
+        if self.on_request is None:
+            answer = error_response(message["id"], METHOD_NOT_FOUND, "toolkeeper: no one to ask")
+        else:
+            answer = await self.on_request(message)
+        await self._send_one_way(answer)
 
 
 def _json_answer(body: bytes, request_id: int) -> dict[str, Any] | None:

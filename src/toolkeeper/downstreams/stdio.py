@@ -31,7 +31,7 @@ import orjson
 
 from toolkeeper import jsonwire
 from toolkeeper.config.model import ServerConfig
-from toolkeeper.downstreams.raw import LinkClosed, OnNotification, learn_stamp
+from toolkeeper.downstreams.raw import LinkClosed, OnNotification, OnServerRequest, learn_stamp
 
 if TYPE_CHECKING:
     from toolkeeper.config.model import Config
@@ -135,6 +135,9 @@ class StdioLink:
         # the same, so the server sees one consistent client.
         self.stamp: dict[str, Any] = {}
         self.on_notification: OnNotification | None = None
+        # Never called: a server's requests come on the same pipes, where the SDK's session
+        # answers them through the gateway.
+        self.on_request: OnServerRequest | None = None
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = count(1)
         self._writer: jsonwire.LineWriter | None = None

@@ -70,14 +70,17 @@ async def _http(config: ServerConfig) -> AsyncIterator[tuple[Any, Any, HttpLink 
     # The SDK's own defaults: a server may hold a response stream open, so reads wait longer.
     timeout = httpx2.Timeout(HTTP_TIMEOUT_SECONDS, read=HTTP_STREAM_READ_TIMEOUT_SECONDS)
     url = config.url or ""
+    headers = dict(config.headers)
+    link = HttpLink(url, headers) if HttpLink.fits(url, headers) else None
+    # The link learns a handshake-era session's headers from the SDK's own requests.
+    hooks: dict[str, list[Any]] = {"request": [link.observe]} if link is not None else {}
     async with (
-        httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout) as http_client,
+        httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks) as http_client,
         streamable_http_client(url, http_client=http_client) as (read, write),
     ):
-        if not HttpLink.fits(url, dict(config.headers)):
+        if link is None:
             yield read, write, None
             return
-        link = HttpLink(url, dict(config.headers))
         try:
             yield read, StampLearner(write, link), link
         finally:
