@@ -146,8 +146,49 @@ def replace_store(db: Path) -> None:
     other.rename(db)
 
 
+def overwrite_with_another_store(db: Path) -> None:
+    """Another toolkeeper store's bytes copied over the file: same name, same inode."""
+    other = db.parent.parent / "other-home"
+    other.mkdir()
+    config = write_config(other, {"ctl": controllable()}, databaseUrl=f"sqlite:///{other / 'other.db'}")
+    tk(config, "toolsets", "build", "theirs", "ctl.echo")
+    inode = db.stat().st_ino
+    shutil.copyfile(other / "other.db", db)
+    assert db.stat().st_ino == inode
+
+
+def overwrite_with_its_backup(db: Path) -> None:
+    """A backup of this very store copied back over it (same tables, same rows): same inode."""
+    config = db.parent.parent / "toolkeeper.json"
+    backup = db.parent.parent / "backup.db"
+    tk(config, "backup", str(backup))
+    inode = db.stat().st_ino
+    shutil.copyfile(backup, db)
+    assert db.stat().st_ino == inode
+
+
+def overwrite_with_other_sqlite_bytes(db: Path) -> None:
+    """Another program's SQLite file written over the store's bytes: same inode."""
+    other = db.with_name("other.db")
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE something_else (x)")
+    inode = db.stat().st_ino
+    db.write_bytes(other.read_bytes())
+    assert db.stat().st_ino == inode
+
+
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
-@pytest.mark.parametrize("damage", [delete_store, replace_store], ids=["deleted", "replaced"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        delete_store,
+        replace_store,
+        overwrite_with_another_store,
+        overwrite_with_its_backup,
+        overwrite_with_other_sqlite_bytes,
+    ],
+    ids=["deleted", "replaced", "overwritten", "backup-copied-over", "bytes-written-over"],
+)
 async def test_a_write_to_a_store_deleted_or_replaced_under_the_gateway_fails(
     tmp_path: Path, mode: str, damage: Any
 ) -> None:

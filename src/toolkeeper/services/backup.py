@@ -34,7 +34,7 @@ from sqlalchemy import Connection, DateTime, Integer, MetaData, Table, func, ins
 
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 from toolkeeper.store import Store, StoreError
-from toolkeeper.store.db import SQLITE_BUSY_SECONDS, known_schemas
+from toolkeeper.store.db import SQLITE_BUSY_SECONDS, known_schemas, new_store_identity
 from toolkeeper.store.migrations import SCHEMA_HEAD, VERSION_TABLE
 from toolkeeper.store.tables import metadata, store_revision, toolsets
 from toolkeeper.store.toolsets import aware
@@ -144,6 +144,8 @@ class BackupService:
                 src.backup(dst)
                 # A backup is one file: no write-ahead log beside it.
                 dst.execute("PRAGMA journal_mode=DELETE")
+                # An identity of its own: a backup copied over the store is another file.
+                dst.execute(f"PRAGMA user_version = {new_store_identity()}")
                 counts = {
                     t.name: int(dst.execute(f'SELECT COUNT(*) FROM "{t.name}"').fetchone()[0]) for t in TABLES
                 }
