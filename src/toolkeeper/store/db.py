@@ -266,11 +266,16 @@ class Store:
                 store_id = await self._give_identity()
             except StoreError as exc:
                 logger.info("store %s: no identity given (%s)", self.label, exc)
-        if store_id and self._file_identity_now(store_id) is None:
-            async with self.read() as conn:
-                await conn.run_sync(_checkpoint, "PASSIVE")
+        opened = self._file_identity()
+        if store_id and opened is not None and opened.header != store_id:
+            try:
+                async with self.read() as conn:
+                    await conn.run_sync(_checkpoint, "PASSIVE")
+            except StoreError as exc:  # a read-only file cannot fold; the check allows for it
+                logger.info("store %s: the identity stays in the write-ahead log (%s)", self.label, exc)
+            opened = self._file_identity()
         self._store_id = store_id or None
-        self._identity = self._file_identity()
+        self._identity = opened
 
     async def _give_identity(self) -> int:
         async with self.write(bump_revision=False) as conn:
@@ -280,11 +285,6 @@ class Store:
                 store_id = new_store_identity()
                 await conn.exec_driver_sql(f"PRAGMA user_version = {store_id}")
         return store_id
-
-    def _file_identity_now(self, store_id: int) -> _FileIdentity | None:
-        """The file's identity when its header already holds `store_id`, else None."""
-        found = self._file_identity()
-        return found if found is not None and found.header == store_id else None
 
     def _file_identity(self) -> _FileIdentity | None:
         """The SQLite file the path names now; None when it is gone or empty, or not SQLite."""
