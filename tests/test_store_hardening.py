@@ -26,7 +26,7 @@ from mcp import Client
 from mcp.client.stdio import stdio_client
 from sqlalchemy import MetaData, Table, select, text
 
-from tests.conftest import controllable, gateway_params, write_config
+from tests.conftest import controllable, gateway_client, gateway_params, write_config
 from tests.test_cli_toolsets import tk
 from tests.test_toolsets_mcp import MENU_ON
 from toolkeeper.store import Store
@@ -146,8 +146,49 @@ def replace_store(db: Path) -> None:
     other.rename(db)
 
 
+def overwrite_with_another_store(db: Path) -> None:
+    """Another toolkeeper store's bytes copied over the file: same name, same inode."""
+    other = db.parent.parent / "other-home"
+    other.mkdir()
+    config = write_config(other, {"ctl": controllable()}, databaseUrl=f"sqlite:///{other / 'other.db'}")
+    tk(config, "toolsets", "build", "theirs", "ctl.echo")
+    inode = db.stat().st_ino
+    shutil.copyfile(other / "other.db", db)
+    assert db.stat().st_ino == inode
+
+
+def overwrite_with_its_backup(db: Path) -> None:
+    """A backup of this very store copied back over it (same tables, same rows): same inode."""
+    config = db.parent.parent / "toolkeeper.json"
+    backup = db.parent.parent / "backup.db"
+    tk(config, "backup", str(backup))
+    inode = db.stat().st_ino
+    shutil.copyfile(backup, db)
+    assert db.stat().st_ino == inode
+
+
+def overwrite_with_other_sqlite_bytes(db: Path) -> None:
+    """Another program's SQLite file written over the store's bytes: same inode."""
+    other = db.with_name("other.db")
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE something_else (x)")
+    inode = db.stat().st_ino
+    db.write_bytes(other.read_bytes())
+    assert db.stat().st_ino == inode
+
+
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
-@pytest.mark.parametrize("damage", [delete_store, replace_store], ids=["deleted", "replaced"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        delete_store,
+        replace_store,
+        overwrite_with_another_store,
+        overwrite_with_its_backup,
+        overwrite_with_other_sqlite_bytes,
+    ],
+    ids=["deleted", "replaced", "overwritten", "backup-copied-over", "bytes-written-over"],
+)
 async def test_a_write_to_a_store_deleted_or_replaced_under_the_gateway_fails(
     tmp_path: Path, mode: str, damage: Any
 ) -> None:
@@ -337,6 +378,93 @@ async def test_backup_while_the_gateway_runs_and_restore_elsewhere(tmp_path: Pat
     fresh = write_config(other, {"ctl": controllable()}, databaseUrl=f"sqlite:///{other / 'tk.db'}")
     tk(fresh, "restore", str(backup))
     assert toolset_names_in(fresh) == ["kept"]
+
+
+async def drop_schema(schema: str) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(POSTGRES.replace("postgresql://", "postgresql+asyncpg://"))
+    async with engine.begin() as conn:
+        await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    await engine.dispose()
+
+
+async def pending_ids(config: Path) -> list[str]:
+    """The calls waiting for approval, once there is one (as `toolkeeper approvals list` shows)."""
+    with anyio.fail_after(30):
+        while True:
+            listed = await anyio.to_thread.run_sync(lambda: tk(config, "approvals", "list", "--json"))
+            waiting = [call["id"] for call in json.loads(listed.stdout)]
+            if waiting:
+                return waiting
+            await anyio.sleep(0.2)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_restore_ends_a_call_waiting_for_approval_saying_so_not_as_a_timeout(
+    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TOOLKEEPER_CONFIRM", raising=False)  # ctl.pid declares no hints: it is asked
+    schema = f"tk_restore_wait_{secrets.token_hex(4)}"
+    settings: dict[str, Any] = {"approvalTimeout": 120}
+    if backend == "postgresql":
+        settings["databaseUrl"] = f"{POSTGRES}?schema={schema}"
+    config = write_config(tmp_path, {"ctl": controllable(trust="trusted")}, **settings)
+    tk(config, "toolsets", "build", "kept", "ctl.echo")
+    backup = tmp_path / "backup"
+    tk(config, "backup", str(backup))
+    try:
+        results: list[Any] = []
+        async with gateway_client(config, "legacy") as client:  # no elicitation: the queue asks
+
+            async def call() -> None:
+                results.append(await client.call_tool("ctl__pid", {}))
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    [waiting] = await pending_ids(config)
+                    restored = await anyio.to_thread.run_sync(
+                        lambda: tk(config, "restore", str(backup), "--force")
+                    )
+        [result] = results
+        assert result.is_error
+        said = result.content[0].text
+        assert said == (
+            "ctl__pid was not run: the store was restored from a backup while it waited for approval; "
+            "call the tool again."
+        )
+        assert "1 call(s) waiting for approval were not run" in restored.stdout
+        listed = json.loads(tk(config, "approvals", "list", "--all", "--json").stdout)
+        assert [(c["id"], c["status"]) for c in listed] == [(waiting, "store_restored")]
+        assert listed[0]["decidedBy"] == "toolkeeper"
+        records = tk(config, "audit", "--tool", "ctl__pid", "--json").stdout.splitlines()
+        assert [(r["outcome"], r["detail"]) for r in map(json.loads, records)] == [
+            ("not_run", "store_restored")
+        ]
+        assert toolset_names_in(config) == ["kept"]
+    finally:
+        if backend == "postgresql":
+            await drop_schema(schema)
+
+
+def test_a_restore_file_over_the_size_limit_is_refused_naming_both(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    tk(config, "toolsets", "build", "kept", "ctl.echo")
+    huge = tmp_path / "huge.db"
+    with huge.open("wb") as file:  # sparse: 200 MiB long, nothing on disk
+        file.write(b"SQLite format 3\x00")
+        file.truncate(200 * 2**20)
+    refused = tk(config, "restore", str(huge), "--force", ok=False)
+    assert refused.returncode == 1, refused.stderr
+    assert f"The backup {huge} is 200.0 MiB, more than the restore limit of 128.0 MiB" in refused.stderr
+    assert "nothing was restored" in refused.stderr and "--max-size" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    # Raised past its size, the file is read, and refused for what it is.
+    allowed = tk(config, "restore", str(huge), "--force", "--max-size", "300", ok=False)
+    assert allowed.returncode == 1 and "restore limit" not in allowed.stderr, allowed.stderr
+    assert str(huge) in allowed.stderr and "nothing was restored" in allowed.stderr
+    assert toolset_names_in(config) == ["kept"]
 
 
 def export_of(tmp_path: Path, config: Path) -> Path:

@@ -25,6 +25,7 @@ class NextStep(StrEnum):
 
     CONFIRM = "confirm"  # repeat the request, confirmed
     OVERWRITE = "overwrite"  # repeat the request, asking to replace what exists
+    RAISE_LIMIT = "raise-limit"  # repeat the request with a larger size limit
     EQUIP_TOOLSET = "equip-toolset"  # equip a toolset, or name one
     BUILD_TOOLSET = "build-toolset"  # no toolset is saved: build one
     LIST_TOOLS = "list-tools"  # see which tools the servers offer

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from toolkeeper.cli.common import ConfigOption, DemoOption, JsonOption, app, load, print_json, run_service
+from toolkeeper.services.backup import MAX_RESTORE_BYTES
 
 OverwriteOption = typer.Option(
     False, "--overwrite", "--force", help="Replace what is there (the file, or the store's contents)."
@@ -35,13 +36,31 @@ def backup_command(
 def restore_command(
     file: Path = typer.Argument(..., help="A backup made by `toolkeeper backup`."),
     overwrite: bool = OverwriteOption,
+    max_size: int = typer.Option(
+        MAX_RESTORE_BYTES // 2**20,
+        "--max-size",
+        min=1,
+        help="The largest backup file to restore, in MiB (a restore needs about four times it in memory).",
+    ),
     config: Path | None = ConfigOption,
     demo: bool = DemoOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Replace the store's contents with the backup in FILE (checked first; all or nothing)."""
-    result = run_service(load(config, demo), lambda s: s.restore(file, overwrite=overwrite), kind="backup")
+    """Replace the store's contents with the backup in FILE (checked first; all or nothing).
+
+    Calls waiting for approval in a running gateway are ended and their clients told that the
+    store was restored."""
+    result = run_service(
+        load(config, demo),
+        lambda s: s.restore(file, overwrite=overwrite, max_bytes=max_size * 2**20),
+        kind="backup",
+    )
     if as_json:
         print_json(result)
         return
     print(f"Restored {result['toolsets']} toolset(s) from {result['file']} into {result['store']}.")
+    if result["waitingCallsEnded"]:
+        print(
+            f"{result['waitingCallsEnded']} call(s) waiting for approval were not run; "
+            "their clients were told that the store was restored."
+        )

@@ -127,6 +127,7 @@ EXIT_CODES: dict[ErrorKind, int] = {
 NEXT_STEPS: dict[NextStep, str] = {
     NextStep.CONFIRM: "Add --yes to go ahead.",
     NextStep.OVERWRITE: "Add --overwrite to replace it.",
+    NextStep.RAISE_LIMIT: "Add --max-size MB (at least the file's size) to restore it anyway.",
     NextStep.EQUIP_TOOLSET: "Equip one with `toolkeeper toolsets equip NAME`, or name one with --toolset.",
     NextStep.BUILD_TOOLSET: "Build one with `toolkeeper toolsets build NAME TOOL…`.",
     NextStep.LIST_TOOLS: "`toolkeeper tools` lists the tools the servers offer.",

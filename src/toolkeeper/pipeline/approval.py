@@ -36,7 +36,7 @@ from toolkeeper.protocol import declares, error_result
 from toolkeeper.relay.seal import TokenSeal
 from toolkeeper.services.approvals import HOLDER
 from toolkeeper.store import StoreError
-from toolkeeper.store.approvals import DENIED, PENDING, PendingCall
+from toolkeeper.store.approvals import DENIED, PENDING, STORE_RESTORED, PendingCall
 
 if TYPE_CHECKING:
     from toolkeeper.policy.decide import Policy
@@ -106,6 +106,7 @@ class Answered:
     channel: str  # how the person was asked: elicitation, cli, dashboard; queue when nobody answered
     waited_ms: int | None = None  # None when the call did not wait (a modern client's retry)
     timed_out: bool = False
+    store_restored: bool = False  # a backup replaced the store while the call waited in its queue
     decided_by: str | None = None  # who answered, as the face they used recorded it
     reason: str | None = None  # why they declined, when they said
 
@@ -292,6 +293,9 @@ class ApprovalGate:
     def _refuse(self, asking: Asking, answered: Answered) -> dict[str, Any]:
         if answered.timed_out:
             outcome, why = "timeout", "nobody answered the approval request in time"
+        elif answered.store_restored:
+            outcome = "store_restored"
+            why = "the store was restored from a backup while it waited for approval; call the tool again"
         elif answered.answer == "deny":
             outcome, why = "declined", "a person declined it"
             if answered.reason:
@@ -387,9 +391,11 @@ def pending_call(asking: Asking, question: dict[str, Any], timeout: float) -> Pe
 
 
 def queue_answer(settled: PendingCall | None, waited_ms: int) -> Answered:
-    """What came of a queued call: the person's answer from its row, or a timeout."""
+    """What came of a queued call: the person's answer from its row, a restore, or a timeout."""
     if settled is None:
         return Answered(None, "queue", waited_ms, timed_out=True)
+    if settled.status == STORE_RESTORED:
+        return Answered(None, "queue", waited_ms, store_restored=True, decided_by=settled.decided_by)
     answer = "deny" if settled.status == DENIED else settled.answer or Answer.ONCE.value
     return Answered(
         answer,

@@ -126,8 +126,9 @@ class ApprovalService:
 
     async def wait_for_answer(self, call_id: str, timeout: float) -> PendingCall | None:
         """Wait up to `timeout` seconds for a person to answer a pending call: its row once they
-        approved or denied it, None when nobody did in time. A call nobody answered is settled
-        as expired, or as not run when its caller is cancelled while it waits."""
+        approved or denied it, or once a restore ended the wait (status `store_restored`); None
+        when nobody answered in time. A call nobody answered is settled as expired, or as not run
+        when its caller is cancelled while it waits."""
         settled: PendingCall | None = None
         waiting = anyio.move_on_after(timeout)
         try:
@@ -139,7 +140,8 @@ class ApprovalService:
                     # The wait's own scope says whether time ran out; otherwise the caller went
                     # away (its client cancelled, the gateway is stopping).
                     settled = await self._stop_waiting(call_id, timed_out=waiting.cancelled_caught)
-        return settled if settled is not None and settled.status in (rows.APPROVED, rows.DENIED) else None
+        ended = (rows.APPROVED, rows.DENIED, rows.STORE_RESTORED)
+        return settled if settled is not None and settled.status in ended else None
 
     async def _until_decided(self, call_id: str) -> PendingCall | None:
         """Poll the row until it is no longer pending (None when it is gone)."""

@@ -11,7 +11,12 @@ A restore reads the file into a scratch SQLite store first (a dump at the schema
 with), migrates it to the current schema when the backup is older, checking every row against the
 tables' constraints, then replaces the store's rows in one transaction: the store is either as it
 was or as the backup was, and running gateways reload it. A backup of a schema newer than this
-toolkeeper's is refused.
+toolkeeper's is refused, and so is a file larger than the restore limit (a restore holds every
+row in memory at once) unless the person raises it.
+
+Calls that wait in the approval queue while a restore replaces it are not lost: the same
+transaction puts their rows back settled as `store_restored`, so the gateways holding them end
+them at once, telling the client the store was restored (not that nobody answered).
 """
 
 from __future__ import annotations
@@ -34,9 +39,10 @@ from sqlalchemy import Connection, DateTime, Integer, MetaData, Table, func, ins
 
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 from toolkeeper.store import Store, StoreError
-from toolkeeper.store.db import SQLITE_BUSY_SECONDS, known_schemas
+from toolkeeper.store import approvals as approval_rows
+from toolkeeper.store.db import SQLITE_BUSY_SECONDS, known_schemas, new_store_identity
 from toolkeeper.store.migrations import SCHEMA_HEAD, VERSION_TABLE
-from toolkeeper.store.tables import metadata, store_revision, toolsets
+from toolkeeper.store.tables import metadata, pending_approvals, store_revision, toolsets
 from toolkeeper.store.toolsets import aware
 
 DUMP_FORMAT = "toolkeeper-store"
@@ -44,6 +50,10 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # Every table a backup holds, parents before children. The revision counter is the store's own:
 # a restore bumps it, so running gateways reload.
 TABLES: tuple[Table, ...] = tuple(t for t in metadata.sorted_tables if t is not store_revision)
+# A restore holds every row of the backup in memory at once, about four times the file's size
+# (a 485 MB file took 2.1 GB): a larger file is refused unless the person raises the limit.
+MAX_RESTORE_BYTES = 128 * 1024 * 1024
+RESTORED_WHILE_WAITING = "the store was restored from a backup while the call waited"
 
 
 @dataclass(frozen=True)
@@ -94,11 +104,14 @@ class BackupService:
             "rows": counts,
         }
 
-    async def restore(self, source: Path, *, overwrite: bool = False) -> dict[str, Any]:
+    async def restore(
+        self, source: Path, *, overwrite: bool = False, max_bytes: int = MAX_RESTORE_BYTES
+    ) -> dict[str, Any]:
         """Replace everything in the store with the backup in `source`, in one transaction, after
-        checking the whole file. A store that holds anything is replaced only with `overwrite`."""
+        checking the whole file. A store that holds anything is replaced only with `overwrite`; a
+        file larger than `max_bytes` is refused. Calls waiting for approval are ended, told why."""
         source = source.expanduser()
-        rows = await _staged_rows(source)
+        rows = await _staged_rows(source, max_bytes)
         present = await self._counts()
         if any(present.values()) and not overwrite:
             raise ServiceError(
@@ -109,6 +122,7 @@ class BackupService:
                 NextStep.OVERWRITE,
             )
         async with self.store.write() as conn:
+            waiting = await approval_rows.orphaned(conn)
             for table in reversed(TABLES):
                 await conn.execute(table.delete())
             for table in TABLES:
@@ -116,11 +130,13 @@ class BackupService:
                     await conn.execute(insert(table), rows[table.name])
             if not self.store.is_sqlite:
                 await _advance_sequences(conn)
+            ended = await _end_waiting_calls(conn, waiting, rows[pending_approvals.name])
         counts = {name: len(table) for name, table in rows.items()}
         return {
             "file": str(source),
             "store": self.store.label,
             "replaced": any(present.values()),
+            "waitingCallsEnded": ended,
             "toolsets": counts.get(toolsets.name, 0),
             "rows": counts,
         }
@@ -144,6 +160,8 @@ class BackupService:
                 src.backup(dst)
                 # A backup is one file: no write-ahead log beside it.
                 dst.execute("PRAGMA journal_mode=DELETE")
+                # An identity of its own: a backup copied over the store is another file.
+                dst.execute(f"PRAGMA user_version = {new_store_identity()}")
                 counts = {
                     t.name: int(dst.execute(f'SELECT COUNT(*) FROM "{t.name}"').fetchone()[0]) for t in TABLES
                 }
@@ -152,6 +170,27 @@ class BackupService:
         except OSError as exc:
             raise ServiceError(f"Cannot write the backup {target}: {exc.strerror or exc}.") from None
         return counts
+
+
+async def _end_waiting_calls(
+    conn: Any, waiting: list[approval_rows.PendingCall], restored: list[dict[str, Any]]
+) -> int:
+    """Put back the rows of calls that waited for approval when the restore began, settled as
+    ended by it: the gateways holding the calls see that, not a row gone (which reads as nobody
+    answering). A call the backup itself holds keeps the backup's row."""
+    in_backup = {row["id"] for row in restored}
+    ended = [call for call in waiting if call.id not in in_backup]
+    for call in ended:
+        await approval_rows.add(conn, call)
+        await approval_rows.settle(
+            conn,
+            call.id,
+            approval_rows.STORE_RESTORED,
+            reason=RESTORED_WHILE_WAITING,
+            decided_by="toolkeeper",
+            unless_expired=False,
+        )
+    return len(ended)
 
 
 async def _read_rows(store: Store, *, snapshot: bool = False) -> dict[str, list[dict[str, Any]]]:
@@ -178,11 +217,13 @@ def _jsonable(row: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value.isoformat() if isinstance(value, datetime) else value for key, value in row.items()}
 
 
-async def _staged_rows(source: Path) -> dict[str, list[dict[str, Any]]]:
+async def _staged_rows(source: Path, max_bytes: int) -> dict[str, list[dict[str, Any]]]:
     """The backup's rows, after loading them into a scratch store and migrating it to the current
-    schema: a file that is not a whole toolkeeper backup is refused before the store is touched."""
+    schema: a file that is not a whole toolkeeper backup, or is larger than `max_bytes`, is
+    refused before the store is touched."""
     if not source.is_file():
         raise ServiceError(f"The backup {source} does not exist or is not a file.")
+    _check_size(source, max_bytes)
     try:
         with source.open("rb") as file:
             head = file.read(len(SQLITE_MAGIC))
@@ -210,6 +251,24 @@ async def _staged_rows(source: Path) -> dict[str, list[dict[str, Any]]]:
             ) from None
         finally:
             await store.close()
+
+
+def _check_size(source: Path, max_bytes: int) -> None:
+    size = source.stat().st_size
+    if size <= max_bytes:
+        return
+    raise ServiceError(
+        f"The backup {source} is {_mib(size)}, more than the restore limit of {_mib(max_bytes)}: a "
+        "restore holds every row in memory at once (about four times the file's size), so nothing "
+        "was restored. A store that large is mostly its audit log: keep fewer days of it "
+        "(toolkeeper.auditRetentionDays) in the store the backup came from, and back it up again.",
+        ErrorKind.INVALID,
+        NextStep.RAISE_LIMIT,
+    )
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
 
 
 def _check_sqlite_backup(source: Path, staged: Path) -> None:

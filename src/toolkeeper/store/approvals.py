@@ -23,6 +23,7 @@ APPROVED = "approved"
 DENIED = "denied"
 EXPIRED = "expired"  # nobody answered in time
 NOT_RUN = "not_run"  # the call went away first: its client cancelled, or its gateway stopped
+STORE_RESTORED = "store_restored"  # a backup was restored while the call waited: it was not run
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ store and the next step.
 Nothing is lost quietly: closing a SQLite store folds its write-ahead log into the file (so a
 copy of the file alone holds everything); a store that lost its data is refused, not migrated
 as a new one; and a write is refused when the file this process opened was deleted or replaced
-since, because the others read the file that is there now.
+since, or overwritten in place (another file's bytes copied over it), because the others read the
+file that is there now. An overwrite is noticed by the store's identity: a random number each
+SQLite store (and each backup) gets once, kept in its file header's `user_version`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import shutil
+import sqlite3
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +99,21 @@ def _async_url(url: str, timeout: float) -> tuple[str, dict[str, Any], str | Non
     )
 
 
+@dataclass(frozen=True)
+class _FileIdentity:
+    """Which SQLite file the store's path names now: the file itself, and the store identity its
+    header on disk holds (0 while none has reached the file, -1 when it is not a SQLite file)."""
+
+    device: int
+    inode: int
+    header: int
+
+
+def new_store_identity() -> int:
+    """A random, non-zero identity for a store or a backup (a signed 32-bit `user_version`)."""
+    return secrets.randbelow(2**31 - 1) + 1
+
+
 class _Step:
     """What a store operation was doing when it failed: connecting, or running statements."""
 
@@ -115,8 +135,10 @@ class Store:
         # What error messages call the store: the file, or the URL without its password.
         self.label = str(self.path) if self.path else parsed.render_as_string(hide_password=True)
         self.address = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
-        # The SQLite file this process opened (device, inode), to notice it deleted or replaced.
-        self._identity: tuple[int, int] | None = None
+        # The SQLite file this process opened, to notice it deleted, replaced or overwritten; and
+        # the identity SQLite reports for the store (what the header holds once the log is folded).
+        self._identity: _FileIdentity | None = None
+        self._store_id: int | None = None
         self._loss_reported = False
 
     @classmethod
@@ -150,6 +172,8 @@ class Store:
                 async with self._translate_errors(), engine.begin() as conn:
                     await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
             await self.migrate(up_to=up_to)
+            if self.path is not None:
+                await self._take_identity()
         except BaseException:
             # Closed without folding the log into the file: a store refused as damaged keeps
             # what is left of it exactly as it was found.
@@ -157,7 +181,6 @@ class Store:
             with anyio.CancelScope(shield=True):
                 await engine.dispose()
             raise
-        self._identity = self._file_identity()
         return self
 
     async def close(self) -> None:
@@ -167,7 +190,7 @@ class Store:
         if engine is None:
             return
         with anyio.CancelScope(shield=True):
-            if self.is_sqlite and self._identity is not None and self._file_identity() == self._identity:
+            if self.is_sqlite and self._identity is not None and self._is_the_opened_file():
                 try:
                     async with engine.connect() as conn:
                         await conn.run_sync(_checkpoint)
@@ -229,23 +252,69 @@ class Store:
                 # more is rolled back and reported, not reported as saved.
                 self._check_identity()
 
-    def _file_identity(self) -> tuple[int, int] | None:
-        """The SQLite file's (device, inode); None when it is gone or empty, or not SQLite."""
+    async def _take_identity(self) -> None:
+        """Note which file this process opened, giving the store its identity on first use.
+
+        The identity is read back from the file on disk before each commit, so it has to reach
+        the file: when it is only in the write-ahead log, the log is folded in (without waiting
+        for readers; a later fold brings it otherwise). A read-only store without an identity is
+        still noticed when replaced or deleted, not when overwritten."""
+        async with self.read() as conn:
+            store_id = int((await conn.exec_driver_sql("PRAGMA user_version")).scalar_one())
+        if store_id == 0:
+            try:
+                store_id = await self._give_identity()
+            except StoreError as exc:
+                logger.info("store %s: no identity given (%s)", self.label, exc)
+        opened = self._file_identity()
+        if store_id and opened is not None and opened.header != store_id:
+            try:
+                async with self.read() as conn:
+                    await conn.run_sync(_checkpoint, "PASSIVE")
+            except StoreError as exc:  # a read-only file cannot fold; the check allows for it
+                logger.info("store %s: the identity stays in the write-ahead log (%s)", self.label, exc)
+            opened = self._file_identity()
+        self._store_id = store_id or None
+        self._identity = opened
+
+    async def _give_identity(self) -> int:
+        async with self.write(bump_revision=False) as conn:
+            # Under the write lock: two processes opening a new store at once agree on one.
+            store_id = int((await conn.exec_driver_sql("PRAGMA user_version")).scalar_one())
+            if store_id == 0:
+                store_id = new_store_identity()
+                await conn.exec_driver_sql(f"PRAGMA user_version = {store_id}")
+        return store_id
+
+    def _file_identity(self) -> _FileIdentity | None:
+        """The SQLite file the path names now; None when it is gone or empty, or not SQLite."""
         if self.path is None:
             return None
         try:
             stat = os.stat(self.path)
         except OSError:
             return None
-        return (stat.st_dev, stat.st_ino) if stat.st_size > 0 else None
+        if stat.st_size == 0:
+            return None
+        return _FileIdentity(stat.st_dev, stat.st_ino, _header_identity(self.path))
+
+    def _is_the_opened_file(self) -> bool:
+        opened = self._identity
+        now = self._file_identity()
+        if opened is None or now is None or (now.device, now.inode) != (opened.device, opened.inode):
+            return False
+        # The header may still show what it did at open (the identity not folded in yet), or
+        # the store's identity; any other value is another file's bytes.
+        if now.header == self._store_id and now.header != opened.header:
+            self._identity = now  # folded in since: from now on only the identity will do
+        return now.header in (opened.header, self._store_id)
 
     def _check_identity(self) -> None:
         if self._identity is None:
             return  # not SQLite, or still opening
-        now = self._file_identity()
-        if now == self._identity:
+        if self._is_the_opened_file():
             return
-        what = "deleted or emptied" if now is None else "replaced by another file"
+        what = "deleted or emptied" if self._file_identity() is None else "replaced by another file"
         message = (
             f"The store {self.label} was {what} after this process opened it, so nothing was saved: "
             "the change would have gone to the old file, which no other process reads. Restart the "
@@ -378,14 +447,26 @@ class Store:
         )
 
 
-def _checkpoint(sync_conn: Connection) -> None:
+def _checkpoint(sync_conn: Connection, mode: str = "TRUNCATE") -> None:
     # On the driver's connection: SQLAlchemy's own would open a transaction around it first,
     # and a checkpoint inside a transaction cannot truncate the log.
     cursor = sync_conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
-        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        cursor.execute(f"PRAGMA wal_checkpoint({mode})")
     finally:
         cursor.close()
+
+
+def _header_identity(path: Path) -> int:
+    """The store identity in the file's header as it is on disk, not as this process's
+    connections cache it: they would show a file overwritten under them as it was. An immutable
+    connection reads the file alone, without the write-ahead log, and through SQLite, so this
+    process's locks on the file stay (closing a descriptor of our own would drop them all)."""
+    try:
+        with closing(sqlite3.connect(f"{path.absolute().as_uri()}?immutable=1", uri=True)) as db:
+            return int(db.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error:
+        return -1  # not a SQLite file (any more)
 
 
 def known_schemas() -> tuple[str, ...]:

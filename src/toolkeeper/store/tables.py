@@ -118,7 +118,8 @@ pending_approvals = Table(
     Column("id", String(32), primary_key=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
-    Column("status", String(20), nullable=False, index=True),  # pending, approved, denied, expired, not_run
+    # pending, approved, denied, expired, not_run, store_restored
+    Column("status", String(20), nullable=False, index=True),
     Column("client", Text, nullable=False),  # JSON: name, version, session
     Column("exposed_name", String(200), nullable=False),
     Column("namespaced_name", String(200), nullable=False),

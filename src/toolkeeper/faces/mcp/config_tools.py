@@ -149,6 +149,8 @@ NEXT_STEPS: dict[NextStep, str] = {
     NextStep.EQUIP_TOOLSET: "Use equip-toolset to load a toolset first.",
     NextStep.BUILD_TOOLSET: "Use build-toolset to create one.",
     NextStep.LIST_TOOLS: "Use list-available-tools to see available tools.",
+    # No configuration tool restores a backup: only a person at the command line can go past the limit.
+    NextStep.RAISE_LIMIT: "A person can allow a larger file with `toolkeeper restore --max-size`.",
 }
 
 
