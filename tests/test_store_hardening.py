@@ -24,6 +24,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
 from sqlalchemy import MetaData, Table, select, text
 
 from tests.conftest import controllable, gateway_client, gateway_params, write_config
@@ -292,6 +293,31 @@ async def test_a_read_only_store_file_is_a_tool_error_over_mcp(tmp_path: Path, m
     assert f"ERROR   toolkeeper.faces.mcp.config_tools: build-toolset: The store {db}" in logged
 
 
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_configuration_tool_failing_unexpectedly_is_an_internal_error_in_one_line(
+    tmp_path: Path, mode: str
+) -> None:
+    """A stored value no service expects (a date written by hand that is not one) fails the
+    tool with an exception nothing translates: the client gets −32603 with a one-line reason
+    (never the SDK's code 0), the log gets the traceback, and the gateway serves on."""
+    config = write_config(tmp_path, {"ctl": controllable()})
+    tk(config, "toolsets", "build", "kept", "ctl.echo")
+    with sqlite3.connect(home_db(tmp_path)) as conn:
+        conn.execute("UPDATE toolsets SET created_at = 'yesterday'")
+    log = tmp_path / "gateway.log"
+    async with menu_gateway(config, log, mode) as client:
+        with pytest.raises(MCPError) as failed:
+            await client.call_tool("list-saved-toolsets", {})
+        assert not (await client.call_tool("get-active-toolset", {})).is_error
+    error = failed.value.error
+    assert error.code == -32603, error
+    assert "\n" not in error.message and "'list-saved-toolsets'" in error.message, error.message
+    assert "ValueError: Invalid isoformat string: 'yesterday'" in error.message, error.message
+    logged = log.read_text()
+    assert "tools/call of 'list-saved-toolsets' failed inside the gateway" in logged
+    assert "Traceback" in logged
+
+
 # -- 12: a database that accepts and never answers ----------------------------------------
 
 
@@ -513,6 +539,25 @@ def test_restore_checks_the_file_first_and_changes_nothing_when_it_is_bad(tmp_pa
         assert refused.returncode == 1, (path, refused.stderr)
         assert str(path) in refused.stderr and words in refused.stderr, refused.stderr
         assert "nothing was restored" in refused.stderr or "does not exist" in refused.stderr
+    settle(db)
+    assert db.read_bytes() == before
+
+
+def test_restoring_a_sqlite_backup_holding_a_malformed_date_names_the_row_in_one_line(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    tk(config, "toolsets", "build", "kept", "ctl.echo")
+    backup = tmp_path / "backup.db"
+    tk(config, "backup", str(backup))
+    with sqlite3.connect(backup) as conn:  # a backup edited by hand
+        conn.execute("UPDATE toolsets SET created_at = 'yesterday'")
+    db = home_db(tmp_path)
+    settle(db)
+    before = db.read_bytes()
+    refused = tk(config, "restore", str(backup), "--force", ok=False)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    (line,) = [line for line in refused.stderr.splitlines() if str(backup) in line]
+    assert "table toolsets, row id=1: created_at holds 'yesterday'" in line, line
+    assert "nothing was restored" in line
     settle(db)
     assert db.read_bytes() == before
 

@@ -26,6 +26,7 @@ from conftest import (
 )
 
 from toolkeeper.edge.guard import HostGuard
+from toolkeeper.jsonwire import MAX_NESTING
 
 MODERN = "2026-07-28"
 ENVELOPE = {
@@ -482,8 +483,8 @@ MALFORMED = [
     ('{"jsonrpc":"2.0","id":' + SURROGATE_TEXT + ',"method":"ping"}', -32602, "\ud800"),
     (
         '{"jsonrpc":"2.0","id":"deep","method":"ping","params":{"x":' + "[" * 10_000 + "]" * 10_000 + "}}",
-        -32700,
-        None,
+        -32602,
+        "deep",
     ),
 ]
 
@@ -669,3 +670,81 @@ def test_a_gateway_reading_a_file_and_writing_a_file_answers_every_line_as_over_
     assert len(got) == 3, got
     assert by_id[None]["error"]["code"] == -32700
     assert all(isinstance(by_id[i]["result"]["tools"], list) for i in (1, 2)), got
+
+
+# --- Nesting: a message nested past the limit is refused under its own id, everywhere ---
+
+# The message, its params and the arguments object take the first three levels.
+ARGUMENTS_AT_THE_LIMIT = MAX_NESTING - 3
+# Past the limit: about where Python's recursion limit lies, past what orjson reads, far past.
+PAST_THE_LIMIT = (1_000, 1_030, 20_000)
+
+
+def nested_call(request_id: str, depth: int, meta: dict[str, Any]) -> str:
+    """A call of echo whose `text` is `depth` arrays inside each other (valid JSON)."""
+    arguments = '{"text":' + "[" * depth + "]" * depth + "}"
+    return (
+        f'{{"jsonrpc":"2.0","id":"{request_id}","method":"tools/call","params":'
+        f'{{"name":"ctl__echo","arguments":{arguments},"_meta":{json.dumps(meta)}}}}}'
+    )
+
+
+def check_refused_for_nesting(answer: dict[str, Any], request_id: str) -> None:
+    assert answer["id"] == request_id, answer
+    assert answer["error"]["code"] == -32602, answer
+    assert f"deeper than the {MAX_NESTING} levels" in answer["error"]["message"], answer
+
+
+@pytest.mark.parametrize("era", ["modern", "handshake"])
+def test_a_call_nested_past_the_limit_is_refused_under_its_own_id_over_stdio(
+    tmp_path: Path, era: str
+) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    gateway = StdioGateway(config)
+    meta = ENVELOPE if era == "modern" else {}
+    try:
+        if era == "handshake":
+            gateway.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": HANDSHAKE_INIT})
+            gateway.answer("init")
+            gateway.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        wait_for_tools(gateway, meta or None)
+        # A plain call (the modern client's fast lane) and one with a progress token (the SDK's path).
+        for extra in ({}, {"progressToken": 1}):
+            for depth in PAST_THE_LIMIT:
+                request_id = f"deep-{depth}-{len(extra)}"
+                gateway.send(nested_call(request_id, depth, {**meta, **extra}))
+                check_refused_for_nesting(gateway.answer(request_id), request_id)
+            request_id = f"at-limit-{len(extra)}"
+            gateway.send(nested_call(request_id, ARGUMENTS_AT_THE_LIMIT, {**meta, **extra}))
+            echoed = gateway.answer(request_id)["result"]["structuredContent"]["echo"]
+            assert echoed == "[" * ARGUMENTS_AT_THE_LIMIT + "]" * ARGUMENTS_AT_THE_LIMIT
+    finally:
+        gateway.close()
+
+
+def test_a_call_nested_past_the_limit_is_refused_under_its_own_id_over_http_in_both_eras(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    gateway = HttpGateway(config)
+    try:
+        wait_for_http_tools(gateway)
+        session = gateway.handshake()
+        for number, (meta, headers) in enumerate(
+            [
+                (ENVELOPE, modern_headers("ctl__echo")),  # the fast lane
+                ({**ENVELOPE, "progressToken": 5}, modern_headers("ctl__echo")),  # the SDK's modern path
+                ({}, session),  # a handshake-era session
+            ]
+        ):
+            for depth in PAST_THE_LIMIT:
+                request_id = f"deep-{number}-{depth}"
+                check_refused_for_nesting(
+                    gateway.rpc(nested_call(request_id, depth, meta), **headers), request_id
+                )
+            at_limit = gateway.rpc(nested_call(f"at-limit-{number}", ARGUMENTS_AT_THE_LIMIT, meta), **headers)
+            assert at_limit["result"]["structuredContent"]["echo"] == "[" * ARGUMENTS_AT_THE_LIMIT + "]" * (
+                ARGUMENTS_AT_THE_LIMIT
+            )
+    finally:
+        gateway.close()

@@ -3,6 +3,11 @@
 orjson is several times faster than `json` on the call path, but it refuses text that has no
 UTF-8 form (a lone UTF-16 surrogate, which JSON's `\\ud800` escape can express). Such a message
 is still valid JSON, so it is read and written with `json` instead of being dropped.
+
+A client's message may nest arrays and objects at most MAX_NESTING levels deep. Deeper data
+would fail somewhere on its way as Python's recursion limit or a parser's depth limit (orjson
+reads 1024 levels, the SDK's pydantic about 200, `json` under 1000), each differently, and
+some without a word; so it is refused where it is read, with the message's own id.
 """
 
 from __future__ import annotations
@@ -10,12 +15,31 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+from array import array
 from collections.abc import Awaitable, Callable
+from itertools import accumulate
 from typing import Any
 
 import orjson
 
 logger = logging.getLogger(__name__)
+
+# How deep a client's message may nest arrays and objects, the message itself being level 1
+# (a call's `arguments` object is level 3). Well under what every part of the call path reads:
+# the SDK's own parser gives up at about 200 levels, which a Python SDK server behind the
+# gateway would never answer.
+MAX_NESTING = 128
+
+
+class NestedTooDeep(Exception):
+    """A message nested more than MAX_NESTING levels deep. `envelope`: its top level, every array
+    and object below it left empty, so the message can be answered under its own id."""
+
+    def __init__(self, depth: int, envelope: Any) -> None:
+        super().__init__(f"nested {depth} levels deep, past the limit of {MAX_NESTING}")
+        self.depth = depth
+        self.envelope = envelope
 
 
 def loads(data: bytes) -> Any:
@@ -28,9 +52,15 @@ def loads(data: bytes) -> Any:
 
 def read(data: bytes) -> tuple[Any, str | None]:
     """One client message, and where its text holds a lone UTF-16 surrogate (None: nowhere).
-    Such text has no UTF-8 form, so it cannot be sent on to any server. Raises ValueError for
-    what is not JSON, or is nested too deeply to read. orjson reads every message whose text
-    has a UTF-8 form, so the text is only searched when it did not."""
+    Such text has no UTF-8 form, so it cannot be sent on to any server. Raises NestedTooDeep
+    for a message nested past MAX_NESTING, and ValueError for what is not JSON. orjson reads
+    every message whose text has a UTF-8 form, so the text is only searched when it did not.
+    A message with no more opening brackets than the limit cannot nest past it, so only one
+    with more is measured."""
+    if data.count(b"[") + data.count(b"{") > MAX_NESTING:
+        depth = nesting(data)
+        if depth > MAX_NESTING:
+            raise NestedTooDeep(depth, loads(top_level(data)))
     try:
         return orjson.loads(data), None
     except orjson.JSONDecodeError:
@@ -40,6 +70,49 @@ def read(data: bytes) -> tuple[Any, str | None]:
     except RecursionError:
         raise ValueError("nested too deeply to read") from None
     return value, lone_surrogate_at(value)
+
+
+# A JSON string, or what is left of one that never ends (so the search stays linear). DOTALL:
+# an escaped character may be any byte.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+# Each bracket as the step it takes in depth, a signed byte: +1 opening, -1 (0xff) closing.
+_BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+# Strings, and runs of opening or closing brackets: the tokens that decide how deep text nests.
+_NESTING_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[{]+|[\]}]+', re.DOTALL)
+
+
+def nesting(data: bytes) -> int:
+    """How many levels deep the arrays and objects of JSON text nest (0: a scalar). Brackets
+    inside strings do not count; the work is done by the regular expression engine and
+    iterators written in C, never a Python loop per byte."""
+    steps = array("b", _STRING.sub(b"", data).translate(_BRACKET_STEPS, _NOT_BRACKETS))
+    return max(accumulate(steps, initial=0))
+
+
+def top_level(data: bytes) -> bytes:
+    """JSON text with every array and object below its top level emptied (`{"id":1,"params":
+    {…}}` becomes `{"id":1,"params":{}}`): what is needed to answer a message however deep the
+    rest of it goes."""
+    kept: list[bytes] = []
+    depth = 0
+    start = 0  # where the text being kept resumed
+    for token in _NESTING_TOKEN.finditer(data):
+        first = data[token.start()]
+        if first == ord('"'):
+            continue
+        run = token.end() - token.start()
+        if first in b"[{":
+            if depth <= 1 < depth + run:  # this run opens a value below the top level
+                kept.append(data[start : token.start() + 2 - depth])
+            depth += run
+        else:
+            if depth - run <= 1 < depth:  # this run closes the values below the top level
+                start = token.start() + depth - 2
+            depth -= run
+    if depth <= 1:
+        kept.append(data[start:])
+    return b"".join(kept)
 
 
 def _not_json(name: str) -> Any:

@@ -1,10 +1,15 @@
 """Protocol names, codes and shapes the gateway uses on both sides that the SDK does not define."""
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParams
+
+from toolkeeper.jsonwire import MAX_NESTING
+
+logger = logging.getLogger(__name__)
 
 # The experimental extension that grew out of the seed SEP (PROTOCOL.md, "Argument-specific annotations").
 RESOLUTION_EXTENSION = "io.modelcontextprotocol/tool-resolution"
@@ -29,6 +34,25 @@ MISSING_CAPABILITY = -32021
 
 def error_response(request_id: Any, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+# How much of an unexpected exception's own text its one-line answer carries.
+_REASON_MAX = 200
+
+
+def internal_error(exc: Exception, doing: str) -> MCPError:
+    """An unexpected failure while `doing` something (a bug, or a fault nothing translated), as
+    the error the client gets: −32603 with a one-line reason. The log gets the traceback. Left
+    to the SDK, such a failure would reach the client as error code 0."""
+    logger.error("%s failed inside the gateway", doing, exc_info=exc)
+    lines = str(exc).strip().splitlines()
+    reason = type(exc).__name__ + (f": {lines[0]}" if lines else "")
+    if len(reason) > _REASON_MAX:
+        reason = reason[: _REASON_MAX - 1] + "…"
+    return MCPError(
+        code=INTERNAL_ERROR,
+        message=f"toolkeeper: {doing} failed inside the gateway ({reason}); its log has the details",
+    )
 
 
 @dataclass(frozen=True)
@@ -64,13 +88,15 @@ def unreadable(problem: str) -> Refusal:
     )
 
 
-def refusal(message: Any, surrogate_at: str | None = None) -> Refusal | None:
+def refusal(message: Any, surrogate_at: str | None = None, *, nested: int | None = None) -> Refusal | None:
     """Why a parsed client message must not reach the SDK's session as it is, or None if it may.
 
     The SDK's session drops a message that is not a well-formed JSON-RPC request, notification
     or response without a word, and one whose text has no UTF-8 form breaks whatever connection
     it is forwarded on; so both are answered here. `surrogate_at`: where its text holds a lone
-    surrogate, if anywhere. Only dict lookups, no parsing: a good message costs next to nothing."""
+    surrogate, if anywhere. `nested`: how deep a message nested past the limit goes (`message`
+    is then its top level only), which is refused like text with no UTF-8 form. Only dict
+    lookups, no parsing: a good message costs next to nothing."""
     if isinstance(message, list):
         return Refusal(
             reason="a batch",
@@ -101,6 +127,13 @@ def refusal(message: Any, surrogate_at: str | None = None) -> Refusal | None:
                     request_id,
                     INVALID_PARAMS,
                     "the client's answer holds text with no UTF-8 form (a lone UTF-16 surrogate)",
+                ),
+            )
+        if nested is not None:
+            return Refusal(
+                reason=f"a response nested {nested} levels deep",
+                instead=error_response(
+                    request_id, INVALID_PARAMS, f"the client's answer is {_too_deep(nested)}"
                 ),
             )
         return None
@@ -140,10 +173,26 @@ def refusal(message: Any, surrogate_at: str | None = None) -> Refusal | None:
                 "surrogate (a \\ud800-style escape with no pair), which has no UTF-8 form and cannot be "
                 "encoded for any server; send valid Unicode",
             )
+        if nested is not None:
+            return _refuse(
+                has_id,
+                reply_to,
+                INVALID_PARAMS,
+                f"Invalid params: {method} was not run: the message is {_too_deep(nested)}; "
+                "send data nested less deeply",
+            )
         return None
     # Not even a notification: answered, with a null id if it has none (as JSON-RPC asks).
     return Refusal(
         reason=problem, answer=error_response(reply_to, INVALID_REQUEST, f"Invalid Request: {problem}")
+    )
+
+
+def _too_deep(depth: int) -> str:
+    # The message itself is level 1, so a call's arguments are level 3.
+    return (
+        f"nested {depth} levels deep (arrays and objects inside each other, the message itself being "
+        f"level 1), deeper than the {MAX_NESTING} levels toolkeeper accepts"
     )
 
 

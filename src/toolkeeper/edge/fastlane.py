@@ -16,7 +16,6 @@ Everything else goes to the SDK as before, in order.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from mcp.shared.exceptions import MCPError
@@ -25,12 +24,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from toolkeeper.edge.clients import CLIENT_INFO_META, Transport, identify
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.pipeline.stages import fast_lane_fits
-from toolkeeper.protocol import INTERNAL_ERROR, LOG_LEVEL_META, for_client_era
+from toolkeeper.protocol import LOG_LEVEL_META, for_client_era, internal_error
 
 if TYPE_CHECKING:
     from toolkeeper.runtime.gateway import Gateway
-
-logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
@@ -95,13 +92,6 @@ class FastLane:
         except MCPError as exc:
             return {"jsonrpc": "2.0", "id": request_id, "error": exc.error.model_dump(exclude_none=True)}
         except Exception as exc:
-            logger.exception("tools/call %r failed inside the gateway", call.name)
-            return {
-                "jsonrpc": "2.0",
-                "id": request_id,
-                "error": {
-                    "code": INTERNAL_ERROR,
-                    "message": f"toolkeeper: calling {call.name!r} failed: {exc}",
-                },
-            }
+            failed = internal_error(exc, f"tools/call of {call.name!r}")
+            return {"jsonrpc": "2.0", "id": request_id, "error": failed.error.model_dump(exclude_none=True)}
         return {"jsonrpc": "2.0", "id": request_id, "result": for_client_era(result, True, self.server_info)}

@@ -5,9 +5,10 @@ response without the SDK's streamable-HTTP machinery, through the same pipeline.
 - Host and Origin are parsed and matched exactly (see guard.py), for every path and method; a
   request that fails is answered here (421 or 403, as the SDK answers), so the SDK's prefix match never
   decides.
-- A POST body that is not JSON, not JSON-RPC, or holds text with no UTF-8 form is answered
-  here with JSON-RPC's error, the request's id where it has a valid one; the SDK would answer
-  some of these with nothing, and forward others to a server whose connection they break.
+- A POST body that is not JSON, not JSON-RPC, nested past `jsonwire.MAX_NESTING` or holds text
+  with no UTF-8 form is answered here with JSON-RPC's error, the request's id where it has a
+  valid one; the SDK would answer some of these with nothing, and forward others to a server
+  whose connection they break.
 - A request whose id is already in flight in its session is refused: the SDK keeps one
   answer stream per id, and the first request would never get its answer.
 - A modern request stands alone (no session), so a POST whose body is one call the stdio fast
@@ -66,8 +67,11 @@ class HttpFastLane:
             return
         try:
             message, surrogate_at = jsonwire.read(body)
+        except jsonwire.NestedTooDeep as exc:
+            message = exc.envelope
+            refused: Refusal | None = refusal(message, nested=exc.depth)
         except ValueError as exc:
-            refused: Refusal | None = unreadable(str(exc))
+            refused = unreadable(str(exc))
         else:
             refused = refusal(message, surrogate_at)
         if refused is not None:

@@ -270,10 +270,14 @@ class StdioLink:
                 continue
             try:
                 message, surrogate_at = jsonwire.read(line)
+            except jsonwire.NestedTooDeep as exc:
+                message = exc.envelope
+                refused = refusal(message, nested=exc.depth)
             except ValueError as exc:
                 await self._refuse(unreadable(str(exc)), line)
                 continue
-            refused = refusal(message, surrogate_at)
+            else:
+                refused = refusal(message, surrogate_at)
             if refused is not None:
                 await self._refuse(refused, line)
                 if refused.instead is None:

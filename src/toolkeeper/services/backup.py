@@ -242,7 +242,15 @@ async def _staged_rows(source: Path, max_bytes: int) -> dict[str, list[dict[str,
                 await store.open()
             else:
                 await _load_dump(store, dump, f"The backup {source}")
-            return await _read_rows(store)
+            try:
+                return await _read_rows(store)
+            except (ValueError, TypeError):
+                where = await _unreadable_value(store)
+                if where is None:
+                    raise
+                raise ServiceError(
+                    f"The backup {source} cannot be restored: {where}; nothing was restored."
+                ) from None
         except StoreError as exc:
             # The scratch store's name means nothing to the person: give the database's reason.
             cause = getattr(exc.__cause__, "orig", None) or exc.__cause__ or exc
@@ -269,6 +277,39 @@ def _check_size(source: Path, max_bytes: int) -> None:
 
 def _mib(size: int) -> str:
     return f"{size / 2**20:.1f} MiB"
+
+
+async def _unreadable_value(store: Store) -> str | None:
+    """Where a staged store holds a value its column cannot be read as (a time that is not one,
+    written into a backup by hand), naming the table, the row and the value; None if nowhere.
+    Reading the rows fails at such a value without saying where, so they are read again raw."""
+    async with store.read() as conn:
+        return await conn.run_sync(_first_unreadable_value)
+
+
+def _first_unreadable_value(sync_conn: Connection) -> str | None:
+    dialect = sync_conn.dialect
+    for table in TABLES:
+        readers = {
+            column.name: reader
+            for column in table.columns
+            if (reader := column.type.dialect_impl(dialect).result_processor(dialect, None)) is not None
+        }
+        if not readers:
+            continue
+        key = [column.name for column in table.primary_key.columns]
+        names = [*key, *readers]
+        listed = ", ".join(f'"{name}"' for name in names)
+        for values in sync_conn.exec_driver_sql(f'SELECT {listed} FROM "{table.name}"'):
+            row = dict(zip(names, values, strict=True))
+            for name, reader in readers.items():
+                try:
+                    reader(row[name])
+                except (ValueError, TypeError):
+                    which = ", ".join(f"{column}={row[column]!r}" for column in key)
+                    kind = "a time" if isinstance(table.columns[name].type, DateTime) else "readable"
+                    return f"table {table.name}, row {which}: {name} holds {row[name]!r}, which is not {kind}"
+    return None
 
 
 def _check_sqlite_backup(source: Path, staged: Path) -> None:

@@ -34,6 +34,7 @@ from toolkeeper.protocol import (
     client_resolves,
     flag_resolvable,
     for_client_era,
+    internal_error,
 )
 from toolkeeper.relay.relay import is_modern
 from toolkeeper.runtime.gateway import Gateway
@@ -91,6 +92,14 @@ def _plain_call(params: Any) -> bool:
         and isinstance(params.get("arguments") or {}, dict)
         and "task" not in params
     )
+
+
+def _doing(ctx: ServerRequestContext[Any]) -> str:
+    """What a request asked for, for the answer to a failure the gateway did not expect."""
+    params = ctx.params
+    if ctx.method == "tools/call" and isinstance(params, dict) and isinstance(params.get("name"), str):
+        return f"tools/call of {params['name']!r}"
+    return ctx.method
 
 
 def _wire(params: Any) -> dict[str, Any]:
@@ -281,13 +290,19 @@ class McpFace:
         # the SDK's validated path and its error.
         modern = is_modern(ctx)
         ready = modern or ctx.session.client_params is not None
-        if ready and ctx.method == "tools/call" and _plain_call(ctx.params):
-            return await self.run_call(ctx, dict(ctx.params))  # type: ignore[arg-type]
-        raw_route = forward.RAW_ROUTES.get(ctx.method)
-        if ready and raw_route is not None and isinstance(ctx.params, dict):
-            return await self.forward_raw(ctx, raw_route, ctx.params, modern=modern)
-        result = await call_next(ctx)
-        self.after_sdk_answered(ctx, result)
+        try:
+            if ready and ctx.method == "tools/call" and _plain_call(ctx.params):
+                return await self.run_call(ctx, dict(ctx.params))  # type: ignore[arg-type]
+            raw_route = forward.RAW_ROUTES.get(ctx.method)
+            if ready and raw_route is not None and isinstance(ctx.params, dict):
+                return await self.forward_raw(ctx, raw_route, ctx.params, modern=modern)
+            result = await call_next(ctx)
+            self.after_sdk_answered(ctx, result)
+        except (MCPError, ValidationError):
+            raise  # the SDK answers these with their own codes
+        except Exception as exc:
+            # Whatever else the SDK would answer with error code 0 (or a reason-less −32603).
+            raise internal_error(exc, _doing(ctx)) from exc
         return result
 
     async def forward_raw(
