@@ -42,9 +42,9 @@ from toolkeeper.downstreams.base import (
     State,
     Unavailable,
 )
-from toolkeeper.downstreams.calls import InFlightCalls
 from toolkeeper.downstreams.lists import CHANGED_LISTS, LISTS, ServerLists
 from toolkeeper.downstreams.raw import LaneDeclined, LinkClosed, RawLane
+from toolkeeper.downstreams.status import SourceStatus
 from toolkeeper.downstreams.subscriptions import Subscriptions
 from toolkeeper.downstreams.transports import open_transport
 from toolkeeper.protocol import (
@@ -72,22 +72,13 @@ LISTEN_RETRY_SECONDS = 1.0
 SERVER_INPUT: TypeAdapter[ServerInput] = TypeAdapter(ServerInput)
 
 
-class McpConnection:
+class McpConnection(SourceStatus):
+    config: ServerConfig
+
     def __init__(self, config: ServerConfig, listener: DownstreamListener) -> None:
-        self.config = config
-        self.name = config.name
-        self.state = State.STARTING
+        super().__init__(config)
         self._lists = ServerLists(config)
-        # The server's capabilities as it declared them (wire form), once connected.
-        self.capabilities: dict[str, Any] = {}
-        self.protocol_version: str | None = None
         self.server_info: dict[str, Any] | None = None
-        # What the server says about using it (its `instructions`), kept while it is away.
-        self.instructions: str | None = None
-        self._last_error: str | None = None
-        self.connected_since: float | None = None
-        self.connects = 0
-        self.first_attempt_done = anyio.Event()
         # The number of the connection attempt under way or next (counted from 1 again once the
         # server was ready), whether it is under way, and when the next one starts (None while
         # one is under way or the lost connection is still being closed).
@@ -110,7 +101,6 @@ class McpConnection:
         # the era it was asked in is asked in the other on the next attempt; one reached in
         # 2026-07-28 that asks through its session anyway is moved back (`_needs_back_channel`).
         self._handshake_first = True
-        self._calls = InFlightCalls(config.name)
 
     # ------------------------------------------------------------------ status
     @property
@@ -124,20 +114,6 @@ class McpConnection:
         # A 2026-07-28 server's questions come back inside its result; until the era is known,
         # the server may turn out to be a handshake-era one.
         return self.era is not Era.MODERN
-
-    @property
-    def available(self) -> bool:
-        return self.state is State.READY
-
-    @property
-    def last_error(self) -> str | None:
-        """Why the last connection failed or ended, without the server's secrets (an error may
-        quote the expanded command or URL): it leaves the process in inspection and in errors."""
-        return self._last_error
-
-    @last_error.setter
-    def last_error(self, reason: str | None) -> None:
-        self._last_error = None if reason is None else self.config.redact(reason)
 
     def describe_unavailable(self) -> str:
         reason = f" (last error: {self.last_error})" if self.last_error else ""
@@ -576,10 +552,6 @@ class McpConnection:
         flight; the server is told of each cancellation, and each caller gets an `Unavailable`
         that says the gateway is shutting down. How many were in flight."""
         return self._calls.stop(reason)
-
-    @property
-    def calls_in_flight(self) -> int:
-        return self._calls.count
 
     async def subscribe(self, uri: str) -> None:
         """Count one more subscriber to `uri`; the first one subscribes downstream."""

@@ -25,27 +25,17 @@ from toolkeeper.downstreams.base import (
     State,
     Unavailable,
 )
-from toolkeeper.downstreams.calls import InFlightCalls
+from toolkeeper.downstreams.status import SourceStatus
 
 
-class ToolSource(ABC):
+class ToolSource(SourceStatus, ABC):
     def __init__(self, config: SourceConfig, listener: DownstreamListener) -> None:
-        self.config = config
-        self.name = config.name
-        self.state = State.STARTING
+        super().__init__(config)
         self.tools: list[dict[str, Any]] = []
         self.resources: list[dict[str, Any]] = []
         self.resource_templates: list[dict[str, Any]] = []
         self.prompts: list[dict[str, Any]] = []
-        self.capabilities: dict[str, Any] = {}
-        self.protocol_version: str | None = None
-        self.instructions: str | None = None
-        self._last_error: str | None = None
-        self.connected_since: float | None = None
-        self.connects = 0
-        self.first_attempt_done = anyio.Event()
         self.listener = listener
-        self._calls = InFlightCalls(config.name)
 
     # -- what a kind writes --------------------------------------------------------------------
     @abstractmethod
@@ -74,20 +64,6 @@ class ToolSource(ABC):
     @property
     def may_ask_client(self) -> bool:
         return False
-
-    @property
-    def available(self) -> bool:
-        return self.state is State.READY
-
-    @property
-    def last_error(self) -> str | None:
-        """Why the source is not ready, without its secrets: a kind may set any exception's
-        text, and this leaves the process in inspection and in errors."""
-        return self._last_error
-
-    @last_error.setter
-    def last_error(self, reason: str | None) -> None:
-        self._last_error = None if reason is None else self.config.redact(reason)
 
     def describe_unavailable(self) -> str:
         reason = f" (last error: {self.last_error})" if self.last_error else ""
@@ -121,10 +97,6 @@ class ToolSource(ABC):
 
     def stop_calls(self, reason: str) -> int:
         return self._calls.stop(reason)
-
-    @property
-    def calls_in_flight(self) -> int:
-        return self._calls.count
 
     # -- what only an MCP server offers --------------------------------------------------------
     async def request(self, request: Any, *, on_progress: ProgressCallback | None = None) -> dict[str, Any]:

@@ -1,0 +1,50 @@
+"""What every kind of tool source keeps about itself in the same way, whatever it is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from toolkeeper.config.model import SourceConfig
+from toolkeeper.downstreams.base import State
+from toolkeeper.downstreams.calls import InFlightCalls
+
+
+class SourceStatus:
+    """A source's state and what it last said of itself, its connection counts, its calls in
+    flight, and why it is not ready, told without its secrets."""
+
+    def __init__(self, config: SourceConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.state = State.STARTING
+        # What the source declared it offers (wire form), once connected.
+        self.capabilities: dict[str, Any] = {}
+        self.protocol_version: str | None = None
+        # What the source says about using it (its `instructions`), kept while it is away.
+        self.instructions: str | None = None
+        self._last_error: str | None = None
+        self.connected_since: float | None = None
+        self.connects = 0
+        self.first_attempt_done = anyio.Event()
+        self._calls = InFlightCalls(config.name)
+
+    @property
+    def available(self) -> bool:
+        return self.state is State.READY
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the source is not ready, or why its last connection ended, without its secrets
+        (an error may quote the expanded command or URL): it leaves the process in inspection
+        and in errors."""
+        return self._last_error
+
+    @last_error.setter
+    def last_error(self, reason: str | None) -> None:
+        self._last_error = None if reason is None else self.config.redact(reason)
+
+    @property
+    def calls_in_flight(self) -> int:
+        return self._calls.count
