@@ -9,8 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -189,6 +189,19 @@ async def eventually(predicate: Any, timeout: float = 20.0, interval: float = 0.
             if value:
                 return value
             await anyio.sleep(interval)
+
+
+@contextmanager
+def http_gateway_url(config: Path) -> Iterator[str]:
+    """The URL of `toolkeeper serve --transport http` with `config` on a free port, listening;
+    stopped on the way out."""
+    port = free_port()
+    process = spawn_http_gateway(config, port)
+    try:
+        wait_port(port)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop(process)
 
 
 def missing_test_dependency(what: str, detail: str = "") -> NoReturn:

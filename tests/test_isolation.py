@@ -22,14 +22,11 @@ from conftest import (
     CONTROLLABLE,
     PY,
     ROOT,
-    free_port,
     gateway_client,
+    http_gateway_url,
     missing_test_dependency,
     server_everything_entry,
     server_filesystem_entry,
-    spawn_http_gateway,
-    stop,
-    wait_port,
     write_config,
 )
 from mcp import Client
@@ -53,13 +50,8 @@ def shared_legacy_server(tmp_path):
     """The URL of an HTTP gateway in front of one handshake-era conformance fixture."""
     entry = {"command": PY, "args": [str(FIXTURE)], "protocol": "legacy", "prefix": ""}
     config = write_config(tmp_path, {"conf": entry})
-    port = free_port()
-    process = spawn_http_gateway(config, port)
-    try:
-        wait_port(port)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        stop(process)
+    with http_gateway_url(config) as url:
+        yield url
 
 
 def text_of(result: types.CallToolResult | MCPError) -> str:
@@ -250,13 +242,8 @@ def asking_server(tmp_path):
     `ask` (a question during the call, after a delay)."""
     entry = {"command": PY, "args": [CONTROLLABLE, "--asks"], "protocol": "legacy", "prefix": ""}
     config = write_config(tmp_path, {"ctl": entry})
-    port = free_port()
-    process = spawn_http_gateway(config, port)
-    try:
-        wait_port(port)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        stop(process)
+    with http_gateway_url(config) as url:
+        yield url
 
 
 def named(who: str):
@@ -354,11 +341,7 @@ async def test_a_shared_filesystem_server_gets_no_more_than_the_clients_roots(fo
 
 async def test_two_clients_roots_meet_in_their_intersection(folders):
     fs, config = folders
-    port = free_port()
-    process = spawn_http_gateway(config, port)
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        wait_port(port)
+    with http_gateway_url(config) as url:
         async with Client(url, mode="legacy", list_roots_callback=roots_of(fs)) as wide:
             assert "in other" in await read(wide, fs / "other" / "inside.txt")
             async with Client(url, mode="legacy", list_roots_callback=roots_of(fs / "sub")) as narrow:
@@ -370,8 +353,6 @@ async def test_two_clients_roots_meet_in_their_intersection(folders):
                     # Nothing in common: nothing is readable.
                     assert "denied" in (await read(apart, fs / "other" / "inside.txt")).lower()
                     assert "denied" in (await read(narrow, fs / "sub" / "inside.txt")).lower()
-    finally:
-        stop(process)
 
 
 async def test_a_modern_clients_roots_confine_a_shared_filesystem_server(folders):
@@ -386,11 +367,7 @@ async def test_a_modern_clients_roots_confine_a_shared_filesystem_server(folders
 
 async def test_a_modern_and_a_handshake_era_clients_roots_meet_in_their_intersection(folders):
     fs, config = folders
-    port = free_port()
-    process = spawn_http_gateway(config, port)
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        wait_port(port)
+    with http_gateway_url(config) as url:
         async with Client(url, mode="legacy", list_roots_callback=roots_of(fs)) as wide:
             assert "in other" in await read(wide, fs / "other" / "inside.txt")
             async with Client(url, mode="auto", list_roots_callback=roots_of(fs / "sub")) as narrow:
@@ -399,8 +376,6 @@ async def test_a_modern_and_a_handshake_era_clients_roots_meet_in_their_intersec
                 assert "denied" in (await read(narrow, fs / "hello.txt")).lower()
                 assert "denied" in (await read(narrow, fs / "other" / "inside.txt")).lower()
                 assert "denied" in (await read(wide, fs / "other" / "inside.txt")).lower()
-    finally:
-        stop(process)
 
 
 # -- what the client cannot do ------------------------------------------------------------------

@@ -229,6 +229,15 @@ HANDSHAKE_INIT = {
     "capabilities": {},
     "clientInfo": {"name": "wire-test", "version": "1"},
 }
+
+
+def open_handshake(gateway: StdioGateway) -> None:
+    """Open a handshake-era session on a stdio gateway: initialize, then initialized."""
+    gateway.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": HANDSHAKE_INIT})
+    gateway.answer("init")
+    gateway.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+
 SURROGATE_TEXT = '"\\ud800"'  # JSON's escape for a lone UTF-16 surrogate, which has no UTF-8 form
 
 
@@ -257,9 +266,7 @@ def test_a_lone_surrogate_is_refused_for_that_request_alone_and_the_shared_serve
     meta = ENVELOPE if era == "modern" else {}
     try:
         if era == "handshake":
-            gateway.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": HANDSHAKE_INIT})
-            gateway.answer("init")
-            gateway.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            open_handshake(gateway)
         wait_for_tools(gateway, meta or None)
         pid_before = pid_of(gateway.call("pid-1", {"name": "ctl__pid", "arguments": {}, "_meta": meta}))
         # A slow call in flight on the same downstream must come back whole.
@@ -704,9 +711,7 @@ def test_a_call_nested_past_the_limit_is_refused_under_its_own_id_over_stdio(
     meta = ENVELOPE if era == "modern" else {}
     try:
         if era == "handshake":
-            gateway.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": HANDSHAKE_INIT})
-            gateway.answer("init")
-            gateway.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            open_handshake(gateway)
         wait_for_tools(gateway, meta or None)
         # A plain call (the modern client's fast lane) and one with a progress token (the SDK's path).
         for extra in ({}, {"progressToken": 1}):
