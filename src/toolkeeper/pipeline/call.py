@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -39,14 +39,48 @@ class Target(Protocol):
         ...
 
 
+PrincipalKind = Literal["local", "anonymous", "key", "oauth"]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is behind a request, as the gateway established it (never what a client says of
+    itself): the local user (stdio, or HTTP on loopback without authentication), anybody (HTTP
+    with authentication turned off on purpose), a client key, or an OAuth token's subject.
+
+    `toolsets` and `servers` narrow what it sees: a tool is in scope when it belongs to one of
+    the toolsets or comes from one of the servers; both empty, nothing is narrowed. Only an
+    admin gets the configuration tools, which change what everyone shares."""
+
+    name: str  # a key's name, "oauth:<sub>", "local" or "anonymous"
+    kind: PrincipalKind
+    admin: bool = False
+    toolsets: frozenset[str] = frozenset()
+    servers: frozenset[str] = frozenset()
+    client_id: str | None = None  # an OAuth token's client_id
+
+    @property
+    def scoped(self) -> bool:
+        return bool(self.toolsets or self.servers)
+
+    def label(self) -> str:
+        return f"{self.name} via {self.client_id}" if self.client_id else self.name
+
+
+LOCAL_USER = Principal("local", "local", admin=True)
+ANYONE = Principal("anonymous", "anonymous", admin=True)
+
+
 @dataclass(frozen=True, slots=True)
 class ClientIdentity:
-    """Who made a call: the client's own name and version, and the connection or session it
-    came on (a stdio connection, an HTTP session id), which scopes "for this session" answers."""
+    """Who made a call: the client's own name and version, the connection or session it came on
+    (a stdio connection, an HTTP session id), which scopes "for this session" answers, and the
+    principal the edge authenticated."""
 
     name: str | None
     version: str | None
     session: str
+    principal: Principal = LOCAL_USER
 
     def label(self) -> str:
         who = (
