@@ -208,6 +208,11 @@ def test_the_http_fast_lane_answers_plain_modern_calls_and_leaves_the_rest_to_th
         ("localhost:8765", "http://localhost:8765.evil.com", False),
         ("localhost:8765", "http://user@localhost:8765", False),
         ("localhost:8765", "http://evil.example.com", False),
+        ("localhost:8765", "http://[::1].evil.com", False),
+        ("localhost:8765", "http://[::1]:8765.evil.com", False),
+        ("localhost:8765", "http://[::1]evil.com:8765", False),
+        ("localhost:8765", "http://[::1]:8765", True),
+        ("localhost:8765", "http://LOCALHOST:8765", True),
         (None, None, False),
     ],
 )
@@ -435,6 +440,7 @@ def test_the_exact_host_and_origin_check_decides_for_every_http_request(tmp_path
             ({"host": f"localhost:{port}@evil.com"}, 421),
             ({"host": f"localhost:{port}, evil.example.com"}, 421),
             ({"origin": f"http://localhost:{port}.evil.com"}, 403),
+            ({"origin": "http://[::1].evil.com"}, 403),
         ]
         for headers, status in bad:
             # An initialize POST (the SDK's path) and a GET of the session's stream.

@@ -54,6 +54,10 @@ class HostGuard:
         ):
             return False
         name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        # The parser is lenient around brackets: "[::1].evil.com" parses to the host "::1". Only
+        # a network location that is exactly the host and port it parsed to is taken at its word.
+        if parts.netloc.lower() != (name if port is None else f"{name}:{port}"):
+            return False
         base = f"{parts.scheme}://{name}"
         return (f"{base}:*" in self.origins and port is not None) or (
             (f"{base}:{port}" if port is not None else base) in self.origins
