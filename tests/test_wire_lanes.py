@@ -307,7 +307,11 @@ class HttpGateway:
         wait_port(self.port)
 
     def request(
-        self, body: bytes | str | dict[str, Any] | list[Any] = b"", method: str = "POST", **headers: str
+        self,
+        body: bytes | str | dict[str, Any] | list[Any] = b"",
+        method: str = "POST",
+        path: str = "/mcp",
+        **headers: str,
     ) -> tuple[int, dict[str, str], str]:
         import http.client
 
@@ -324,7 +328,7 @@ class HttpGateway:
         }
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            connection.putrequest(method, "/mcp", skip_host=True, skip_accept_encoding=True)
+            connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
             for key, value in wire_headers.items():
                 connection.putheader(key, value)
             connection.putheader("content-length", str(len(data)))

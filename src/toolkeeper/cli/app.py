@@ -80,6 +80,8 @@ def serve(
     spawn_early(loaded)
     from toolkeeper.edge.serve import serve_http, serve_stdio
 
+    from toolkeeper.edge.auth import CannotStart
+
     async def main() -> None:
         async with await open_store(loaded) as store:
             if transport is TransportChoice.stdio:
@@ -90,6 +92,9 @@ def serve(
 
     try:
         anyio.run(main, backend_options={"use_uvloop": UVLOOP})
+    except CannotStart as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     finally:
         stop_early()
 

@@ -5,7 +5,8 @@ name the same client the same way: a question asked on one way may be answered b
 arrives on another. So all of them ask `identify`:
 - over stdio there is one client per gateway process;
 - over HTTP, a session's `Mcp-Session-Id`; a modern client without a session is known by the
-  name and version it sends with every request.
+  name and version it sends with every request. Either is the principal's own: a "for this
+  session" answer given to one principal never holds for another's calls.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any, Literal
 
 from mcp.server.context import ServerRequestContext
 
-from toolkeeper.pipeline.call import ClientIdentity
+from toolkeeper.edge.auth import principal_of
+from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal
 
 Transport = Literal["http", "stdio"]
 
@@ -24,9 +26,15 @@ CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
 STDIO_SESSION = f"stdio:{os.getpid()}"
 
 
-def identify(*, transport: Transport, client_info: object, session_id: str | None = None) -> ClientIdentity:
-    """The client of a request, named the one way every way in names it; authentication, when
-    the gateway gets it, is added here once and holds for all of them.
+def identify(
+    *,
+    transport: Transport,
+    client_info: object,
+    session_id: str | None = None,
+    principal: Principal = LOCAL_USER,
+) -> ClientIdentity:
+    """The client of a request, named the one way every way in names it, with the principal
+    the edge authenticated (over stdio, the local user).
 
     `client_info` is the client's info as the client declared it: in the handshake era what it
     said in `initialize`, in the 2026-07-28 era the `clientInfo` in the request's `_meta`.
@@ -37,20 +45,29 @@ def identify(*, transport: Transport, client_info: object, session_id: str | Non
     version = info.get("version")
     name = name if isinstance(name, str) else None
     version = version if isinstance(version, str) else None
+    # The local user's sessions keep the names they had before there were principals.
+    owner = "" if principal.kind in ("local", "anonymous") else f"{principal.name}@"
     if transport == "stdio":
         session = STDIO_SESSION
     elif session_id:
-        session = f"http:{session_id}"
+        session = f"http:{owner}{session_id}"
     else:
-        session = f"http:{name or 'unnamed'}/{version or '?'}"
-    return ClientIdentity(name, version, session)
+        session = f"http:{owner}{name or 'unnamed'}/{version or '?'}"
+    return ClientIdentity(name, version, session, principal)
 
 
 def client_of(ctx: ServerRequestContext[Any], params: Mapping[str, Any]) -> ClientIdentity:
     """The client of a request the SDK's handler took (`ctx` is its request context): the SDK's
     path into `identify`."""
-    headers = getattr(ctx.request, "headers", None)
+    request = ctx.request
+    headers = getattr(request, "headers", None)
     transport: Transport = "stdio" if headers is None else "http"
+    scope = getattr(request, "scope", None)
+    principal = principal_of(scope) if isinstance(scope, Mapping) else None
+    if principal is None:
+        if transport == "http":  # fail closed: every HTTP request passes the edge's authentication
+            raise RuntimeError("an HTTP request reached the MCP face without passing authentication")
+        principal = LOCAL_USER
     session_id = headers.get("mcp-session-id") if headers is not None else None
     client_params = ctx.session.client_params
     if client_params is not None:  # handshake era: what the client said in initialize
@@ -59,4 +76,4 @@ def client_of(ctx: ServerRequestContext[Any], params: Mapping[str, Any]) -> Clie
     else:
         meta = params.get("_meta")
         client_info = meta.get(CLIENT_INFO_META) if isinstance(meta, Mapping) else None
-    return identify(transport=transport, client_info=client_info, session_id=session_id)
+    return identify(transport=transport, client_info=client_info, session_id=session_id, principal=principal)

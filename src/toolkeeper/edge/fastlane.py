@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolkeeper.edge.clients import CLIENT_INFO_META, Transport, identify
-from toolkeeper.pipeline.call import ToolCall
+from toolkeeper.pipeline.call import LOCAL_USER, Principal, ToolCall
 from toolkeeper.pipeline.stages import fast_lane_fits
 from toolkeeper.protocol import LOG_LEVEL_META, for_client_era, internal_error
 
@@ -51,8 +51,9 @@ class FastLane:
         # Over HTTP each client is known by its own name, not by the process.
         self.transport: Transport = transport
 
-    def accept(self, message: dict[str, Any]) -> ToolCall | None:
-        """The call this message makes, if the fast lane can answer it; else None."""
+    def accept(self, message: dict[str, Any], principal: Principal = LOCAL_USER) -> ToolCall | None:
+        """The call this message makes, if the fast lane can answer it; else None. `principal`
+        is who the edge authenticated (over stdio, the local user)."""
         params = message.get("params")
         request_id = message.get("id")
         if (
@@ -81,7 +82,9 @@ class FastLane:
             params,
             True,
             capabilities=meta[CLIENT_CAPABILITIES_META],
-            client=identify(transport=self.transport, client_info=meta.get(CLIENT_INFO_META)),
+            client=identify(
+                transport=self.transport, client_info=meta.get(CLIENT_INFO_META), principal=principal
+            ),
         )
         return call if fast_lane_fits(call, self.gateway) else None
 

@@ -25,6 +25,7 @@ from mcp.shared.inbound import decode_header_value
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper import jsonwire
+from toolkeeper.edge.auth import Authenticator
 from toolkeeper.edge.fastlane import PROTOCOL_VERSION_META, FastLane
 from toolkeeper.edge.guard import HostGuard
 from toolkeeper.pipeline.call import ToolCall
@@ -32,11 +33,21 @@ from toolkeeper.protocol import INVALID_REQUEST, Refusal, error_response, refusa
 
 
 class HttpFastLane:
-    def __init__(self, app: ASGIApp, *, lane: FastLane, path: str, guard: HostGuard, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        lane: FastLane,
+        path: str,
+        guard: HostGuard,
+        auth: Authenticator,
+        max_bytes: int,
+    ) -> None:
         self.app = app
         self.lane = lane
         self.path = path
         self.guard = guard
+        self.auth = auth
         self.max_bytes = max_bytes
         # (session, id) of every request in flight on a session's POST; str(id), as the SDK keys them.
         self.in_flight: set[tuple[str, str]] = set()
@@ -53,9 +64,14 @@ class HttpFastLane:
             else:
                 await respond(send, problem[0], problem[1].encode(), b"text/plain; charset=utf-8")
             return
+        if scope["type"] == "websocket":  # no MCP transport here is a WebSocket
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        principal = await self.auth.admit(scope, headers, send)
+        if principal is None:  # refused, or the metadata document was the answer
+            return
         if (
-            scope["type"] != "http"
-            or scope["method"] != "POST"
+            scope["method"] != "POST"
             or scope["path"] != self.path
             or not headers.get("content-type", "").lower().startswith("application/json")
         ):
@@ -85,7 +101,7 @@ class HttpFastLane:
         if session is not None:
             await self._in_session(scope, receive, send, session, message, body)
             return
-        call = self.lane.accept(message) if _accepts_json(headers.get("accept", "")) else None
+        call = self.lane.accept(message, principal) if _accepts_json(headers.get("accept", "")) else None
         if call is None or not _headers_agree(headers, message):
             await self.app(scope, _replay(body, True, receive), send)
             return

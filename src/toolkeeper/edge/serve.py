@@ -22,15 +22,18 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.config.model import Config
+from toolkeeper.edge.auth import AuthPlan, Authenticator
 from toolkeeper.edge.clients import client_of
 from toolkeeper.edge.fastlane import FastLane
 from toolkeeper.edge.guard import HostGuard
 from toolkeeper.edge.http_fastlane import HttpFastLane, respond
+from toolkeeper.edge.oauth import JwtVerifier
 from toolkeeper.edge.stdio import stdio_streams
 from toolkeeper.faces.mcp.config_tools import ConfigMenu
 from toolkeeper.faces.mcp.server import build_server
 from toolkeeper.log import redact_every_handler
 from toolkeeper.runtime.gateway import Gateway
+from toolkeeper.services.keys import KeyRing
 from toolkeeper.store import Store
 
 logger = logging.getLogger(__name__)
@@ -240,7 +243,18 @@ class NoProxyBuffering:
 
 
 async def serve_http(config: Config, store: Store, host: str, port: int) -> None:
+    """Serve streamable HTTP at /mcp; CannotStart when it would reach beyond this machine with
+    no way for a client to authenticate."""
     gateway = Gateway(config, store, menu=ConfigMenu)
+    services = gateway.services
+    keys = await services.keys.ring() if services is not None else KeyRing.empty()
+    plan = AuthPlan.for_serving(config, host, keys)
+    auth = Authenticator(
+        plan,
+        keys=lambda: gateway.keys,
+        oauth=JwtVerifier(plan.oauth) if plan.oauth is not None else None,
+        resource_path=MCP_PATH,
+    )
     server = build_server(gateway, client_of)
     security = transport_security(config, host)
     max_bytes = config.settings.http_max_request_bytes
@@ -258,6 +272,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
         lane=FastLane(gateway, server.server_info_stamp, transport="http"),
         path=MCP_PATH,
         guard=HostGuard(security.allowed_hosts, security.allowed_origins),
+        auth=auth,
         max_bytes=max_bytes,
     )
     streams = ClosableStreams(fast)
@@ -277,12 +292,16 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
         tg.start_soon(_on_signals, _stop_web(web, gateway, streams), tg.cancel_scope)
-        tg.start_soon(_announce_when_listening, web, gateway, host, port)
+        tg.start_soon(_announce_when_listening, web, gateway, host, port, plan)
+        if services is not None:
+            tg.start_soon(auth.record_key_uses, services.keys.touch)
         await web.serve()
         tg.cancel_scope.cancel()
 
 
-async def _announce_when_listening(web: uvicorn.Server, gateway: Gateway, host: str, port: int) -> None:
+async def _announce_when_listening(
+    web: uvicorn.Server, gateway: Gateway, host: str, port: int, plan: AuthPlan
+) -> None:
     while not web.started:
         await anyio.sleep(0.05)
     await gateway.started.wait()
@@ -290,7 +309,7 @@ async def _announce_when_listening(web: uvicorn.Server, gateway: Gateway, host: 
     print(
         f"toolkeeper: serving {len(gateway.catalog.tools)} tools from {len(gateway.config.servers)} servers "
         f"at http://{host}:{port}{MCP_PATH} (mode: {gateway.mode_name}, toolset: {toolset}, "
-        f"store: {gateway.store.label if gateway.store else 'none'})",
+        f"store: {gateway.store.label if gateway.store else 'none'}, clients: {plan.describe()})",
         file=sys.stderr,
         flush=True,
     )

@@ -325,7 +325,9 @@ class ApprovalGate:
         self.approved.setdefault(call.client.session, {})[asking.digest] = time.monotonic()
         scope = self._reach(asking, answer)
         if scope is not None:
-            await self._remember(asking.tool, scope, answered.who)
+            # The rule names whose call the yes was given for (a session's rule holds only in
+            # that principal's session, whose name carries the principal).
+            await self._remember(asking.tool, scope, f"{answered.who} for {call.client.principal.label()}")
 
     def _reach(self, asking: Asking, answer: Answer) -> str | None:
         """The scope of the approval rule a yes becomes: '' for always, the session's for a

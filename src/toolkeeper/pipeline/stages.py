@@ -24,19 +24,20 @@ from mcp.shared.exceptions import MCPError
 
 from toolkeeper.annotations.resolve import Resolution, ResolveError
 from toolkeeper.catalog import CatalogTool
-from toolkeeper.pipeline.call import Target, ToolCall
+from toolkeeper.pipeline.call import Principal, Target, ToolCall
 from toolkeeper.protocol import INVALID_PARAMS
 
 
 class PipelineHost(Protocol):
     """What the stages use of the running gateway."""
 
-    def lookup(self, exposed_name: str) -> Target | None:
-        """The target of a name in the current view."""
+    def lookup(self, exposed_name: str, principal: Principal) -> Target | None:
+        """The target of a name in the view the principal sees."""
         ...
 
-    def why_hidden(self, name: str) -> str:
-        """For a name the view does not route: which mode, if any, lists it."""
+    def why_hidden(self, name: str, principal: Principal) -> str:
+        """For a name that view does not route: which mode, if any, lists it (as far as the
+        principal may know)."""
         ...
 
     async def resolve(self, tool: CatalogTool, arguments: Any) -> Resolution: ...
@@ -103,9 +104,10 @@ class Find(_StageDefaults):
         self.gateway = gateway
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
-        target = self.gateway.lookup(call.name)
+        principal = call.client.principal
+        target = self.gateway.lookup(call.name, principal)
         if target is None:
-            raise MCPError(code=INVALID_PARAMS, message=self.gateway.why_hidden(call.name))
+            raise MCPError(code=INVALID_PARAMS, message=self.gateway.why_hidden(call.name, principal))
         call.target = target
         return None
 
@@ -157,5 +159,5 @@ def standard_pipeline(
 def fast_lane_fits(call: ToolCall, gateway: PipelineHost) -> bool:
     """Whether a call can be run without a request context: nothing its target may send back
     during the call needs a way to reach the client."""
-    target = gateway.lookup(call.name)
+    target = gateway.lookup(call.name, call.client.principal)
     return target is not None and not target.needs_client(call)

@@ -27,7 +27,7 @@ from toolkeeper.downstreams.pool import Connect, DownstreamPool
 from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
-from toolkeeper.pipeline.call import Target
+from toolkeeper.pipeline.call import LOCAL_USER, Principal, Target
 from toolkeeper.pipeline.stages import Pipeline, standard_pipeline
 from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.policy.decide import Policy
@@ -36,6 +36,7 @@ from toolkeeper.relay.notify import ClientNotifier
 from toolkeeper.relay.relay import Relay
 from toolkeeper.runtime.menu import Menu, Mode
 from toolkeeper.services import build_services
+from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.toolsets import Change
 from toolkeeper.store import Store, StoreError
 from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
@@ -55,6 +56,24 @@ class View:
     routes: MappingProxyType[str, Target]
     # Listed tools whose hints can depend on their arguments (flagged for tools/annotations).
     refinable: frozenset[str] = frozenset()
+
+    def narrowed(self, in_scope: Callable[[CatalogTool], bool]) -> View:
+        """The part of this view a scoped principal sees: the gateway's own tools (whoever may
+        see this view may use them) and the downstream tools `in_scope` keeps."""
+        routes = {
+            name: target
+            for name, target in self.routes.items()
+            if target.tool is None or in_scope(target.tool)
+        }
+        return View(
+            [entry for entry in self.listing if entry.get("name") in routes],
+            MappingProxyType(routes),
+            self.refinable & routes.keys(),
+        )
+
+
+def unknown_tool(name: str) -> str:
+    return f"Unknown tool '{name}'. Call tools/list for the tools this gateway exposes now."
 
 
 class Gateway:
@@ -77,6 +96,10 @@ class Gateway:
         self.menu_enabled = config.settings.config_tools_menu and store is not None
         self.toolset: Toolset | None = None
         self.mode = Mode.NORMAL
+        # The client keys the HTTP edge accepts, and the toolsets their scopes name: read with
+        # the rest of the store's state, so a request costs no store read.
+        self.keys = KeyRing.empty()
+        self.scope_toolsets: dict[str, Toolset] = {}
         self.annotator = Annotator(policies_from(config))
         # The approval policy: the settings alone until the store's modes and rules are loaded.
         self.policy = Policy.from_config(config)
@@ -175,72 +198,126 @@ class Gateway:
         self.catalog = build_catalog(
             (ServerTools(u.name, u.config.prefix, u.available, u.tools) for u in self.pool),
         )
-        self.offerings = build_offerings(
+        self._server_offerings = tuple(
             ServerOfferings(
                 u.name, u.config.prefix, u.available, u.resources, u.resource_templates, u.prompts
             )
             for u in self.pool
         )
+        self.offerings = build_offerings(self._server_offerings)
         self._rebuild_view()
 
     def _rebuild_view(self) -> None:
+        toolset = self.toolset
+        # Seed 001: a downstream's tools are listed in normal mode, or always without the menu;
+        # with a toolset equipped, only its tools.
+        if self.store is None or self.menu is None:
+            shown: Iterable[CatalogTool] = self.catalog.tools
+        elif toolset:
+            shown = toolset_tools(toolset, self.catalog)
+        else:
+            shown = self.catalog.tools if self._menu_mode is None else ()
+        downstream = self._downstream_view(shown)
+        if self.store is None or self.menu is None:
+            view = downstream
+        else:
+            mode = self._menu_mode
+            own = self.menu.in_mode(mode)
+            listing = [target.listed() for target in own.before]
+            routes: dict[str, Target] = {target.exposed_name: target for target in own.before}
+            if mode is None or mode is Mode.NORMAL:
+                listing.extend(downstream.listing)
+                routes.update(downstream.routes)
+            listing.extend(target.listed() for target in own.after)
+            routes.update((target.exposed_name, target) for target in [*own.after, *own.unlisted])
+            view = View(listing, MappingProxyType(routes), downstream.refinable & routes.keys())
+        # One assignment each: a request never sees a listing and routes from different moments.
+        self.view = view
+        # What a principal without the configuration tools sees, whatever the mode.
+        self.normal_view = downstream
+        self._narrowed_views: dict[tuple[bool, frozenset[str], frozenset[str]], View] = {}
+        self._narrowed_offerings: dict[frozenset[str], Offerings] = {}
+        self._static: dict[str, tuple[EffectiveHints, Resolution]] = {}
+
+    def _downstream_view(self, tools: Iterable[CatalogTool]) -> View:
+        """The downstream tools a mode that lists them shows, with their routes."""
         listing: list[dict[str, Any]] = []
         routes: dict[str, Target] = {}
         refinable: set[str] = set()
         shadowing = self.menu.names() if self.menu else frozenset()
         toolset = self.toolset
         scope = toolset.name if toolset else None
+        for tool in tools:
+            if tool.exposed_name in shadowing:
+                logger.warning("%s: hidden behind the configuration tool of the same name", tool.namespaced_name)
+                continue
+            # Routed even while its server is away, so a call says so instead of "unknown tool".
+            routes[tool.exposed_name] = DownstreamTool(tool, self.pool[tool.server], self.relay)
+            if not tool.available:
+                continue
+            entry = self.annotator.listed(tool, scope)
+            if self.annotator.refinable(tool):
+                refinable.add(tool.exposed_name)
+            meta = entry.get("_meta")
+            if isinstance(meta, dict) and RESOLUTION_EXTENSION in meta:
+                # The server's marker is for us; clients get ours, and only if they asked for it.
+                entry["_meta"] = {k: v for k, v in meta.items() if k != RESOLUTION_EXTENSION}
+            notes = toolset.notes_for(tool) if toolset else ()
+            if notes:
+                entry["description"] = describe_with_notes(entry.get("description"), notes)
+            listing.append(entry)
+        return View(listing, MappingProxyType(routes), frozenset(refinable))
 
-        def add_downstream(tools: Iterable[CatalogTool]) -> None:
-            for tool in tools:
-                if tool.exposed_name in shadowing:
-                    logger.warning(
-                        "%s: hidden behind the configuration tool of the same name", tool.namespaced_name
-                    )
-                    continue
-                # Routed even while its server is away, so a call says so instead of "unknown tool".
-                routes[tool.exposed_name] = DownstreamTool(tool, self.pool[tool.server], self.relay)
-                if not tool.available:
-                    continue
-                entry = self.annotator.listed(tool, scope)
-                if self.annotator.refinable(tool):
-                    refinable.add(tool.exposed_name)
-                meta = entry.get("_meta")
-                if isinstance(meta, dict) and RESOLUTION_EXTENSION in meta:
-                    # The server's marker is for us; clients get ours, and only if they asked for it.
-                    entry["_meta"] = {k: v for k, v in meta.items() if k != RESOLUTION_EXTENSION}
-                notes = toolset.notes_for(tool) if toolset else ()
-                if notes:
-                    entry["description"] = describe_with_notes(entry.get("description"), notes)
-                listing.append(entry)
+    # -- what each principal sees ----------------------------------------------------------
 
-        if self.store is None or self.menu is None:
-            add_downstream(self.catalog.tools)
-        else:
-            mode = self._menu_mode
-            own = self.menu.in_mode(mode)
-            for target in own.before:
-                listing.append(target.listed())
-                routes[target.exposed_name] = target
-            # Seed 001: a downstream's tools are listed in normal mode, or always without the menu.
-            if mode is None or (mode is Mode.NORMAL and toolset):
-                add_downstream(toolset_tools(toolset, self.catalog) if toolset else self.catalog.tools)
-            for target in own.after:
-                listing.append(target.listed())
-                routes[target.exposed_name] = target
-            for target in own.unlisted:
-                routes[target.exposed_name] = target
-        # One assignment: a request never sees a listing and routes from different moments.
-        self.view = View(listing, MappingProxyType(routes), frozenset(refinable))
-        self._static: dict[str, tuple[EffectiveHints, Resolution]] = {}
+    def view_for(self, principal: Principal) -> View:
+        """The view a principal's requests see: an admin's is the gateway's (configuration tools
+        and modes included); anyone else's is normal mode's downstream tools. A scope narrows
+        either, once per change of the view, never per request."""
+        if principal.admin and not principal.scoped:
+            return self.view
+        key = (principal.admin, principal.toolsets, principal.servers)
+        known = self._narrowed_views.get(key)
+        if known is None:
+            base = self.view if principal.admin else self.normal_view
+            known = base.narrowed(self._scope_test(principal)) if principal.scoped else base
+            self._narrowed_views[key] = known
+        return known
+
+    def offerings_for(self, principal: Principal) -> Offerings:
+        """The resources, templates and prompts of the servers a principal's scope reaches: the
+        servers it names, and those whose tools its toolsets hold."""
+        servers = self.servers_for(principal)
+        if servers is None:
+            return self.offerings
+        known = self._narrowed_offerings.get(servers)
+        if known is None:
+            known = build_offerings(s for s in self._server_offerings if s.server in servers)
+            self._narrowed_offerings[servers] = known
+        return known
+
+    def servers_for(self, principal: Principal) -> frozenset[str] | None:
+        """The servers a scoped principal's scope reaches; None when it reaches them all."""
+        if not principal.scoped:
+            return None
+        in_scope = self._scope_test(principal)
+        return principal.servers | {tool.server for tool in self.catalog.tools if in_scope(tool)}
+
+    def _scope_test(self, principal: Principal) -> Callable[[CatalogTool], bool]:
+        toolsets = [self.scope_toolsets[name] for name in principal.toolsets if name in self.scope_toolsets]
+
+        def in_scope(tool: CatalogTool) -> bool:
+            return tool.server in principal.servers or any(toolset.contains(tool) for toolset in toolsets)
+
+        return in_scope
 
     @property
     def _menu_mode(self) -> Mode | None:
         """The mode the menu lists for: None when the person turned the menu off."""
         return self.mode if self.menu_enabled else None
 
-    def lookup(self, exposed_name: str) -> Target | None:
-        return self.view.routes.get(exposed_name)
+    def lookup(self, exposed_name: str, principal: Principal = LOCAL_USER) -> Target | None:
+        return self.view_for(principal).routes.get(exposed_name)
 
     def effective_hints(self, tool: CatalogTool) -> EffectiveHints:
         """The tool's effective hints under the equipped toolset, computed once per view."""
@@ -274,14 +351,18 @@ class Gateway:
 
         return await resolve(tool, arguments, effective, rules, ask_server)
 
-    def why_hidden(self, name: str) -> str:
-        """For a name the current view does not route: which mode (if any) would show it."""
+    def why_hidden(self, name: str, principal: Principal = LOCAL_USER) -> str:
+        """For a name the current view does not route: which mode (if any) would show it. A
+        principal who cannot change modes or toolsets, or whose scope leaves tools out, hears
+        only that the name is unknown: nothing about a tool outside what it may see."""
+        if not principal.admin or principal.scoped:
+            return unknown_tool(name)
         reason = self.menu.why_hidden(name, self._menu_mode) if self.menu else None
         if reason is not None:
             return reason
         tool = self.catalog.by_exposed.get(name)
         if tool is None:
-            return f"Unknown tool '{name}'. Call tools/list for the tools this gateway exposes now."
+            return unknown_tool(name)
         if not tool.available:
             return f"'{name}' is unavailable: its server '{tool.server}' is not connected."
         if self.toolset and self.toolset.contains(tool):
@@ -335,6 +416,8 @@ class Gateway:
             self.annotator, overrides=await services.hints.overrides(), rules=await services.rules.load()
         )
         self.policy = await services.policy.load()
+        self.keys = await services.keys.ring()
+        self.scope_toolsets = await services.toolsets.named(self.keys.scope_toolsets())
         self._store_revision = revision
         if (
             self.toolset
@@ -370,11 +453,11 @@ class Gateway:
                 revision = await self.store.revision()
                 if revision == self._store_revision:
                     continue
-                before = (self.toolset, self.mode, self.annotator)
+                before = (self.toolset, self.mode, self.annotator, self.scope_toolsets)
                 await self._load_state(revision)
             except StoreError as exc:
                 logger.warning("cannot read the store for changes: %s", exc)
                 continue
-            if (self.toolset, self.mode, self.annotator) != before:
+            if (self.toolset, self.mode, self.annotator, self.scope_toolsets) != before:
                 self._rebuild_view()
                 self.notifier.tools_changed()

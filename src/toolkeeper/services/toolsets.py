@@ -119,6 +119,12 @@ class ToolsetService:
             name = await rows.get_equipped(conn)
             return await rows.load(conn, name) if name else None
 
+    async def named(self, names: Iterable[str]) -> dict[str, Toolset]:
+        """The toolsets of these names that exist, by name (a client key's scope names them)."""
+        async with self.store.read() as conn:
+            found = {name: await rows.load(conn, name) for name in set(names)}
+        return {name: toolset for name, toolset in found.items() if toolset is not None}
+
     async def active(self) -> dict[str, Any]:
         async with self.store.read() as conn:
             name = await rows.get_equipped(conn)

@@ -12,15 +12,16 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from toolkeeper.catalog.offerings import Offerings
 from toolkeeper.downstreams.base import CallTimedOut, Downstream, Unavailable
 from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS, forwardable_meta
 from toolkeeper.runtime.gateway import Gateway
 
 logger = logging.getLogger(__name__)
 
-# A forwarded request's route: the gateway, the request's context and its params in wire form,
-# to the owning server's result as it came.
-Route = Callable[[Gateway, ServerRequestContext[Any], dict[str, Any]], Awaitable[dict[str, Any]]]
+# A forwarded request's route: the gateway, what the caller may reach of the servers' offerings,
+# the request's context and its params in wire form, to the owning server's result as it came.
+Route = Callable[[Gateway, Offerings, ServerRequestContext[Any], dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def _uri(params: dict[str, Any]) -> str:
@@ -30,8 +31,8 @@ def _uri(params: dict[str, Any]) -> str:
     return uri
 
 
-def _owner(gateway: Gateway, uri: str) -> Downstream:
-    owner = gateway.offerings.owner_of(uri)
+def _owner(gateway: Gateway, offerings: Offerings, uri: str) -> Downstream:
+    owner = offerings.owner_of(uri)
     if owner is None:
         raise MCPError(
             code=INVALID_PARAMS,
@@ -54,20 +55,20 @@ def _with_meta(params: dict[str, Any], **fields: Any) -> dict[str, Any]:
 
 
 async def read_resource(
-    gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
+    gateway: Gateway, offerings: Offerings, ctx: ServerRequestContext[Any], params: dict[str, Any]
 ) -> dict[str, Any]:
     uri = _uri(params)
     request = types.ReadResourceRequest(
         params=types.ReadResourceRequestParams.model_validate(_with_meta(params, uri=uri))
     )
-    return await _forward(_owner(gateway, uri), request)
+    return await _forward(_owner(gateway, offerings, uri), request)
 
 
 async def get_prompt(
-    gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
+    gateway: Gateway, offerings: Offerings, ctx: ServerRequestContext[Any], params: dict[str, Any]
 ) -> dict[str, Any]:
     name = params.get("name")
-    route = gateway.offerings.prompt_routes.get(name) if isinstance(name, str) else None
+    route = offerings.prompt_routes.get(name) if isinstance(name, str) else None
     if route is None:
         raise MCPError(
             code=INVALID_PARAMS,
@@ -84,14 +85,14 @@ async def get_prompt(
 
 
 async def complete(
-    gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
+    gateway: Gateway, offerings: Offerings, ctx: ServerRequestContext[Any], params: dict[str, Any]
 ) -> dict[str, Any]:
     """`completion/complete`, routed by the prompt or resource template it completes for."""
     ref = params.get("ref")
     if not isinstance(ref, dict):
         raise MCPError(code=INVALID_PARAMS, message="params.ref must be a ref/prompt or ref/resource object")
     if ref.get("type") == "ref/prompt":
-        route = gateway.offerings.prompt_routes.get(str(ref.get("name")))
+        route = offerings.prompt_routes.get(str(ref.get("name")))
         if route is None:
             raise MCPError(
                 code=INVALID_PARAMS, message=f"Unknown prompt {ref.get('name')!r} in completion ref"
@@ -99,7 +100,7 @@ async def complete(
         downstream = gateway.pool[route.server]
         ref = {**ref, "name": route.name}
     elif ref.get("type") == "ref/resource":
-        owner = gateway.offerings.owner_of_template(str(ref.get("uri")))
+        owner = offerings.owner_of_template(str(ref.get("uri")))
         if owner is None:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown resource template {ref.get('uri')!r}")
         downstream = gateway.pool[owner]
@@ -114,10 +115,10 @@ async def complete(
 
 
 async def subscribe(
-    gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
+    gateway: Gateway, offerings: Offerings, ctx: ServerRequestContext[Any], params: dict[str, Any]
 ) -> dict[str, Any]:
     uri = _uri(params)
-    downstream = _owner(gateway, uri)
+    downstream = _owner(gateway, offerings, uri)
     if gateway.relay.subscribed(ctx, uri):
         try:
             await downstream.subscribe(uri)
@@ -128,11 +129,11 @@ async def subscribe(
 
 
 async def unsubscribe(
-    gateway: Gateway, ctx: ServerRequestContext[Any], params: dict[str, Any]
+    gateway: Gateway, offerings: Offerings, ctx: ServerRequestContext[Any], params: dict[str, Any]
 ) -> dict[str, Any]:
     uri = _uri(params)
     if gateway.relay.unsubscribed(ctx, uri):
-        await _owner(gateway, uri).unsubscribe(uri)
+        await _owner(gateway, offerings, uri).unsubscribe(uri)
     return {}
 
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from toolkeeper import __version__
 from toolkeeper.annotations.resolve import ResolveError
 from toolkeeper.faces.mcp import forward
-from toolkeeper.pipeline.call import ClientIdentity, ToolCall
+from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, ToolCall
 from toolkeeper.protocol import (
     ANNOTATIONS_METHOD,
     INVALID_PARAMS,
@@ -138,15 +138,19 @@ def forwardable_capabilities(gateway: Gateway) -> dict[str, Any]:
     return offered
 
 
-def server_sections(gateway: Gateway) -> str:
+def server_sections(gateway: Gateway, principal: Principal = LOCAL_USER) -> str:
     """Each server's own instructions, one section per server in configuration order, each cut
     to the `maxServerInstructions` setting with a visible mark. A server that never connected
-    has none yet; one that is away keeps what it said last."""
+    has none yet; one that is away keeps what it said last. A scoped principal hears only of
+    the servers its scope reaches."""
     limit = gateway.settings.max_server_instructions
     if limit <= 0:
         return ""
+    reached = gateway.servers_for(principal)
     sections: list[str] = []
     for downstream in gateway.pool:
+        if reached is not None and downstream.name not in reached:
+            continue
         text = (downstream.instructions or "").strip()
         if not text:
             continue
@@ -156,10 +160,10 @@ def server_sections(gateway: Gateway) -> str:
     return "\n\n".join(sections)
 
 
-def with_server_instructions(gateway: Gateway) -> str:
+def with_server_instructions(gateway: Gateway, principal: Principal = LOCAL_USER) -> str:
     """The gateway's instructions and, after them, what each server says about its own tools:
     read when a client asks, so it holds the servers connected by then."""
-    sections = server_sections(gateway)
+    sections = server_sections(gateway, principal)
     if not sections:
         return INSTRUCTIONS
     return (
@@ -185,10 +189,13 @@ class McpFace:
     listen_handler: ListenHandler
     server_info: dict[str, Any] = field(default_factory=dict)  # filled once the server exists
 
+    def principal(self, ctx: ServerRequestContext[Any]) -> Principal:
+        return self.identify(ctx, {}).principal
+
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> Any:
-        return {"resultType": "complete", "tools": self.gateway.listing}
+        return {"resultType": "complete", "tools": self.gateway.view_for(self.principal(ctx)).listing}
 
     async def run_call(self, ctx: ServerRequestContext[Any], params: dict[str, Any]) -> dict[str, Any]:
         modern = is_modern(ctx)
@@ -200,20 +207,20 @@ class McpFace:
         return await self.run_call(ctx, _wire(params))
 
     async def list_resources(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return {"resultType": "complete", "resources": list(self.gateway.offerings.resources)}
+        offerings = self.gateway.offerings_for(self.principal(ctx))
+        return {"resultType": "complete", "resources": list(offerings.resources)}
 
     async def list_resource_templates(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return {
-            "resultType": "complete",
-            "resourceTemplates": list(self.gateway.offerings.resource_templates),
-        }
+        offerings = self.gateway.offerings_for(self.principal(ctx))
+        return {"resultType": "complete", "resourceTemplates": list(offerings.resource_templates)}
 
     async def list_prompts(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return {"resultType": "complete", "prompts": list(self.gateway.offerings.prompts)}
+        offerings = self.gateway.offerings_for(self.principal(ctx))
+        return {"resultType": "complete", "prompts": list(offerings.prompts)}
 
     async def validated(self, route: forward.Route, ctx: ServerRequestContext[Any], params: Any) -> Any:
         """The SDK's validated path (params that were not a plain object) ends in the same route."""
-        return await route(self.gateway, ctx, _wire(params))
+        return await route(self.gateway, self.gateway.offerings_for(self.principal(ctx)), ctx, _wire(params))
 
     async def set_logging_level(
         self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
@@ -226,10 +233,11 @@ class McpFace:
         # A modern client subscribes to resources on its listen stream: hold those downstream
         # subscriptions for as long as the stream is open.
         gateway = self.gateway
+        offerings = gateway.offerings_for(self.principal(ctx))
         held: list[tuple[Any, str]] = []
         try:
             for uri in params.notifications.resource_subscriptions or ():
-                owner = gateway.offerings.owner_of(uri)
+                owner = offerings.owner_of(uri)
                 if owner is not None:
                     await gateway.pool[owner].subscribe(uri)
                     held.append((gateway.pool[owner], uri))
@@ -243,11 +251,12 @@ class McpFace:
 
     async def resolved(self, ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
         gateway = self.gateway
-        target = gateway.lookup(params.name)
+        principal = self.principal(ctx)
+        target = gateway.lookup(params.name, principal)
         tool = target.tool if target is not None else None
-        if tool is None or params.name not in gateway.view.refinable:
+        if tool is None or params.name not in gateway.view_for(principal).refinable:
             why = (
-                gateway.why_hidden(params.name)
+                gateway.why_hidden(params.name, principal)
                 if target is None
                 else f"'{params.name}' is not flagged dynamicAnnotations: its hints do not depend on its "
                 "arguments (use its static annotations)."
@@ -310,7 +319,7 @@ class McpFace:
     ) -> dict[str, Any]:
         """A forwarded request's result as its server sent it, with the fields of the client's era."""
         try:
-            forwarded = await route(self.gateway, ctx, params)
+            forwarded = await route(self.gateway, self.gateway.offerings_for(self.principal(ctx)), ctx, params)
         except ValidationError as exc:
             problem = exc.errors()[0]
             where = ".".join(str(part) for part in problem["loc"])
@@ -330,14 +339,15 @@ class McpFace:
         elif ctx.method == "notifications/roots/list_changed":
             gateway.relay.roots_changed_by(ctx.session)
         elif ctx.method in ("initialize", "server/discover") and isinstance(result, dict):
-            result["instructions"] = with_server_instructions(gateway)
+            result["instructions"] = with_server_instructions(gateway, self.principal(ctx))
             advertise_resolution(result)
             offer_only_what_is_forwarded(result, forwardable_capabilities(gateway))
         elif ctx.method == "tools/list" and isinstance(result, dict) and gateway.view.refinable:
             # The SDK's Tool model drops `dynamicAnnotations`: flag the wire result itself.
             marker = _client_resolves(ctx)
+            refinable = gateway.view_for(self.principal(ctx)).refinable
             for tool in result.get("tools") or ():
-                if tool.get("name") in gateway.view.refinable:
+                if tool.get("name") in refinable:
                     flag_resolvable(tool, marker)
 
 

@@ -1,0 +1,404 @@
+"""Who is calling over HTTP: every request is authenticated here, after the Host check and
+before the fast lane or the SDK's app sees it, so no lane can skip it.
+
+- A client key (`tk_…`, made with `toolkeeper keys create`) is checked against the gateway's
+  in-memory key ring: a hash and a dict lookup, no store read.
+- Any other bearer token is taken for an OAuth access token (a JWT from the configured issuer,
+  for this gateway's resource URL), when OAuth is set up.
+- Without a token, a gateway that need not authenticate (on loopback, or `http.auth.mode:
+  "none"`) serves the request as its local user (or as anyone); one that must answers 401
+  with the link to its protected resource metadata (RFC 9728), which is served here too.
+
+Unknown, revoked, expired, foreign and malformed tokens all get the same 401, so that an answer
+says nothing about a key. Failures are logged with the remote address, never with the token;
+an address with too many failures in a minute is answered 429 for a while.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.routes import build_resource_metadata_url
+from pydantic import AnyHttpUrl
+from starlette.authentication import AuthCredentials
+from starlette.types import Scope, Send
+
+from toolkeeper.config.model import Config, OAuthSettings
+from toolkeeper.edge.oauth import InsufficientScope, InvalidToken, JwtVerifier
+from toolkeeper.pipeline.call import ANYONE, LOCAL_USER, Principal
+from toolkeeper.services.keys import KeyRing
+
+logger = logging.getLogger(__name__)
+
+METADATA_PATH = "/.well-known/oauth-protected-resource"
+KEY_PREFIX = "tk_"
+MAX_AUTHORIZATION_BYTES = 8 * 1024
+FAILURES_PER_MINUTE = 10
+THROTTLE_SECONDS = 60.0
+# Addresses whose failures are remembered; the oldest are forgotten beyond this.
+MAX_TRACKED_ADDRESSES = 10_000
+# How often the times keys were last used are written to the store (never on the call path).
+KEY_USE_FLUSH_SECONDS = 30.0
+
+INVALID_TOKEN = (
+    "the bearer token is not valid for this gateway: it is unknown, revoked, expired, "
+    "malformed, or issued for another resource"
+)
+NO_TOKEN = (
+    "this gateway needs a bearer token: send 'Authorization: Bearer <token>' with a client key "
+    "('toolkeeper keys create NAME' prints one) or an OAuth access token"
+)
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+MODES = ("auto", "keys", "oauth", "keys+oauth", "none")
+
+
+class CannotStart(Exception):
+    """The gateway would serve tools beyond this machine with no way to tell who calls."""
+
+
+def _is_loopback(host: str) -> bool:
+    name = host.strip().lower()
+    if name.endswith(":*"):
+        name = name[:-2]
+    if name.startswith("[") and "]" in name:
+        name = name[1 : name.index("]")]
+    elif name.count(":") == 1:
+        name = name.split(":")[0]
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def reachable_beyond_loopback(config: Config, host: str) -> str | None:
+    """Why `/mcp` can be reached from beyond this machine (a bind address, or a name clients
+    use that is not local, as behind a reverse proxy); None when only this machine reaches it."""
+    if not _is_loopback(host):
+        return f"it listens on {host or 'every interface'}"
+    foreign = [name for name in config.settings.http_allowed_hosts if not _is_loopback(name)]
+    if foreign:
+        return f"http.allowedHosts names {', '.join(foreign)}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class AuthPlan:
+    """How the HTTP edge authenticates, decided once at start-up from the settings."""
+
+    required: bool  # a request without a valid token is refused
+    keys: bool  # client keys are accepted
+    oauth: OAuthSettings | None  # OAuth access tokens are accepted, from this issuer
+
+    @staticmethod
+    def for_serving(config: Config, host: str, keys: KeyRing) -> AuthPlan:
+        """The plan for serving on `host`, or CannotStart when it would serve beyond this
+        machine with no way to authenticate. Steps, in the order they win:
+        a. `none`: nobody is asked (a warning at every start);
+        b. `keys`, `oauth`, `keys+oauth`: those ways, required wherever the gateway listens;
+        c. `auto`, reachable only from this machine: no token needed, a token sent is checked;
+        d. `auto`, reachable beyond it: keys and OAuth (whichever are set up), required, and at
+           least one of them must be set up."""
+        settings = config.settings
+        mode = settings.http_auth_mode
+        oauth = settings.http_auth_oauth
+        reach = reachable_beyond_loopback(config, host)
+        if mode == "none":
+            logger.warning(
+                "http.auth.mode is \"none\": every client that reaches %s gets every tool, the "
+                "configuration tools included, without saying who it is",
+                "this gateway" if reach is None else f"this gateway ({reach})",
+            )
+            return AuthPlan(required=False, keys=False, oauth=None)
+        if mode != "auto":
+            return AuthPlan(required=True, keys="keys" in mode, oauth=oauth if "oauth" in mode else None)
+        if reach is None:
+            return AuthPlan(required=False, keys=True, oauth=oauth)
+        if not len(keys) and oauth is None:
+            raise CannotStart(
+                f"refusing to serve: /mcp can be reached beyond this machine ({reach}), and no client "
+                "can authenticate: there are no client keys and OAuth is not set up. Create a key "
+                "with 'toolkeeper keys create NAME' (give it to your client as 'Authorization: Bearer "
+                "<token>'), set toolkeeper.http.auth.oauth, or set toolkeeper.http.auth.mode to "
+                '"none" to serve everyone without asking'
+            )
+        return AuthPlan(required=True, keys=True, oauth=oauth)
+
+    def describe(self) -> str:
+        """How clients are told apart, as the start-up line says it."""
+        ways = " or ".join(way for way, on in (("a client key", self.keys), ("OAuth", self.oauth)) if on)
+        if self.required:
+            return f"must authenticate with {ways}"
+        if ways:
+            return f"local, no token needed ({ways} honoured)"
+        return "anyone, unauthenticated"
+
+
+class PrincipalUser(AuthenticatedUser):
+    """The authenticated principal where Starlette and the SDK look for a request's user: the
+    SDK binds an HTTP session to the credential that opened it, and refuses it to any other."""
+
+    def __init__(self, principal: Principal, scopes: frozenset[str] = frozenset()) -> None:
+        super().__init__(
+            AccessToken(
+                token="",  # the token itself is never kept
+                client_id=principal.client_id or principal.name,
+                scopes=sorted(scopes),
+                subject=principal.name,
+                claims={"iss": principal.kind},
+            )
+        )
+        self.principal = principal
+
+
+def principal_of(scope: Mapping[str, Any]) -> Principal | None:
+    """The principal the edge authenticated for a request (None: not an HTTP request)."""
+    user = scope.get("user")
+    return user.principal if isinstance(user, PrincipalUser) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    status: int
+    error: str | None  # RFC 6750's error code; None when no credential was sent
+    description: str
+    scope: str | None = None  # the scopes a 403 says are needed
+    retry_after: int | None = None
+
+
+class FailureThrottle:
+    """Failed attempts per remote address: past `FAILURES_PER_MINUTE` within a minute, the
+    address is refused for `THROTTLE_SECONDS` without its tokens being looked at."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._blocked_until: dict[str, float] = {}
+
+    def blocked_for(self, address: str) -> float:
+        until = self._blocked_until.get(address)
+        if until is None:
+            return 0.0
+        left = until - self.clock()
+        if left <= 0:
+            del self._blocked_until[address]
+            return 0.0
+        return left
+
+    def failed(self, address: str) -> None:
+        now = self.clock()
+        failures = self._failures.pop(address, None) or deque()
+        failures.append(now)
+        while failures and failures[0] <= now - 60.0:
+            failures.popleft()
+        self._failures[address] = failures  # most recent last
+        if len(failures) >= FAILURES_PER_MINUTE:
+            self._blocked_until[address] = now + THROTTLE_SECONDS
+            failures.clear()
+            logger.warning(
+                "authentication: %d failures in a minute from %s; refusing it for %d s",
+                FAILURES_PER_MINUTE,
+                address,
+                THROTTLE_SECONDS,
+            )
+        while len(self._failures) > MAX_TRACKED_ADDRESSES:
+            self._failures.popitem(last=False)
+
+
+class Authenticator:
+    """Decides, for each HTTP request, who is calling, or answers it with 401, 403, 429 or 431."""
+
+    def __init__(
+        self,
+        plan: AuthPlan,
+        *,
+        keys: Callable[[], KeyRing],
+        oauth: JwtVerifier | None = None,
+        resource_path: str,
+    ) -> None:
+        self.plan = plan
+        self.keys = keys
+        self.oauth = oauth
+        self.resource_path = resource_path
+        self.throttle = FailureThrottle()
+        self.key_uses: dict[str, datetime] = {}  # key name → last use, not yet written
+
+    @property
+    def anonymous(self) -> Principal:
+        """Who a request without a token is, where none is needed."""
+        return LOCAL_USER if self.plan.keys or self.plan.oauth else ANYONE
+
+    def serves_metadata(self, path: str) -> bool:
+        return path in (METADATA_PATH, METADATA_PATH + self.resource_path)
+
+    async def admit(self, scope: Scope, headers: Mapping[str, str], send: Send) -> Principal | None:
+        """The request's principal (also left in `scope["user"]` for the SDK); None when the
+        request was answered here (refused, or the metadata document)."""
+        if self.serves_metadata(scope["path"]):
+            await self._send_metadata(scope, headers, send)
+            return None
+        outcome = await self._authenticate(scope, headers)
+        if isinstance(outcome, Refusal):
+            await self._refuse(scope, headers, send, outcome)
+            return None
+        principal, scopes = outcome
+        scope["user"] = PrincipalUser(principal, scopes)
+        scope["auth"] = AuthCredentials(sorted(scopes))
+        return principal
+
+    async def _authenticate(
+        self, scope: Scope, headers: Mapping[str, str]
+    ) -> tuple[Principal, frozenset[str]] | Refusal:
+        address = (scope.get("client") or ("unknown", 0))[0]
+        blocked = self.throttle.blocked_for(address)
+        if blocked:
+            return Refusal(429, None, "too many failed authentications from this address; try again later",
+                           retry_after=int(blocked) + 1)
+        header = headers.get("authorization")
+        if header is None:
+            if not self.plan.required:
+                return self.anonymous, frozenset()
+            return Refusal(401, None, NO_TOKEN)
+        if len(header) > MAX_AUTHORIZATION_BYTES:
+            self._failed(address, "an Authorization header over 8 KiB")
+            return Refusal(431, "invalid_request", "the Authorization header is over 8 KiB")
+        scheme, _, token = header.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            self._failed(address, "an Authorization header that is not 'Bearer <token>'")
+            return Refusal(401, "invalid_token", INVALID_TOKEN)
+        if token.startswith(KEY_PREFIX):
+            return self._by_key(address, token)
+        return await self._by_oauth(address, token)
+
+    def _by_key(self, address: str, token: str) -> tuple[Principal, frozenset[str]] | Refusal:
+        now = datetime.now(UTC)
+        key = self.keys().verify(token, now) if self.plan.keys else None
+        if key is None:
+            self._failed(address, "a client key that is unknown, revoked or expired")
+            return Refusal(401, "invalid_token", INVALID_TOKEN)
+        self.key_uses[key.name] = now
+        principal = Principal(
+            key.name,
+            "key",
+            admin=key.admin,
+            toolsets=frozenset(key.toolsets),
+            servers=frozenset(key.servers),
+        )
+        return principal, frozenset()
+
+    async def _by_oauth(self, address: str, token: str) -> tuple[Principal, frozenset[str]] | Refusal:
+        if self.oauth is None:
+            self._failed(address, "a bearer token that is no client key, with OAuth not set up")
+            return Refusal(401, "invalid_token", INVALID_TOKEN)
+        try:
+            identity = await self.oauth.verify(token)
+        except InsufficientScope as exc:
+            needed = " ".join(exc.missing)
+            logger.warning("authentication: a token from %s lacks the scope %s", address, needed)
+            return Refusal(403, "insufficient_scope", f"the token lacks the scope {needed}", scope=needed)
+        except InvalidToken:
+            self._failed(address, "an OAuth token that did not validate")
+            return Refusal(401, "invalid_token", INVALID_TOKEN)
+        principal = Principal(
+            f"oauth:{identity.subject}", "oauth", admin=identity.admin, client_id=identity.client_id
+        )
+        return principal, identity.scopes
+
+    def _failed(self, address: str, what: str) -> None:
+        logger.warning("authentication failed from %s: %s", address, what)
+        self.throttle.failed(address)
+
+    # -- answers -----------------------------------------------------------------------------
+
+    def resource_url(self, scope: Scope, headers: Mapping[str, str]) -> str:
+        """This gateway's resource URL: OAuth's audience when set up (tokens name it), else the
+        address the client used (its Host header passed the edge's check)."""
+        if self.plan.oauth is not None:
+            return self.plan.oauth.audience
+        return f"{scope.get('scheme', 'http')}://{headers.get('host', 'localhost')}{self.resource_path}"
+
+    def metadata_url(self, scope: Scope, headers: Mapping[str, str]) -> str:
+        return str(build_resource_metadata_url(AnyHttpUrl(self.resource_url(scope, headers))))
+
+    def metadata(self, scope: Scope, headers: Mapping[str, str]) -> dict[str, Any]:
+        """The protected resource metadata (RFC 9728) of `/mcp`."""
+        document: dict[str, Any] = {
+            "resource": self.resource_url(scope, headers),
+            "bearer_methods_supported": ["header"],
+            "resource_name": "toolkeeper MCP gateway",
+        }
+        oauth = self.plan.oauth
+        if oauth is not None:
+            document["authorization_servers"] = [oauth.issuer]
+            scopes = [*oauth.required_scopes, *([oauth.admin_scope] if oauth.admin_scope else [])]
+            if scopes:
+                document["scopes_supported"] = scopes
+        return document
+
+    async def _send_metadata(self, scope: Scope, headers: Mapping[str, str], send: Send) -> None:
+        if scope["method"] not in ("GET", "HEAD"):
+            await _send(send, 405, b'{"error": "method not allowed"}', [(b"allow", b"GET, HEAD")])
+            return
+        body = json.dumps(self.metadata(scope, headers)).encode()
+        await _send(send, 200, body, [(b"cache-control", b"max-age=300")])
+
+    async def _refuse(self, scope: Scope, headers: Mapping[str, str], send: Send, refusal: Refusal) -> None:
+        extra: list[tuple[bytes, bytes]] = []
+        if refusal.retry_after is not None:
+            extra.append((b"retry-after", str(refusal.retry_after).encode()))
+        if refusal.status in (401, 403):
+            parts = [f'resource_metadata="{self.metadata_url(scope, headers)}"']
+            if refusal.error:
+                parts += [f'error="{refusal.error}"', f'error_description="{refusal.description}"']
+            if refusal.scope:
+                parts.append(f'scope="{refusal.scope}"')
+            extra.append((b"www-authenticate", ("Bearer " + ", ".join(parts)).encode()))
+        body = json.dumps({"error": refusal.error or "unauthorized", "error_description": refusal.description})
+        await _send(send, refusal.status, body.encode(), extra)
+
+    # -- last use ----------------------------------------------------------------------------
+
+    def take_key_uses(self) -> dict[str, datetime]:
+        uses, self.key_uses = self.key_uses, {}
+        return uses
+
+    async def record_key_uses(self, touch: Callable[[Mapping[str, datetime]], Any]) -> None:
+        """Write when each key was last used, every KEY_USE_FLUSH_SECONDS, off the call path."""
+        while True:
+            await anyio.sleep(KEY_USE_FLUSH_SECONDS)
+            uses = self.take_key_uses()
+            if not uses:
+                continue
+            try:
+                await touch(uses)
+            except Exception as exc:  # a last-used time is worth a retry, never a crash
+                logger.warning("cannot record when client keys were last used: %s", exc)
+                for name, when in uses.items():
+                    self.key_uses.setdefault(name, when)
+
+
+async def _send(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]]) -> None:
+    """A whole JSON answer of the edge's own; not cached unless `extra` says otherwise."""
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-accel-buffering", b"no"),
+        *extra,
+    ]
+    if not any(name == b"cache-control" for name, _ in extra):
+        headers.append((b"cache-control", b"no-store"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,338 @@
+"""Who is calling, end to end: a real gateway over HTTP that must authenticate, real SDK clients
+of both eras with the key in their Authorization header, keys made and revoked with the real
+CLI on the real store, and the audit log and approval queue naming the principal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from conftest import MODES, PY, ROOT, controllable, eventually, free_port, spawn, stop, wait_port, write_config
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from test_wire_lanes import ENVELOPE, HttpGateway, modern_headers
+
+pytestmark = pytest.mark.anyio
+
+EXPOSED = {"http": {"allowedHosts": ["gateway.example.com"]}}
+CONFIG_TOOL = "enter-configuration-mode"
+
+
+def tk(config: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [PY, "-m", "toolkeeper", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"},
+    )
+    if ok:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def new_key(config: Path, name: str, *scope: str) -> str:
+    created = json.loads(tk(config, "keys", "create", name, *scope, "--json").stdout)
+    assert created["name"] == name and created["token"].startswith("tk_")
+    return str(created["token"])
+
+
+def team_config(tmp_path: Path, **settings: Any) -> Path:
+    notes = {"command": sys.executable, "args": ["-m", "toolkeeper.demo.notes", "--db", str(tmp_path / "n.db")]}
+    return write_config(tmp_path, {"ctl": controllable(), "notes": notes}, **{**EXPOSED, **settings})
+
+
+@asynccontextmanager
+async def client_with(url: str, token: str | None, mode: str, **options: Any) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    transport = streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))
+    async with Client(transport, mode=mode, **options) as client:
+        yield client
+
+
+async def tool_names(client: Client) -> set[str]:
+    return {tool.name for tool in (await client.list_tools()).tools}
+
+
+@contextmanager
+def gateway(config: Path) -> Iterator[HttpGateway]:
+    running = HttpGateway(config)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def url_of(running: HttpGateway) -> str:
+    return f"http://127.0.0.1:{running.port}/mcp"
+
+
+def test_a_gateway_reachable_beyond_loopback_with_no_way_to_authenticate_refuses_to_start(tmp_path: Path) -> None:
+    config = team_config(tmp_path)
+    port = free_port()
+    process = spawn(
+        [PY, "-m", "toolkeeper", "serve", "--config", str(config), "--transport", "http", "--port", str(port)],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(ROOT / "src")},
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        stop(process)
+    assert process.returncode == 2
+    text = stderr.decode()
+    assert "gateway.example.com" in text and "toolkeeper keys create NAME" in text
+    assert '"none"' in text
+
+
+def test_mode_none_serves_everyone_and_warns_at_every_start(tmp_path: Path) -> None:
+    config = team_config(tmp_path, http={**EXPOSED["http"], "auth": {"mode": "none"}})
+    port = free_port()
+    process = spawn(
+        [PY, "-m", "toolkeeper", "serve", "--config", str(config), "--transport", "http", "--port", str(port)],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(ROOT / "src")},
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_port(port)
+        running = HttpGateway.__new__(HttpGateway)
+        running.port = port
+        answer = running.rpc(
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": ENVELOPE}},
+            mcp_protocol_version="2026-07-28",
+            mcp_method="tools/list",
+        )
+        assert "ctl__echo" in {tool["name"] for tool in answer["result"]["tools"]}
+    finally:
+        stop(process)
+    assert 'http.auth.mode is "none"' in process.stderr.read().decode()  # type: ignore[union-attr]
+
+
+def test_without_a_valid_key_every_request_gets_401_and_the_metadata_link(tmp_path: Path) -> None:
+    config = team_config(tmp_path)
+    new_key(config, "alice")
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "ctl__echo", "arguments": {"text": "hi"}, "_meta": ENVELOPE},
+    }
+    with gateway(config) as running:
+        port = running.port
+        metadata_url = f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"
+        # A plain 2026-07-28 call (the fast lane's) and a handshake (the SDK's path) alike.
+        for body, headers in ((call, modern_headers("ctl__echo")), (HANDSHAKE, {})):
+            status, answered, text = running.request(body, **headers)
+            assert status == 401, text
+            assert answered["www-authenticate"] == f'Bearer resource_metadata="{metadata_url}"'
+            assert "result" not in text and "ctl" not in text
+        refusals = set()
+        for authorization in ("Bearer tk_notakey0000000000000000000000000000000000", "Basic YWxpY2U6eA==", "Bearer ", "Bearer not-a-jwt"):
+            status, answered, text = running.request(call, authorization=authorization, **modern_headers("ctl__echo"))
+            assert status == 401
+            assert 'error="invalid_token"' in answered["www-authenticate"]
+            refusals.add(text)
+        assert len(refusals) == 1  # the same answer for every bad token: it tells nothing
+        status, _, _ = running.request(call, authorization="Bearer " + "x" * 9000, **modern_headers("ctl__echo"))
+        assert status == 431
+
+        status, answered, text = running.request(method="GET", path="/.well-known/oauth-protected-resource/mcp")
+        assert status == 200, text
+        document = json.loads(text)
+        assert document["resource"] == f"http://127.0.0.1:{port}/mcp"
+        assert document["bearer_methods_supported"] == ["header"]
+        status, _, text = running.request(method="GET", path="/.well-known/oauth-protected-resource")
+        assert status == 200 and json.loads(text) == document
+
+
+HANDSHAKE = {
+    "jsonrpc": "2.0",
+    "id": "init",
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+}
+
+
+def test_an_address_with_ten_failures_in_a_minute_is_refused_for_a_while(tmp_path: Path) -> None:
+    config = team_config(tmp_path)
+    token = new_key(config, "alice")
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": ENVELOPE}}
+    headers = {"mcp_protocol_version": "2026-07-28", "mcp_method": "tools/list"}
+    with gateway(config) as running:
+        assert running.request(body, authorization=f"Bearer {token}", **headers)[0] == 200
+        for _ in range(10):
+            assert running.request(body, authorization="Bearer tk_wrong", **headers)[0] == 401
+        status, answered, _ = running.request(body, authorization=f"Bearer {token}", **headers)
+        assert status == 429 and int(answered["retry-after"]) > 0
+
+
+async def test_scoped_keys_see_their_own_tools_at_the_same_time_and_the_admin_the_configuration_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "true")
+    config = team_config(tmp_path)
+    tk(config, "toolsets", "build", "everything", "ctl.echo", "ctl.pid", "notes.create_note", "notes.search_notes", "--equip")
+    tk(config, "toolsets", "build", "dev", "ctl.echo", "ctl.pid")
+    alice = new_key(config, "alice", "--toolset", "dev")
+    bob = new_key(config, "bob", "--server", "notes")
+    carol = new_key(config, "carol")
+    root = new_key(config, "root", "--admin")
+    with gateway(config) as running:
+        url = url_of(running)
+        seen: dict[str, set[str]] = {}
+
+        async def list_as(name: str, token: str, mode: str) -> None:
+            async with client_with(url, token, mode) as client:
+                seen[name] = await tool_names(client)
+
+        async with anyio.create_task_group() as tg:
+            for (name, token), mode in zip(
+                (("alice", alice), ("bob", bob), ("carol", carol), ("root", root)), [*MODES, *MODES], strict=True
+            ):
+                tg.start_soon(list_as, name, token, mode)
+        assert seen["alice"] == {"ctl__echo", "ctl__pid"}
+        assert seen["bob"] == {"notes__create_note", "notes__search_notes"}
+        assert seen["carol"] == {"ctl__echo", "ctl__pid", "notes__create_note", "notes__search_notes"}
+        assert seen["root"] == seen["carol"] | {CONFIG_TOOL}
+
+        for mode in MODES:
+            async with client_with(url, alice, mode) as client:
+                # Out of scope, the configuration tools, and no such tool: one answer.
+                answers = []
+                for name in ("notes__create_note", CONFIG_TOOL, "no_such_tool"):
+                    with pytest.raises(MCPError) as refused:
+                        await client.call_tool(name, {"title": "x", "body": "y"})
+                    answers.append(refused.value.error.message.replace(name, "NAME"))
+                assert len(set(answers)) == 1 and "Unknown tool" in answers[0]
+                echoed = await client.call_tool("ctl__echo", {"text": f"alice {mode}"})
+                assert echoed.content[0].text == f"alice {mode}"  # type: ignore[union-attr]
+
+        # The admin's configuration mode is the gateway's; the others stay in normal mode.
+        async with client_with(url, root, "legacy") as admin, client_with(url, carol, "legacy") as plain:
+            await admin.call_tool(CONFIG_TOOL, {})
+            assert "ctl__echo" not in await tool_names(admin)
+            assert await tool_names(plain) == seen["carol"]
+
+    audit = json.loads(tk(config, "audit", "--principal", "alice", "--json").stdout)
+    assert audit and {record["principal"] for record in audit} == {"alice"}
+    assert {record["tool"] for record in audit} >= {"echo"}
+
+
+async def test_a_revoked_key_is_refused_on_its_next_request(tmp_path: Path) -> None:
+    config = team_config(tmp_path)
+    token = new_key(config, "alice")
+    new_key(config, "bob")
+    with gateway(config) as running:
+        for mode in MODES:
+            async with client_with(url_of(running), token, mode) as client:
+                assert "ctl__echo" in await tool_names(client)
+        async with client_with(url_of(running), token, "legacy") as client:
+            assert "ctl__echo" in await tool_names(client)
+            tk(config, "keys", "revoke", "alice")
+
+            async def refused() -> bool:
+                try:
+                    await client.list_tools()
+                except Exception as exc:  # the SDK's client reports the 401 its own way
+                    return "401" in str(exc) or "nauthorized" in str(exc)
+                return False
+
+            assert await eventually(refused, timeout=10, interval=0.2)
+        listed = json.loads(tk(config, "keys", "list", "--json").stdout)
+        assert [key["name"] for key in listed] == ["bob"]
+
+
+async def test_a_session_belongs_to_the_key_that_opened_it(tmp_path: Path) -> None:
+    config = team_config(tmp_path)
+    alice = new_key(config, "alice")
+    bob = new_key(config, "bob")
+    with gateway(config) as running:
+        status, headers, _ = running.request(HANDSHAKE, authorization=f"Bearer {alice}")
+        assert status == 200
+        session = headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        as_bob = running.request(listing, authorization=f"Bearer {bob}", mcp_session_id=session, mcp_protocol_version="2025-11-25")
+        assert as_bob[0] == 404
+        as_alice = running.request(listing, authorization=f"Bearer {alice}", mcp_session_id=session, mcp_protocol_version="2025-11-25")
+        assert as_alice[0] == 200 and "ctl__echo" in as_alice[2]
+
+
+async def test_the_approval_queue_names_who_waits_and_a_session_yes_holds_for_that_principal_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TOOLKEEPER_CONFIRM", raising=False)
+    config = team_config(tmp_path)
+    alice = new_key(config, "alice")
+    bob = new_key(config, "bob")
+    with gateway(config) as running:
+        url = url_of(running)
+        # The same client software under two keys, modern era: no session id tells them apart.
+        async with client_with(url, alice, "modern") as as_alice, client_with(url, bob, "modern") as as_bob:
+            results: dict[str, types.CallToolResult] = {}
+
+            async def call(name: str, client: Client) -> None:
+                results[name] = await client.call_tool("ctl__pid", {})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "alice", as_alice)
+                pending: list[dict[str, Any]] = []
+                with anyio.fail_after(30):
+                    while not pending:
+                        await anyio.sleep(0.2)
+                        listed = await anyio.to_thread.run_sync(tk, config, "approvals", "list", "--json")
+                        pending = json.loads(listed.stdout)
+                assert pending[0]["principal"] == "alice"
+                table = await anyio.to_thread.run_sync(tk, config, "approvals", "list")
+                assert "alice" in table.stdout
+                await anyio.to_thread.run_sync(tk, config, "approvals", "approve", pending[0]["id"], "--session")
+            assert not results["alice"].is_error
+
+            # Alice's yes for her session: her next call runs at once, Bob's still waits.
+            with anyio.fail_after(20):
+                again = await as_alice.call_tool("ctl__pid", {})
+            assert not again.is_error
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "bob", as_bob)
+                waiting: list[dict[str, Any]] = []
+                with anyio.fail_after(30):
+                    while not waiting:
+                        await anyio.sleep(0.2)
+                        listed = await anyio.to_thread.run_sync(tk, config, "approvals", "list", "--json")
+                        waiting = json.loads(listed.stdout)
+                assert waiting[0]["principal"] == "bob"
+                await anyio.to_thread.run_sync(tk, config, "approvals", "deny", waiting[0]["id"])
+            assert results["bob"].is_error
+    rules = tk(config, "approvals", "rules", "--json")
+    assert "for alice" in rules.stdout
+
+
+async def test_on_loopback_no_key_is_needed_and_a_key_sent_is_honoured(tmp_path: Path) -> None:
+    notes = {"command": sys.executable, "args": ["-m", "toolkeeper.demo.notes", "--db", str(tmp_path / "n.db")]}
+    config = write_config(tmp_path, {"ctl": controllable(), "notes": notes})
+    bob = new_key(config, "bob", "--server", "notes")
+    with gateway(config) as running:
+        url = url_of(running)
+        async with client_with(url, None, "modern") as anyone, client_with(url, bob, "modern") as scoped:
+            assert {"ctl__echo", "notes__create_note"} <= await tool_names(anyone)
+            scoped_names = await tool_names(scoped)
+            assert "notes__create_note" in scoped_names and all(n.startswith("notes__") for n in scoped_names)
+        status, _, _ = running.request(
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": ENVELOPE}},
+            authorization="Bearer tk_revoked_or_never_made_000000000000000000000",
+            mcp_protocol_version="2026-07-28",
+            mcp_method="tools/list",
+        )
+        assert status == 401
