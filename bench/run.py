@@ -8,6 +8,7 @@ the echo server beside this file: over stdio (`mcp.Client(stdio_client(StdioServ
 mode=...)`) for figures 1-5, over streamable HTTP (`mcp.Client("http://127.0.0.1:PORT/mcp", ...)`,
 echo server and gateway each on a free local port) for figure 6. Figure 7 puts the gateway over stdio
 in front of the echo server over streamable HTTP, once per era the gateway speaks to it in.
+Figure 8 is figure 6's gateway twice: without authentication, and requiring a client key.
 The direct session and the one through the gateway are open together, and their c=1 calls take
 turns call by call, so that the machine's noise falls on both alike; every job is repeated, and
 the table shows the median of the repeats and the ratio through/direct. Ratios only mean
@@ -39,6 +40,8 @@ from typing import Any
 import anyio
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client.client import MODERN_PROTOCOL_VERSIONS
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CONNECTION_CLOSED
 
 HERE = Path(__file__).resolve().parent
@@ -54,7 +57,7 @@ BODY_TIMEOUT_S = 180.0
 TEARDOWN_TIMEOUT_S = 15.0
 STOP_GRACE_S = 5.0  # SIGTERM → this long → SIGKILL, for the processes the HTTP jobs spawn
 LOCALHOST = "127.0.0.1"
-FIGURES = (1, 2, 3, 4, 5, 6, 7)
+FIGURES = (1, 2, 3, 4, 5, 6, 7, 8)
 now = time.perf_counter
 
 
@@ -132,6 +135,7 @@ class Target:
     kind: str  # "direct" | "gateway"
     params: StdioServerParameters | str  # stdio command, or the streamable-HTTP URL
     expected_tools: int
+    headers: dict[str, str] = field(default_factory=dict)  # sent with every HTTP request
 
 
 def echo_params(n_tools: int) -> StdioServerParameters:
@@ -165,11 +169,42 @@ def gateway_config(servers: dict[str, int], workdir: Path, protocol: str = "auto
     return write_config(entries, workdir / f"toolkeeper-bench-{len(servers)}x{max(servers.values())}.json")
 
 
-def gateway_http_config(echo_url: str, workdir: Path, protocol: str = "auto") -> Path:
-    """The gateway fronting one streamable-HTTP echo server (a new port, so a new file per job)."""
+def gateway_http_config(echo_url: str, workdir: Path, protocol: str = "auto", *, keyed: bool = False) -> Path:
+    """The gateway fronting one streamable-HTTP echo server (a new port, so a new file per job);
+    `keyed`: every client must send a client key."""
     port = echo_url.rsplit(":", 1)[1].split("/")[0]
     entries = {"echo": {"type": "http", "url": echo_url, "protocol": protocol, "confirm": "never"}}
-    return write_config(entries, workdir / f"toolkeeper-bench-http-{port}.json")
+    path = write_config(entries, workdir / f"toolkeeper-bench-http-{port}.json")
+    if keyed:
+        config = json.loads(path.read_text())
+        config["toolkeeper"]["http"] = {"auth": {"mode": "keys"}}
+        path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def create_client_key(config: Path) -> str:
+    """A client key made with the gateway's own CLI, in the store the config names."""
+    made = subprocess.run(
+        # The bench's configs share one store: a name of its own per config.
+        [
+            sys.executable,
+            "-m",
+            "toolkeeper",
+            "keys",
+            "create",
+            f"bench-{config.stem}",
+            "--json",
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **src_env()},
+        check=False,
+    )
+    if made.returncode != 0:
+        raise JobError(f"toolkeeper keys create failed: {made.stderr.strip()[-300:]}")
+    return str(json.loads(made.stdout)["token"])
 
 
 def src_env() -> dict[str, str]:
@@ -302,7 +337,11 @@ async def run_session(
     for error messages."""
     errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - read for error messages, closed at the end
     if isinstance(target.params, str):
-        transport: Any = target.params
+        transport: Any = (
+            streamable_http_client(target.params, http_client=create_mcp_http_client(headers=target.headers))
+            if target.headers
+            else target.params
+        )
     else:
         transport = stdio_client(target.params, errlog=errlog)
     state: dict[str, Any] = {"seen": 0, "last_error": None, "phase": "connect"}
@@ -567,10 +606,12 @@ async def direct_many(args) -> dict[str, Any]:
     return {"startup_ms": (max(finished) - t0) * 1e3}
 
 
-async def http_session(args, kind: str, workdir: Path, body) -> dict[str, Any]:
+async def http_session(args, kind: str, workdir: Path, body, *, keyed: bool | None = None) -> dict[str, Any]:
     """Figure 6: an echo server over streamable HTTP on a free port; for the gateway side,
     toolkeeper over streamable HTTP on another free port, fronting it. Both are stopped afterwards,
-    whatever happens. `spawn_ms` (not a figure) = spawn → listening, processes included."""
+    whatever happens. `spawn_ms` (not a figure) = spawn → listening, processes included.
+    Figure 8 (`keyed` given): the gateway on both sides, requiring a client key when `keyed`."""
+    headers: dict[str, str] = {}
     procs: list[Spawned] = []
     async with AsyncExitStack() as stack:
         try:
@@ -587,8 +628,10 @@ async def http_session(args, kind: str, workdir: Path, body) -> dict[str, Any]:
             procs.append(echo)
             await wait_listening(echo, args.timeout)
             url = f"http://{LOCALHOST}:{port}/mcp"
-            if kind == "gateway":
-                cfg = gateway_http_config(url, workdir, args.downstream_protocol)
+            if kind == "gateway" or keyed is not None:
+                cfg = gateway_http_config(url, workdir, args.downstream_protocol, keyed=bool(keyed))
+                if keyed:
+                    headers["Authorization"] = f"Bearer {create_client_key(cfg)}"
                 gw_port = free_port()
                 gw = await stack.enter_async_context(
                     spawned(
@@ -607,8 +650,11 @@ async def http_session(args, kind: str, workdir: Path, body) -> dict[str, Any]:
             raise JobError(str(e) + (f" [stderr: {tail}]" if tail else "")) from e
         except Exception as e:
             raise JobError(describe(e)) from e
-        label = "direct http 1×3" if kind == "direct" else "toolkeeper http 1×3"
-        target = Target(label, kind, url, SMALL_TOOLS)
+        if keyed is not None:
+            label = "toolkeeper http, a key" if keyed else "toolkeeper http, no key"
+        else:
+            label = "direct http 1×3" if kind == "direct" else "toolkeeper http 1×3"
+        target = Target(label, kind, url, SMALL_TOOLS, headers)
         res = await run_session(target, args.mode, args.timeout, body, processes=procs)
         res.pop("startup_ms", None)  # spawn → listening is separate here; not a figure
         res["spawn_ms"] = spawn_ms
@@ -664,6 +710,9 @@ METRICS: dict[str, tuple[str, str, bool, int]] = {
     "downstream_call_median": ("7. HTTP downstream call, c=1, median", "µs", False, 7),
     "downstream_call_p99": ("   HTTP downstream call, c=1, p99", "µs", False, 7),
     "downstream_calls_per_s": ("7. HTTP downstream throughput, c={conc}", "calls/s", True, 7),
+    "keyed_call_median": ("8. HTTP call with a client key, c=1, median", "µs", False, 8),
+    "keyed_call_p99": ("   HTTP call with a client key, c=1, p99", "µs", False, 8),
+    "keyed_calls_per_s": ("8. HTTP throughput with a client key, c={conc}", "calls/s", True, 8),
 }
 
 # (figure groups the line is about, text); the first line is always shown.
@@ -708,6 +757,13 @@ DEFINITIONS: list[tuple[set[int], str]] = [
         " here the 'direct' column is the gateway speaking 2026-07-28 to the echo server and the"
         " 'toolkeeper' column the same gateway speaking the handshake era to it (its `protocol` setting),"
         " so ratio = handshake era / 2026-07-28. Both sessions open together; same warm-up, calls, c={conc}.",
+    ),
+    (
+        {8},
+        "8. figure 6's gateway on both sides: the 'direct' column serves on loopback without"
+        " authentication, the 'toolkeeper' column requires a client key (`http.auth.mode: keys`), sent"
+        " in every request's Authorization header, so ratio = with a key / without. Same warm-up, calls,"
+        " c={conc}.",
     ),
 ]
 
@@ -808,7 +864,23 @@ def make_jobs(args, workdir: Path) -> list[Job]:
         transport="http downstream",
         figures={7},
     )
-    jobs = (small_job, big_job, many_job, http_job, downstream_job)
+
+    def open_keyed(kind: str, inside) -> Awaitable[dict[str, Any]]:
+        return http_session(args, kind, workdir, inside, keyed=kind == "gateway")
+
+    keyed_calls = {
+        "call_us_median": "keyed_call_median",
+        "call_us_p99": "keyed_call_p99",
+        "calls_per_s": "keyed_calls_per_s",
+    }
+    keyed_job = Job(
+        {"direct": "toolkeeper http, no key", "gateway": "toolkeeper http, a key"},
+        lambda kinds: run_together(open_keyed, kinds, calls_body(args)),
+        {"direct": keyed_calls, "gateway": keyed_calls},
+        transport="http keyed",
+        figures={8},
+    )
+    jobs = (small_job, big_job, many_job, http_job, downstream_job, keyed_job)
     return [job for job in jobs if job.figures & args.only]
 
 

@@ -16,7 +16,18 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import MODES, PY, ROOT, controllable, eventually, free_port, spawn, stop, wait_port, write_config
+from conftest import (
+    MODES,
+    PY,
+    ROOT,
+    controllable,
+    eventually,
+    free_port,
+    spawn,
+    stop,
+    wait_port,
+    write_config,
+)
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -49,7 +60,10 @@ def new_key(config: Path, name: str, *scope: str) -> str:
 
 
 def team_config(tmp_path: Path, **settings: Any) -> Path:
-    notes = {"command": sys.executable, "args": ["-m", "toolkeeper.demo.notes", "--db", str(tmp_path / "n.db")]}
+    notes = {
+        "command": sys.executable,
+        "args": ["-m", "toolkeeper.demo.notes", "--db", str(tmp_path / "n.db")],
+    }
     return write_config(tmp_path, {"ctl": controllable(), "notes": notes}, **{**EXPOSED, **settings})
 
 
@@ -78,11 +92,24 @@ def url_of(running: HttpGateway) -> str:
     return f"http://127.0.0.1:{running.port}/mcp"
 
 
-def test_a_gateway_reachable_beyond_loopback_with_no_way_to_authenticate_refuses_to_start(tmp_path: Path) -> None:
+def test_a_gateway_reachable_beyond_loopback_with_no_way_to_authenticate_refuses_to_start(
+    tmp_path: Path,
+) -> None:
     config = team_config(tmp_path)
     port = free_port()
     process = spawn(
-        [PY, "-m", "toolkeeper", "serve", "--config", str(config), "--transport", "http", "--port", str(port)],
+        [
+            PY,
+            "-m",
+            "toolkeeper",
+            "serve",
+            "--config",
+            str(config),
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+        ],
         cwd=tmp_path,
         env={"PYTHONPATH": str(ROOT / "src")},
         stderr=subprocess.PIPE,
@@ -101,7 +128,18 @@ def test_mode_none_serves_everyone_and_warns_at_every_start(tmp_path: Path) -> N
     config = team_config(tmp_path, http={**EXPOSED["http"], "auth": {"mode": "none"}})
     port = free_port()
     process = spawn(
-        [PY, "-m", "toolkeeper", "serve", "--config", str(config), "--transport", "http", "--port", str(port)],
+        [
+            PY,
+            "-m",
+            "toolkeeper",
+            "serve",
+            "--config",
+            str(config),
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+        ],
         cwd=tmp_path,
         env={"PYTHONPATH": str(ROOT / "src")},
         stderr=subprocess.PIPE,
@@ -140,16 +178,27 @@ def test_without_a_valid_key_every_request_gets_401_and_the_metadata_link(tmp_pa
             assert answered["www-authenticate"] == f'Bearer resource_metadata="{metadata_url}"'
             assert "result" not in text and "ctl" not in text
         refusals = set()
-        for authorization in ("Bearer tk_notakey0000000000000000000000000000000000", "Basic YWxpY2U6eA==", "Bearer ", "Bearer not-a-jwt"):
-            status, answered, text = running.request(call, authorization=authorization, **modern_headers("ctl__echo"))
+        for authorization in (
+            "Bearer tk_notakey0000000000000000000000000000000000",
+            "Basic YWxpY2U6eA==",
+            "Bearer ",
+            "Bearer not-a-jwt",
+        ):
+            status, answered, text = running.request(
+                call, authorization=authorization, **modern_headers("ctl__echo")
+            )
             assert status == 401
             assert 'error="invalid_token"' in answered["www-authenticate"]
             refusals.add(text)
         assert len(refusals) == 1  # the same answer for every bad token: it tells nothing
-        status, _, _ = running.request(call, authorization="Bearer " + "x" * 9000, **modern_headers("ctl__echo"))
+        status, _, _ = running.request(
+            call, authorization="Bearer " + "x" * 9000, **modern_headers("ctl__echo")
+        )
         assert status == 431
 
-        status, answered, text = running.request(method="GET", path="/.well-known/oauth-protected-resource/mcp")
+        status, answered, text = running.request(
+            method="GET", path="/.well-known/oauth-protected-resource/mcp"
+        )
         assert status == 200, text
         document = json.loads(text)
         assert document["resource"] == f"http://127.0.0.1:{port}/mcp"
@@ -162,7 +211,11 @@ HANDSHAKE = {
     "jsonrpc": "2.0",
     "id": "init",
     "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
 }
 
 
@@ -184,7 +237,17 @@ async def test_scoped_keys_see_their_own_tools_at_the_same_time_and_the_admin_th
 ) -> None:
     monkeypatch.setenv("TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "true")
     config = team_config(tmp_path)
-    tk(config, "toolsets", "build", "everything", "ctl.echo", "ctl.pid", "notes.create_note", "notes.search_notes", "--equip")
+    tk(
+        config,
+        "toolsets",
+        "build",
+        "everything",
+        "ctl.echo",
+        "ctl.pid",
+        "notes.create_note",
+        "notes.search_notes",
+        "--equip",
+    )
     tk(config, "toolsets", "build", "dev", "ctl.echo", "ctl.pid")
     alice = new_key(config, "alice", "--toolset", "dev")
     bob = new_key(config, "bob", "--server", "notes")
@@ -200,7 +263,9 @@ async def test_scoped_keys_see_their_own_tools_at_the_same_time_and_the_admin_th
 
         async with anyio.create_task_group() as tg:
             for (name, token), mode in zip(
-                (("alice", alice), ("bob", bob), ("carol", carol), ("root", root)), [*MODES, *MODES], strict=True
+                (("alice", alice), ("bob", bob), ("carol", carol), ("root", root)),
+                [*MODES, *MODES],
+                strict=True,
             ):
                 tg.start_soon(list_as, name, token, mode)
         assert seen["alice"] == {"ctl__echo", "ctl__pid"}
@@ -264,9 +329,16 @@ async def test_a_session_belongs_to_the_key_that_opened_it(tmp_path: Path) -> No
         assert status == 200
         session = headers["mcp-session-id"]
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-        as_bob = running.request(listing, authorization=f"Bearer {bob}", mcp_session_id=session, mcp_protocol_version="2025-11-25")
+        as_bob = running.request(
+            listing, authorization=f"Bearer {bob}", mcp_session_id=session, mcp_protocol_version="2025-11-25"
+        )
         assert as_bob[0] == 404
-        as_alice = running.request(listing, authorization=f"Bearer {alice}", mcp_session_id=session, mcp_protocol_version="2025-11-25")
+        as_alice = running.request(
+            listing,
+            authorization=f"Bearer {alice}",
+            mcp_session_id=session,
+            mcp_protocol_version="2025-11-25",
+        )
         assert as_alice[0] == 200 and "ctl__echo" in as_alice[2]
 
 
@@ -297,7 +369,9 @@ async def test_the_approval_queue_names_who_waits_and_a_session_yes_holds_for_th
                 assert pending[0]["principal"] == "alice"
                 table = await anyio.to_thread.run_sync(tk, config, "approvals", "list")
                 assert "alice" in table.stdout
-                await anyio.to_thread.run_sync(tk, config, "approvals", "approve", pending[0]["id"], "--session")
+                await anyio.to_thread.run_sync(
+                    tk, config, "approvals", "approve", pending[0]["id"], "--session"
+                )
             assert not results["alice"].is_error
 
             # Alice's yes for her session: her next call runs at once, Bob's still waits.
@@ -320,7 +394,10 @@ async def test_the_approval_queue_names_who_waits_and_a_session_yes_holds_for_th
 
 
 async def test_on_loopback_no_key_is_needed_and_a_key_sent_is_honoured(tmp_path: Path) -> None:
-    notes = {"command": sys.executable, "args": ["-m", "toolkeeper.demo.notes", "--db", str(tmp_path / "n.db")]}
+    notes = {
+        "command": sys.executable,
+        "args": ["-m", "toolkeeper.demo.notes", "--db", str(tmp_path / "n.db")],
+    }
     config = write_config(tmp_path, {"ctl": controllable(), "notes": notes})
     bob = new_key(config, "bob", "--server", "notes")
     with gateway(config) as running:

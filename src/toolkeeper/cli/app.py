@@ -78,9 +78,8 @@ def serve(
     from toolkeeper.downstreams.stdio import spawn_early, stop_early
 
     spawn_early(loaded)
-    from toolkeeper.edge.serve import serve_http, serve_stdio
-
     from toolkeeper.edge.auth import CannotStart
+    from toolkeeper.edge.serve import serve_http, serve_stdio
 
     async def main() -> None:
         async with await open_store(loaded) as store:

@@ -117,7 +117,7 @@ class AuthPlan:
         reach = reachable_beyond_loopback(config, host)
         if mode == "none":
             logger.warning(
-                "http.auth.mode is \"none\": every client that reaches %s gets every tool, the "
+                'http.auth.mode is "none": every client that reaches %s gets every tool, the '
                 "configuration tools included, without saying who it is",
                 "this gateway" if reach is None else f"this gateway ({reach})",
             )
@@ -264,8 +264,12 @@ class Authenticator:
         address = (scope.get("client") or ("unknown", 0))[0]
         blocked = self.throttle.blocked_for(address)
         if blocked:
-            return Refusal(429, None, "too many failed authentications from this address; try again later",
-                           retry_after=int(blocked) + 1)
+            return Refusal(
+                429,
+                None,
+                "too many failed authentications from this address; try again later",
+                retry_after=int(blocked) + 1,
+            )
         header = headers.get("authorization")
         if header is None:
             if not self.plan.required:
@@ -366,7 +370,9 @@ class Authenticator:
             if refusal.scope:
                 parts.append(f'scope="{refusal.scope}"')
             extra.append((b"www-authenticate", ("Bearer " + ", ".join(parts)).encode()))
-        body = json.dumps({"error": refusal.error or "unauthorized", "error_description": refusal.description})
+        body = json.dumps(
+            {"error": refusal.error or "unauthorized", "error_description": refusal.description}
+        )
         await _send(send, refusal.status, body.encode(), extra)
 
     # -- last use ----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.config.model import Config
-from toolkeeper.edge.auth import AuthPlan, Authenticator
+from toolkeeper.edge.auth import Authenticator, AuthPlan
 from toolkeeper.edge.clients import client_of
 from toolkeeper.edge.fastlane import FastLane
 from toolkeeper.edge.guard import HostGuard

@@ -249,7 +249,9 @@ class Gateway:
         scope = toolset.name if toolset else None
         for tool in tools:
             if tool.exposed_name in shadowing:
-                logger.warning("%s: hidden behind the configuration tool of the same name", tool.namespaced_name)
+                logger.warning(
+                    "%s: hidden behind the configuration tool of the same name", tool.namespaced_name
+                )
                 continue
             # Routed even while its server is away, so a call says so instead of "unknown tool".
             routes[tool.exposed_name] = DownstreamTool(tool, self.pool[tool.server], self.relay)

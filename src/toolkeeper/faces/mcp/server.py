@@ -319,7 +319,9 @@ class McpFace:
     ) -> dict[str, Any]:
         """A forwarded request's result as its server sent it, with the fields of the client's era."""
         try:
-            forwarded = await route(self.gateway, self.gateway.offerings_for(self.principal(ctx)), ctx, params)
+            forwarded = await route(
+                self.gateway, self.gateway.offerings_for(self.principal(ctx)), ctx, params
+            )
         except ValidationError as exc:
             problem = exc.errors()[0]
             where = ".".join(str(part) for part in problem["loc"])
