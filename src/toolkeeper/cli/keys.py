@@ -43,11 +43,12 @@ def scope_text(key: dict[str, Any]) -> str:
     return "; ".join(narrowed) or "all tools"
 
 
-def _moment(iso: str | None, *, never: str = "never") -> str:
-    """A stored time on the person's own clock, to the minute."""
+def _moment(iso: str | None) -> str:
+    """A stored time on the person's own clock, to the minute; the year only when it is not this one."""
     if iso is None:
-        return never
-    return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M")
+        return "never"
+    moment = datetime.fromisoformat(iso).astimezone()
+    return moment.strftime("%m-%d %H:%M" if moment.year == datetime.now().year else "%Y-%m-%d %H:%M")
 
 
 @keys_app.command("create")
@@ -71,8 +72,9 @@ def keys_create(
     demo: bool = DemoOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Make a key for an HTTP client and print its token, once. Without --toolset or --server the
-    key sees every tool."""
+    """Make a key for an HTTP client and print its token, once.
+
+    Without --toolset or --server the key sees every tool."""
 
     async def create(service: KeyService) -> CreatedKey:
         return await service.create(
@@ -102,8 +104,9 @@ def keys_create(
 def keys_list(
     config: Path | None = ConfigOption, demo: bool = DemoOption, as_json: bool = JsonOption
 ) -> None:
-    """Every key: its prefix (the start of its token), what it sees, when it was made and last used,
-    and when it expires. Tokens are never shown again."""
+    """Every key: its prefix, what it sees, when it was made, last used and expires.
+
+    The prefix is the start of the key's token; tokens themselves are never shown again."""
 
     async def listed(service: KeyService) -> list[dict[str, Any]]:
         now = datetime.now(UTC)
@@ -119,12 +122,14 @@ def keys_list(
     from rich.markup import escape  # Rich on first use (see common.new_table)
 
     table = new_table(title="Client keys")
-    table.add_column("name")
+    # The name is what `revoke` takes: folded onto more lines when narrow, never cut short.
+    table.add_column("name", overflow="fold")
     table.add_column("prefix", no_wrap=True)
     table.add_column("scope")
-    table.add_column("created", no_wrap=True)
-    table.add_column("last used", no_wrap=True)
-    table.add_column("expires", no_wrap=True)
+    # Dates and times may break between the two when the terminal is narrow.
+    table.add_column("created")
+    table.add_column("last used")
+    table.add_column("expires")
     for key in keys:
         expires = _moment(key["expiresAt"])
         if key["expired"]:
@@ -146,7 +151,7 @@ def keys_revoke(
     config: Path | None = ConfigOption,
     demo: bool = DemoOption,
 ) -> None:
-    """Delete a key: running gateways refuse its token once they notice (within a second or so)."""
+    """Delete a key: running gateways refuse its token within a second or so."""
 
     async def revoke(service: KeyService) -> dict[str, Any]:
         try:
