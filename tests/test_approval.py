@@ -27,6 +27,7 @@ from conftest import (
     write_config,
 )
 from mcp import Client
+from test_store import store_url  # noqa: F401 - the fixture: SQLite and PostgreSQL
 
 pytestmark = pytest.mark.anyio
 
@@ -178,8 +179,10 @@ async def test_a_client_without_elicitation_waits_for_the_cli(tmp_path: Path, mo
                     pending = json.loads(listed.stdout)
             assert pending[0]["tool"] == "ctl__pid" and pending[0]["status"] == "pending"
             assert pending[0]["sentence"] == "Call pid on ctl with no arguments."
+            assert pending[0]["principal"] == "local"  # a stdio client is the local user
             table = await anyio.to_thread.run_sync(toolkeeper, config, "approvals", "list")
             assert pending[0]["id"] in table.stdout and "destructive" in table.stdout
+            assert "local with " in table.stdout
             approved = await anyio.to_thread.run_sync(
                 toolkeeper, config, "approvals", "approve", pending[0]["id"]
             )
@@ -476,3 +479,32 @@ async def test_waiting_for_an_answer_gets_it_with_its_channel_or_expires(tmp_pat
         expired = await approvals.state("ignored")
         assert expired is not None and (expired.status, expired.decided_by) == ("expired", "toolkeeper")
         assert expired.channel is None
+
+
+async def test_a_queued_call_names_who_waits(tmp_path: Path, store_url: str) -> None:  # noqa: F811
+    from toolkeeper.catalog import ServerTools, build_catalog
+    from toolkeeper.pipeline.approval import Asking, build_question, pending_call
+    from toolkeeper.pipeline.call import ClientIdentity, Principal, ToolCall
+    from toolkeeper.policy.model import Decision, Verdict
+    from toolkeeper.services.approvals import ApprovalService
+    from toolkeeper.store import Store
+
+    tool = build_catalog(
+        [ServerTools("ctl", "ctl", True, [{"name": "pid", "inputSchema": {"type": "object"}}])]
+    ).tools[0]
+    alice = Principal("alice", "key", servers=frozenset({"ctl"}))
+    call = ToolCall("ctl__pid", {"name": "ctl__pid", "arguments": {}}, False)
+    call.client = ClientIdentity("claude-code", "2.0", "http:s1", alice)
+    verdict = Verdict(Decision.ASK, "pid may change things", "no hints")
+    question = build_question(tool, {}, verdict, ["once", "deny"])
+    async with Store(store_url) as store:
+        approvals = ApprovalService(store)
+        await approvals.open(pending_call(Asking(call, tool, "digest", verdict), question, 60))
+        (waiting,) = await approvals.pending()
+        assert waiting["principal"] == "alice" and waiting["client"]["name"] == "claude-code"
+    if not store_url.startswith("sqlite"):
+        return  # the command once is enough
+    config = config_of(tmp_path, databaseUrl=store_url)
+    listed = toolkeeper(config, "approvals", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "alice with claude-code 2.0" in listed.stdout, listed.stdout

@@ -30,7 +30,7 @@ from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.faces.mcp.config_tools import BY_NAME, BoundConfigTool
 from toolkeeper.pipeline.audit import AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
-from toolkeeper.pipeline.call import ClientIdentity, ToolCall
+from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, ToolCall
 from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.policy.binding import arguments_digest
 from toolkeeper.policy.model import Decision, DecisionRecord, Verdict
@@ -91,6 +91,8 @@ async def test_every_call_through_a_real_gateway_is_recorded(tmp_path: Path, mod
     for record in records:
         assert record["client"]["name"] == "audit-test" and record["client"]["version"] == "1.2"
         assert record["client"]["session"]
+        # A stdio client is the local user; no OAuth client stands between.
+        assert (record["principal"], record["principalClient"]) == ("local", None)
         assert record["decision"] == "allow" and record["decidedBy"]
         assert record["arguments"] is None  # auditArguments is off by default
         assert record["latencyMs"] >= 0
@@ -112,11 +114,13 @@ async def test_every_call_through_a_real_gateway_is_recorded(tmp_path: Path, mod
 
     filtered = records_of(config, "--tool", "ctl.echo", "--decision", "allow", "--since", "1h")
     assert [r["exposedName"] for r in filtered] == ["ctl__echo"]
+    assert len(records_of(config, "--principal", "local")) == 5
+    assert records_of(config, "--principal", "loc") == records_of(config, "--principal", "alice") == []
     bad_since = audit_cli(config, "--since", "yesterday", ok=False)
     assert bad_since.returncode == 1 and "'yesterday'" in bad_since.stderr and "15m" in bad_since.stderr
     assert "Traceback" not in bad_since.stderr
     table = audit_cli(config, "--limit", "4").stdout
-    for expected in ("decided by", "audit-test", "get-active-toolset", "isError", "timeout", " ms"):
+    for expected in ("decided by", "local", "audit-test", "get-active-toolset", "isError", "timeout", " ms"):
         assert expected in table, table
     assert "ctl__echo" not in table and SECRET["text"] not in table  # the fifth newest, and no arguments
 
@@ -147,12 +151,17 @@ async def test_a_read_only_store_does_not_stop_calls(tmp_path: Path) -> None:
 # -- the writer and the service against a real store ----------------------------------------
 
 
-def a_record(name: str = "ctl__echo", *, at: datetime | None = None, **columns: Any) -> dict[str, Any]:
+def a_record(
+    name: str = "ctl__echo",
+    *,
+    at: datetime | None = None,
+    principal: Principal | None = LOCAL_USER,
+    **columns: Any,
+) -> dict[str, Any]:
     tools = [{"name": "echo", "inputSchema": {"type": "object"}}]
     tool = build_catalog([ServerTools("ctl", "ctl", True, tools)]).tools[0]
-    call = ToolCall(
-        name, {"name": name, "arguments": {"text": "hi"}}, False, client=ClientIdentity("t", "1", "s")
-    )
+    client = ClientIdentity("t", "1", "s", principal or LOCAL_USER)
+    call = ToolCall(name, {"name": name, "arguments": {"text": "hi"}}, False, client=client)
     # Only the target's identity is recorded: no downstream, relay or host is reached.
     config_tool = BY_NAME.get(name)
     if name == "ctl__echo":
@@ -161,6 +170,8 @@ def a_record(name: str = "ctl__echo", *, at: datetime | None = None, **columns: 
         call.target = BoundConfigTool(config_tool, None)  # type: ignore[arg-type]
     call.result = {"content": []}
     record = AuditLog(AuditWriter(Store("sqlite://"), 30), keep_arguments=False).record(call)
+    if principal is None:  # as a gateway recorded calls before it knew who made them
+        record["principal"] = None
     if at is not None:
         record["at"] = at.timestamp()
     return {**record, **columns}
@@ -292,6 +303,57 @@ async def test_records_round_trip_and_filter_on_either_database(store_url: str) 
 
         assert await writer.apply_retention() == 1
         assert "too old" not in [r["detail"] for r in await service.query()]
+
+
+async def test_each_record_names_its_principal_and_the_log_filters_by_it(store_url: str) -> None:  # noqa: F811
+    alice = Principal("alice", "key", toolsets=frozenset({"dev"}))
+    someone = Principal("oauth:8f2c", "oauth", client_id="dashboard-app")
+    async with Store(store_url) as store:
+        writer = AuditWriter(store, 30)
+        now = datetime.now(UTC)
+        for minutes, principal in enumerate((LOCAL_USER, alice, someone, alice)):
+            writer.add(a_record(at=now - timedelta(minutes=10 - minutes), principal=principal))
+        assert await writer.flush() is True
+        service = AuditService(store)
+        newest = await service.query()
+        assert [(r["principal"], r["principalClient"]) for r in newest] == [
+            ("alice", None),
+            ("oauth:8f2c", "dashboard-app"),
+            ("alice", None),
+            ("local", None),
+        ]
+        assert [r["principal"] for r in await service.query(principal="alice", limit=1)] == ["alice"]
+        assert len(await service.query(principal="alice")) == 2
+        # Exactly the recorded name: not a part of it, not another case, not the OAuth client.
+        for other in ("ali", "ALICE", "oauth", "dashboard-app", "8f2c"):
+            assert await service.query(principal=other) == [], other
+        assert [r["principalClient"] for r in await service.query(principal="oauth:8f2c")] == [
+            "dashboard-app"
+        ]
+        assert len(await service.query(principal="")) == 4  # no filter given
+
+
+async def test_the_command_shows_who_called_and_through_which_client(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    async with Store(f"sqlite:///{tmp_path / 'toolkeeper-home' / 'toolkeeper.db'}") as store:
+        writer = AuditWriter(store, 30)
+        now = datetime.now(UTC)
+        writer.add(a_record(at=now - timedelta(minutes=3), principal=Principal("alice", "key")))
+        someone = Principal("oauth:8f2c", "oauth", client_id="dashboard-app")
+        writer.add(a_record("get-active-toolset", at=now - timedelta(minutes=2), principal=someone))
+        # A record from before principals were recorded.
+        writer.add(a_record("get-active-toolset", at=now - timedelta(minutes=1), principal=None))
+        assert await writer.flush() is True
+    table = audit_cli(config).stdout
+    rows = [line for line in table.splitlines() if "│" in line]
+    # Newest first; each row's cell says who, then (on the next line) the client it used.
+    assert rows[0].split("│")[2].strip() == "t" and "via" not in rows[0]
+    assert rows[1].split("│")[2].strip() == "oauth:8f2c via dashboard-app", table
+    assert rows[2].split("│")[2].strip() == "t"
+    assert rows[3].split("│")[2].strip() == "alice" and rows[4].split("│")[2].strip() == "t"
+    by_alice = records_of(config, "--principal", "alice")
+    assert [(r["exposedName"], r["principal"]) for r in by_alice] == [("ctl__echo", "alice")]
+    assert "No recorded calls match." in audit_cli(config, "--principal", "bob").stdout
 
 
 async def test_a_record_the_database_rejects_does_not_hold_up_the_others(

@@ -46,14 +46,26 @@ def _when(iso: str | None) -> str:
     return f"{seconds} s ago" if seconds < 120 else f"{seconds // 60} min ago"
 
 
+def _client_label(client: dict[str, Any]) -> str:
+    return " ".join(str(part) for part in (client.get("name"), client.get("version")) if part)
+
+
+def _who(call: dict[str, Any]) -> str:
+    """Who waits, as people read it: the principal the gateway let in, then the client it used
+    (`alice with claude-code 1.2`); a call queued before principals were recorded has only its client."""
+    client = _client_label(call["client"]) or "an unnamed client"
+    return f"{call['principal']} with {client}" if call.get("principal") else client
+
+
 def _print_calls(calls: list[dict[str, Any]], *, include_decided: bool) -> None:
     if not calls:
         out.print("No call is waiting for approval." if not include_decided else "No approvals yet.")
         return
-    table = new_table("id", "tool", "call", "client", "asked", "status", title="Calls waiting for approval")
+    from rich.markup import escape  # Rich on first use (see common.new_table)
+
+    table = new_table("id", "tool", "call", "who", "asked", "status", title="Calls waiting for approval")
     for call in calls:
-        client = call["client"]
-        who = " ".join(str(part) for part in (client.get("name"), client.get("version")) if part) or "?"
+        who = escape(_who(call))
         warnings = "".join(f"\n[yellow]⚠ {w}[/yellow]" for w in call["warnings"])
         status = call["status"]
         if status == "pending":
@@ -171,8 +183,9 @@ def approvals_watch(
 
 
 def _ask_in_terminal(loaded: Any, call: dict[str, Any]) -> None:
-    client = call["client"]
-    out.print(f"\n[bold]{call['id']}[/bold] {call['tool']} from {client.get('name') or 'a client'}")
+    from rich.markup import escape
+
+    out.print(f"\n[bold]{call['id']}[/bold] {call['tool']} from {escape(_who(call))}")
     out.print(f"  {call['sentence']}", highlight=False)
     for warning in call["warnings"]:
         out.print(f"  [yellow]⚠ {warning}[/yellow]")

@@ -41,6 +41,12 @@ def audit_command(
         help="Only calls since then: a duration back from now (15m, 2h, 7d) or an ISO date or time "
         "(local time unless it names a zone).",
     ),
+    principal: str | None = typer.Option(
+        None,
+        "--principal",
+        help="Only calls by this principal, exactly as recorded: a client key's name, oauth:SUBJECT, "
+        "local or anonymous.",
+    ),
     limit: int = typer.Option(50, "--limit", "-n", help="At most this many records (the newest)."),
     config: Path | None = ConfigOption,
     demo: bool = DemoOption,
@@ -50,7 +56,9 @@ def audit_command(
 
     With --json, one JSON object per line."""
     records = run_service(
-        load(config, demo), lambda s: s.query(tool, server, decision, since, limit), kind="audit"
+        load(config, demo),
+        lambda s: s.query(tool, server, decision, since, limit, principal=principal),
+        kind="audit",
     )
     if as_json:
         for record in records:
@@ -58,10 +66,28 @@ def audit_command(
         return
     if not records:
         out.print(
-            "No recorded calls match." if (tool or server or decision or since) else "No calls recorded yet."
+            "No recorded calls match."
+            if (tool or server or decision or since or principal)
+            else "No calls recorded yet."
         )
         return
     _print_table(records)
+
+
+def principal_label(name: str | None, client_id: str | None) -> str:
+    """Who the gateway let in, as people read it: `alice`, or `oauth:sub via client-id`; empty
+    for a call recorded before principals were."""
+    if name is None:
+        return ""
+    return f"{name} via {client_id}" if client_id else name
+
+
+def _who(record: dict[str, Any]) -> str:
+    from rich.markup import escape
+
+    client = escape(record["client"]["name"] or "unnamed client")
+    principal = principal_label(record["principal"], record["principalClient"])
+    return f"{escape(principal)}\n[dim]{client}[/dim]" if principal else client
 
 
 def _print_table(records: list[dict[str, Any]]) -> None:
@@ -69,7 +95,8 @@ def _print_table(records: list[dict[str, Any]]) -> None:
 
     table = new_table(title="Audit log, newest first")
     table.add_column("time", no_wrap=True)
-    table.add_column("client")
+    # Who the gateway let in, then the client they used (as it names itself).
+    table.add_column("who")
     table.add_column("tool", no_wrap=True)
     table.add_column("decision", no_wrap=True)
     table.add_column("decided by")
@@ -80,7 +107,6 @@ def _print_table(records: list[dict[str, Any]]) -> None:
     this_year = datetime.now().year
     for record in records:
         when = datetime.fromisoformat(record["at"]).astimezone()  # the person's own clock
-        who = record["client"]["name"] or "unnamed client"
         outcome = record["outcome"]
         outcome_style = OUTCOME_STYLES.get(outcome, "yellow")
         decision_style = DECISION_STYLES.get(record["decision"], "yellow")
@@ -90,7 +116,7 @@ def _print_table(records: list[dict[str, Any]]) -> None:
         latency = record["latencyMs"]
         table.add_row(
             when.strftime("%Y-%m-%d %H:%M:%S" if when.year != this_year else "%m-%d %H:%M:%S"),
-            escape(who),
+            _who(record),
             escape(record["exposedName"]),
             f"[{decision_style}]{escape(record['decision'])}[/{decision_style}]",
             escape(record["decidedBy"] or ""),

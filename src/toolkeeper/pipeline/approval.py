@@ -389,6 +389,7 @@ def pending_call(asking: Asking, question: dict[str, Any], timeout: float) -> Pe
         reason=None,
         decided_by=None,
         decided_at=None,
+        principal=call.client.principal.name,
     )
 
 

@@ -52,6 +52,7 @@ class AuditLog:
         arguments = call.arguments
         decision = call.decision
         outcome, detail = _outcome(call)
+        principal = call.client.principal
         return {
             "at": time.time() - elapsed,
             "client_name": call.client.name,
@@ -73,6 +74,8 @@ class AuditLog:
             "outcome": outcome,
             "detail": detail,
             "latency_ms": round(elapsed * 1000),
+            "principal": principal.name,
+            "principal_client": principal.client_id,
         }
 
 

@@ -17,6 +17,7 @@ from toolkeeper.services.approvals import ApprovalService
 from toolkeeper.services.audit import AuditService
 from toolkeeper.services.backup import BackupService
 from toolkeeper.services.hints import HintService
+from toolkeeper.services.keys import KeyService
 from toolkeeper.services.policy import PolicyService
 from toolkeeper.services.rules import Resolver, RuleService
 from toolkeeper.services.toolsets import Change, ToolsetService
@@ -32,6 +33,7 @@ class Services:
     audit: AuditService
     policy: PolicyService
     backup: BackupService
+    keys: KeyService
 
 
 def _offline() -> Catalog | None:
@@ -50,7 +52,7 @@ def build_services(
     """The services over one store. Without `catalog` they work offline: operations that
     need the servers say so; without `resolver` rules cannot be tested; `on_change` hears of
     every write (the gateway rebuilds its listing); without `config` the policy has the default
-    settings and no configured confirm modes."""
+    settings and no configured confirm modes, and the servers a client key names are not checked."""
     return Services(
         toolsets=ToolsetService(store, catalog, on_change),
         hints=HintService(store, catalog, annotator, on_change),
@@ -59,6 +61,7 @@ def build_services(
         audit=AuditService(store),
         policy=PolicyService(store, catalog, annotator, resolver, config, on_change),
         backup=BackupService(store),
+        keys=KeyService(store, config),
     )
 
 

@@ -40,6 +40,7 @@ def describe(call: PendingCall) -> dict[str, Any]:
         "status": call.status,
         "tool": call.exposed_name,
         "namespacedName": call.namespaced_name,
+        "principal": call.principal,
         "client": {k: client.get(k) for k in ("name", "version", "session")},
         "createdAt": call.created_at.isoformat(),
         "expiresAt": call.expires_at.isoformat(),

@@ -4,14 +4,14 @@ they typed them; what each filter accepts is decided here."""
 from __future__ import annotations
 
 import json
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.engine import Row
 
 from toolkeeper.errors import ServiceError
 from toolkeeper.policy.model import Decision
+from toolkeeper.services.durations import DURATION_FORMS, parse_duration
 from toolkeeper.store import Store
 from toolkeeper.store import audit as audit_rows
 
@@ -19,10 +19,8 @@ from toolkeeper.store import audit as audit_rows
 RECORDED_DECISIONS = (Decision.ALLOW.value, Decision.DENY.value)
 MAX_LIMIT = 10_000
 
-_DURATION = re.compile(r"(\d+)\s*([smhdw])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 SINCE_FORMS = (
-    "a duration back from now (30s, 15m, 2h, 7d, 1w) or an ISO date or time "
+    f"a duration back from now ({DURATION_FORMS}) or an ISO date or time "
     "(2026-11-23, 2026-11-23T18:00, 2026-11-23T18:00:00+01:00; without a zone it is local time)"
 )
 
@@ -30,10 +28,12 @@ SINCE_FORMS = (
 def parse_since(text: str, now: datetime | None = None) -> datetime:
     """The moment a `since` filter names, in UTC."""
     value = text.strip()
-    duration = _DURATION.fullmatch(value.lower())
-    if duration:
-        amount, unit = duration.groups()
-        return (now or datetime.now(UTC)) - timedelta(seconds=int(amount) * _UNIT_SECONDS[unit])
+    duration = parse_duration(value)
+    if duration is not None:
+        try:
+            return (now or datetime.now(UTC)) - duration
+        except OverflowError:  # further back than the calendar goes: every record is later
+            return datetime.min.replace(tzinfo=UTC)
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
@@ -64,16 +64,25 @@ class AuditService:
         decision: str | None = None,
         since: str | None = None,
         limit: int = 50,
+        *,
+        principal: str | None = None,
     ) -> list[dict[str, Any]]:
         """The newest records first, at most `limit`, narrowed by the filters given. `tool` is the
-        exposed name a client called, the downstream tool's name, or `server.tool`."""
+        exposed name a client called, the downstream tool's name, or `server.tool`; `principal` is
+        who the gateway let in, exactly as recorded (a key's name, "oauth:<subject>", "local")."""
         if not 1 <= limit <= MAX_LIMIT:
             raise ServiceError(f"limit: {limit} is out of range; give a number from 1 to {MAX_LIMIT}.")
         recorded = parse_decision(decision) if decision else None
         start = parse_since(since) if since else None
         async with self.store.read() as conn:
             rows = await audit_rows.query(
-                conn, tool=tool or None, server=server or None, decision=recorded, since=start, limit=limit
+                conn,
+                tool=tool or None,
+                server=server or None,
+                decision=recorded,
+                since=start,
+                principal=principal or None,
+                limit=limit,
             )
         return [_record_json(row) for row in rows]
 
@@ -83,6 +92,9 @@ def _record_json(row: Row[Any]) -> dict[str, Any]:
         "id": row.id,
         "at": audit_rows.started_at(row).isoformat(),
         "client": {"name": row.client_name, "version": row.client_version, "session": row.client_session},
+        # Who the gateway let in, and the OAuth client it came through; None before it recorded them.
+        "principal": row.principal,
+        "principalClient": row.principal_client,
         "exposedName": row.exposed_name,
         "server": row.server,
         "tool": row.tool,

@@ -44,6 +44,7 @@ class PendingCall:
     decided_by: str | None  # as people read it: "person via cli", "toolkeeper"
     decided_at: datetime | None
     channel: str | None = None  # the face a person answered with (cli, dashboard); None if nobody did
+    principal: str | None = None  # who the gateway let in to make the call; None before it was recorded
 
 
 def _row(row: Any) -> PendingCall:
@@ -64,6 +65,7 @@ def _row(row: Any) -> PendingCall:
         decided_by=row.decided_by,
         decided_at=aware(row.decided_at),
         channel=row.channel,
+        principal=row.principal,
     )
 
 
@@ -81,6 +83,7 @@ async def add(conn: AsyncConnection, call: PendingCall) -> None:
             call_hash=call.call_hash,
             arguments=json.dumps(call.arguments, ensure_ascii=False),
             question=json.dumps(call.question, ensure_ascii=False),
+            principal=call.principal,
         )
     )
 

@@ -121,6 +121,7 @@ async def query(
     server: str | None = None,
     decision: str | None = None,
     since: datetime | None = None,
+    principal: str | None = None,
     limit: int = 50,
 ) -> list[Row[Any]]:
     """The newest records first, narrowed by whichever filters are given."""
@@ -133,6 +134,8 @@ async def query(
         statement = statement.where(audit_log.c.decision == decision)
     if since is not None:
         statement = statement.where(audit_log.c.at >= since)
+    if principal is not None:
+        statement = statement.where(audit_log.c.principal == principal)
     # The id breaks ties between calls that started in the same microsecond, so pages are stable.
     statement = statement.order_by(audit_log.c.at.desc(), audit_log.c.id.desc()).limit(limit)
     return list((await conn.execute(statement)).all())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     ForeignKey,
@@ -132,6 +133,7 @@ pending_approvals = Table(
     Column("decided_by", String(200), nullable=True),  # as people read it: "person via cli"
     Column("decided_at", DateTime(timezone=True), nullable=True),
     Column("channel", String(50), nullable=True),  # the face the person answered with: cli, dashboard
+    Column("principal", String(200), nullable=True),  # who the gateway let in: a key's name, "local", …
 )
 
 # One record per tools/call, written in batches off the call path.
@@ -157,6 +159,28 @@ audit_log = Table(
     Column("outcome", String(20), nullable=False),  # ok, isError, protocol_error, timeout, not_run
     Column("detail", Text, nullable=True),
     Column("latency_ms", Integer, nullable=True),
+    # Who the gateway let in (a key's name, "oauth:<subject>", "local", "anonymous"), and the
+    # OAuth client it came through. The client_* columns are what the client said of itself.
+    Column("principal", String(200), nullable=True, index=True),
+    Column("principal_client", String(200), nullable=True),
+)
+
+# The keys HTTP clients authenticate with. Only the SHA-256 of a token is kept: the token itself
+# is shown once, when the key is made. `prefix` (the token's first characters) is what people see
+# and what finds the key; `toolsets` and `servers` are JSON lists that narrow what it sees.
+client_keys = Table(
+    "client_keys",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("prefix", String(20), nullable=False),
+    Column("token_sha256", String(64), nullable=False),
+    Column("toolsets", Text, nullable=False),
+    Column("servers", Text, nullable=False),
+    Column("admin", Boolean, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("last_used_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("prefix", name="uq_client_keys_prefix"),
 )
 
 # Small facts about the gateway that outlive a restart (the equipped toolset).
