@@ -26,6 +26,7 @@ from starlette.routing import Route
 from toolkeeper.config import ConfigError, parse_config_text
 from toolkeeper.config.model import OAuthSettings
 from toolkeeper.edge.oauth import (
+    ALGORITHMS,
     INVALID_TOKEN_MESSAGE,
     KEYS_MAX_AGE,
     REFETCH_INTERVAL,
@@ -33,6 +34,7 @@ from toolkeeper.edge.oauth import (
     InvalidToken,
     JwtVerifier,
     OAuthIdentity,
+    PublishedKey,
     metadata_urls,
     published_keys,
 )
@@ -217,6 +219,25 @@ async def test_a_bad_token_is_refused_with_the_one_message_and_its_reason_logged
     signature = token.rpartition(".")[2]
     assert len(token) < 16 or token not in caplog.text
     assert len(signature) < 16 or signature not in caplog.text
+
+
+def test_a_key_is_used_only_for_algorithms_of_its_kind() -> None:
+    def without_alg(key: Any) -> PublishedKey:
+        return PublishedKey({name: value for name, value in key.public_jwk().items() if name != "alg"})
+
+    keys = {"rsa": rsa_key("r"), "p384": ec_key("e", "ES384"), "ed": ed25519_key("d")}
+    fitting = {
+        name: [alg for alg in ALGORITHMS if without_alg(key).fits(kid=None, algorithm=alg)]
+        for name, key in keys.items()
+    }
+    assert fitting == {
+        "rsa": ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512"],
+        "p384": ["ES384"],
+        "ed": ["EdDSA"],
+    }
+    named = PublishedKey(rsa_key("n", "PS256").public_jwk())
+    assert [alg for alg in ALGORITHMS if named.fits(kid="n", algorithm=alg)] == ["PS256"]
+    assert not named.fits(kid="other", algorithm="PS256")
 
 
 def test_only_public_signing_keys_of_a_key_set_are_used() -> None:

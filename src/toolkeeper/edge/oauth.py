@@ -133,7 +133,7 @@ class DocumentFetcher:
                 body = await self._body(url)
         except TimeoutError:
             raise Refused(f"no answer within {FETCH_TIMEOUT:g}s") from None
-        except httpx2.HTTPError as exc:
+        except (httpx2.HTTPError, httpx2.InvalidURL) as exc:
             raise Refused(f"{type(exc).__name__}: {exc}") from None
         try:
             value = jsonwire.loads(body)
@@ -282,7 +282,6 @@ class KeySet:
         self._fetched_at: float | None = None
         self._tried_at: float | None = None
         self._lock = anyio.Lock()
-        self.fetches = 0  # how many times the keys were fetched, for inspection
 
     async def key_for(self, *, kid: str | None, algorithm: str) -> jwt.PyJWK:
         """The key a token with this `kid` and algorithm is checked with, as PyJWT verifies with
@@ -318,7 +317,6 @@ class KeySet:
             url = await self._location.find()
         except Refused:
             return  # the search for the keys logged why
-        self.fetches += 1
         try:
             document = await self._fetcher.json_object(url)
         except Refused as exc:
