@@ -12,11 +12,14 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
+
+if TYPE_CHECKING:
+    from oauth_issuer import TestIssuer
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTROLLABLE = str(ROOT / "tests" / "servers" / "controllable.py")
@@ -232,3 +235,13 @@ def server_filesystem_entry(*directories: Path) -> dict[str, Any] | None:
     """The npm filesystem server over stdio, allowed `directories` on its command line."""
     entry = _npm_server("server-filesystem", *map(str, directories))
     return None if entry is None else {**entry, "prefix": ""}
+
+
+@pytest.fixture
+def oauth_issuer() -> Iterator[TestIssuer]:
+    """A local OAuth authorization server (tests/oauth_issuer.py) with one RSA key, on a free
+    port of 127.0.0.1 until the test ends."""
+    from oauth_issuer import running_issuer
+
+    with running_issuer() as issuer:
+        yield issuer

@@ -553,7 +553,7 @@ def test_schema_key_is_allowed():
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',
             '<config>: toolkeeper.http must look like {"host": "127.0.0.1", "port": 8765}, with optional '
-            '"allowedHosts" and "allowedOrigins" (lists of strings) and "maxRequestBytes".',
+            '"allowedHosts" and "allowedOrigins" (lists of strings), "maxRequestBytes" and "auth".',
         ),
         (
             '{"toolkeeper": {"featureFlags": {"x": "yes"}}}',

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import SplitResult, urlsplit
 
 import platformdirs
 
@@ -33,11 +34,15 @@ from toolkeeper.config.model import (
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_SERVER_INSTRUCTIONS,
     DEFAULT_RETRY_WINDOW,
+    HTTP_AUTH_MODES,
     INFER_HINTS,
     MAX_MESSAGE_BYTES_ENV,
+    OAUTH_MODES,
     Config,
     GatewaySettings,
+    OAuthSettings,
     SourceConfig,
+    is_loopback_host,
 )
 from toolkeeper.log import hide_in_logs
 
@@ -330,6 +335,84 @@ def _as_written(setting: Setting, found: Found) -> Any:
     return found.value
 
 
+EXAMPLE_ISSUER = "https://auth.example.com"
+EXAMPLE_AUDIENCE = "https://gateway.example.com/mcp"
+EXAMPLE_JWKS_URI = f"{EXAMPLE_ISSUER}/.well-known/jwks.json"
+OAUTH_SHAPE = (
+    f'{{"issuer": "{EXAMPLE_ISSUER}", "audience": "{EXAMPLE_AUDIENCE}"}}, with optional "jwksUri", '
+    '"requiredScopes" (a list of scopes) and "adminScope"'
+)
+OAUTH_KEYS = frozenset({"issuer", "audience", "jwksUri", "requiredScopes", "adminScope"})
+
+
+def _oauth(setting: Setting, found: Found) -> OAuthSettings | None:
+    """The authorization server the HTTP endpoint trusts. Its URLs are where tokens and keys
+    come from, so each must be absolute and, off this machine, https."""
+    value, source = found.value, found.source
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - OAUTH_KEYS:
+        raise ConfigError(f"{source} must look like {OAUTH_SHAPE}.")
+    for key, example in (("issuer", EXAMPLE_ISSUER), ("audience", EXAMPLE_AUDIENCE)):
+        if key not in value:
+            raise ConfigError(f'{source} needs "{key}", like "{example}".')
+    jwks_uri = value.get("jwksUri")
+    admin_scope = value.get("adminScope")
+    if admin_scope is not None:
+        admin_scope = _scope(f"{source}.adminScope", admin_scope)
+    return OAuthSettings(
+        issuer=_web_url(f"{source}.issuer", value["issuer"], EXAMPLE_ISSUER, query=False),
+        audience=_web_url(f"{source}.audience", value["audience"], EXAMPLE_AUDIENCE),
+        jwks_uri=None if jwks_uri is None else _web_url(f"{source}.jwksUri", jwks_uri, EXAMPLE_JWKS_URI),
+        required_scopes=_scopes(f"{source}.requiredScopes", value.get("requiredScopes", [])),
+        admin_scope=admin_scope,
+    )
+
+
+def _web_url(source: str, value: Any, example: str, *, query: bool = True) -> str:
+    """An absolute http(s) URL, https unless its host is this machine. No fragment and no user
+    name anywhere; an issuer has no query either (it is compared as written)."""
+    parts = _url_parts(value)
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f'{source} must be an absolute https URL like "{example}", got {value!r}.')
+    if parts.fragment or parts.username is not None or (parts.query and not query):
+        kept_out = "a fragment" if query else "a query, a fragment"
+        raise ConfigError(f'{source} must not hold {kept_out} or a user name; write it like "{example}".')
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        raise ConfigError(
+            f"{source} must use https (http only for a loopback host such as 127.0.0.1), got {value!r}."
+        )
+    return str(value)
+
+
+def _url_parts(value: Any) -> SplitResult | None:
+    """`value` split as a URL; None for what is not text or not a URL (a port that is not a
+    number is only noticed when read)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parts = urlsplit(value)
+        _ = parts.port
+    except ValueError:
+        return None
+    return parts
+
+
+def _scopes(source: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f'{source} must be a list of scopes like ["mcp:tools"], got {value!r}.')
+    return tuple(_scope(source, item) for item in value)
+
+
+def _scope(source: str, value: Any) -> str:
+    """One OAuth scope: a word, since a token lists its scopes separated by spaces."""
+    if not isinstance(value, str) or not value or any(char.isspace() for char in value):
+        raise ConfigError(
+            f'{source} must name scopes as words without spaces, like "mcp:admin"; got {value!r}.'
+        )
+    return value
+
+
 SECONDS = Bounds("{source} must be a number of seconds above 0, got {value!r}.", above=0)
 # In the order they are checked: a file with several mistakes is refused for the first.
 SETTINGS = (
@@ -346,6 +429,15 @@ SETTINGS = (
         default=DEFAULT_MAX_REQUEST_BYTES,
         bounds=Bounds("{source} must be a whole number of at least 1024.", at_least=1024),
     ),
+    Setting(
+        key="http.auth.mode", field="http_auth_mode", read=_typed, default="auto",
+        env=("TOOLKEEPER_HTTP_AUTH_MODE",),
+        bounds=Bounds(
+            f"{{source}} must be one of {', '.join(HTTP_AUTH_MODES)}, got {{value!r}}.",
+            one_of=HTTP_AUTH_MODES,
+        ),
+    ),
+    Setting(key="http.auth.oauth", field="http_auth_oauth", read=_oauth, default=None),
     Setting(
         key="stdio.maxMessageBytes", field="stdio_max_message_bytes", read=_number, kind=int,
         default=DEFAULT_MAX_MESSAGE_BYTES, env=(MAX_MESSAGE_BYTES_ENV,),
@@ -448,15 +540,23 @@ SETTINGS = (
     ),
 )  # fmt: skip
 SETTINGS_KEYS = frozenset(setting.key.partition(".")[0] for setting in SETTINGS)
-# The objects whose keys are all settings of the table; `featureFlags` holds any flag names.
+# The objects whose keys are all settings of the table, by their dotted path under `toolkeeper`;
+# `featureFlags` holds any flag names.
 SECTION_SHAPES = {
     "http": '{where}: toolkeeper.http must look like {{"host": "127.0.0.1", "port": 8765}}, with optional '
-    '"allowedHosts" and "allowedOrigins" (lists of strings) and "maxRequestBytes".',
+    '"allowedHosts" and "allowedOrigins" (lists of strings), "maxRequestBytes" and "auth".',
+    "http.auth": '{where}: toolkeeper.http.auth must look like {{"mode": "oauth", "oauth": {{"issuer": '
+    '"https://auth.example.com", "audience": "https://gateway.example.com/mcp"}}}}, with the mode one of '
+    + ", ".join(HTTP_AUTH_MODES)
+    + ".",
     "stdio": '{where}: toolkeeper.stdio must look like {{"maxMessageBytes": 4194304}}.',
 }
+# Each section's own keys: its settings' names and the sections inside it (`auth` in `http`).
 SECTION_KEYS = {
     name: frozenset(
-        setting.key.partition(".")[2] for setting in SETTINGS if setting.key.startswith(f"{name}.")
+        setting.key.removeprefix(f"{name}.").partition(".")[0]
+        for setting in SETTINGS
+        if setting.key.startswith(f"{name}.")
     )
     for name in SECTION_SHAPES
 }
@@ -471,11 +571,26 @@ def _parse_settings(raw: Any, where: str, env: Mapping[str, str]) -> GatewaySett
                 f"{where}: unknown setting 'toolkeeper.{key}'. Allowed: {', '.join(sorted(SETTINGS_KEYS))}."
             )
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for setting in SETTINGS:
         found = _find(setting, raw, where, env)
         # A copy, so that no two configurations share a default object (`featureFlags`'s dict).
         values[setting.field] = copy.copy(setting.default) if found is None else setting.read(setting, found)
+        if found is not None:
+            sources[setting.field] = found.source
+    _check_http_auth(values, sources)
     return GatewaySettings(**values)
+
+
+def _check_http_auth(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """A mode that takes OAuth access tokens cannot check one without knowing their issuer."""
+    mode = values["http_auth_mode"]
+    if mode in OAUTH_MODES and values["http_auth_oauth"] is None:
+        raise ConfigError(
+            f"{sources['http_auth_mode']} is {mode!r}, which needs toolkeeper.http.auth.oauth: write "
+            f'{{"issuer": "{EXAMPLE_ISSUER}", "audience": "{EXAMPLE_AUDIENCE}"}} there with your '
+            "authorization server and this gateway's URL, or choose the mode 'keys' or 'none'."
+        )
 
 
 def _find(setting: Setting, raw: dict[str, Any], where: str, env: Mapping[str, str]) -> Found | None:
@@ -493,11 +608,18 @@ def _find(setting: Setting, raw: dict[str, Any], where: str, env: Mapping[str, s
 
 
 def _section(raw: dict[str, Any], name: str, where: str) -> dict[str, Any]:
-    """One object of settings, refused unless it holds only the table's keys (checked even when the
-    environment overrides them all)."""
-    section = raw.get(name, {})
-    if name in SECTION_SHAPES and (not isinstance(section, dict) or set(section) - SECTION_KEYS[name]):
-        raise ConfigError(SECTION_SHAPES[name].format(where=where))
+    """One object of settings (`http.auth` is `auth` in `http`), each object on the way refused
+    unless it holds only the table's keys (checked even when the environment overrides them all)."""
+    section: Any = raw
+    path: list[str] = []
+    for part in name.split("."):
+        path.append(part)
+        section = section.get(part, {})
+        dotted = ".".join(path)
+        if dotted in SECTION_SHAPES and (
+            not isinstance(section, dict) or set(section) - SECTION_KEYS[dotted]
+        ):
+            raise ConfigError(SECTION_SHAPES[dotted].format(where=where))
     return section  # type: ignore[no-any-return]
 
 

@@ -7,6 +7,7 @@ point toolkeeper at the file they already have. toolkeeper's own per-server keys
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,6 +24,11 @@ InferHints = Literal["suggest", "apply"]
 Confirm = Literal["always", "session", "never", "deny"]
 CONFIRM_MODES: tuple[Confirm, ...] = ("always", "session", "never", "deny")
 INFER_HINTS: tuple[InferHints, ...] = ("suggest", "apply")
+# Who may use the HTTP endpoint: holders of a client key, of an OAuth access token, of either,
+# or anyone. `auto` leaves it to what is set up.
+HttpAuthMode = Literal["auto", "keys", "oauth", "keys+oauth", "none"]
+HTTP_AUTH_MODES: tuple[HttpAuthMode, ...] = ("auto", "keys", "oauth", "keys+oauth", "none")
+OAUTH_MODES: frozenset[HttpAuthMode] = frozenset({"oauth", "keys+oauth"})
 
 # A password in a URL (`scheme://user:password@`) and a value whose name says it is a credential
 # (`?token=…`, `--api-key=…`, `PASSWORD=…`): masked wherever the configuration is shown.
@@ -61,6 +67,17 @@ class Redactor:
 
     def _replacement(self, match: re.Match[str]) -> str:
         return self._shown[match.group(0)]
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether `host` (a name or an address, IPv6 without brackets) is this machine: where plain
+    http is as private as https."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 DEFAULT_CALL_TIMEOUT = 60.0
@@ -134,6 +151,22 @@ class ServerConfig(SourceConfig):
         return f"{self.transport} {self.written or self.redact(self.url or '')}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class OAuthSettings:
+    """The authorization server whose access tokens the HTTP endpoint accepts, and what a token
+    must hold. `audience` is the gateway's own resource URL: a token is for this gateway only if
+    the issuer wrote it into `aud`."""
+
+    issuer: str
+    audience: str
+    # None: found in the issuer's metadata.
+    jwks_uri: str | None = None
+    # Scopes every token must grant; a token without one of them is refused as insufficient.
+    required_scopes: tuple[str, ...] = ()
+    # The scope that makes a token's holder an admin; None: no token does.
+    admin_scope: str | None = None
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     """The `toolkeeper` section: how the gateway itself runs."""
@@ -148,6 +181,8 @@ class GatewaySettings:
     http_allowed_hosts: tuple[str, ...] = ()
     http_allowed_origins: tuple[str, ...] = ()
     http_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    http_auth_mode: HttpAuthMode = "auto"
+    http_auth_oauth: OAuthSettings | None = None
     stdio_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     log_level: str = "INFO"
     # How many downstream servers are started at once; the rest wait their turn.
