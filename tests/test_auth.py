@@ -32,6 +32,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from oauth_issuer import TestIssuer
 from test_wire_lanes import ENVELOPE, HttpGateway, modern_headers
 
 pytestmark = pytest.mark.anyio
@@ -80,8 +81,8 @@ async def tool_names(client: Client) -> set[str]:
 
 
 @contextmanager
-def gateway(config: Path) -> Iterator[HttpGateway]:
-    running = HttpGateway(config)
+def gateway(config: Path, port: int | None = None) -> Iterator[HttpGateway]:
+    running = HttpGateway(config, port)
     try:
         yield running
     finally:
@@ -291,7 +292,9 @@ async def test_scoped_keys_see_their_own_tools_at_the_same_time_and_the_admin_th
             assert "ctl__echo" not in await tool_names(admin)
             assert await tool_names(plain) == seen["carol"]
 
-    audit = json.loads(tk(config, "audit", "--principal", "alice", "--json").stdout)
+    audit = [
+        json.loads(line) for line in tk(config, "audit", "--principal", "alice", "--json").stdout.splitlines()
+    ]
     assert audit and {record["principal"] for record in audit} == {"alice"}
     assert {record["tool"] for record in audit} >= {"echo"}
 
@@ -352,7 +355,7 @@ async def test_the_approval_queue_names_who_waits_and_a_session_yes_holds_for_th
     with gateway(config) as running:
         url = url_of(running)
         # The same client software under two keys, modern era: no session id tells them apart.
-        async with client_with(url, alice, "modern") as as_alice, client_with(url, bob, "modern") as as_bob:
+        async with client_with(url, alice, MODES[1]) as as_alice, client_with(url, bob, MODES[1]) as as_bob:
             results: dict[str, types.CallToolResult] = {}
 
             async def call(name: str, client: Client) -> None:
@@ -402,7 +405,7 @@ async def test_on_loopback_no_key_is_needed_and_a_key_sent_is_honoured(tmp_path:
     bob = new_key(config, "bob", "--server", "notes")
     with gateway(config) as running:
         url = url_of(running)
-        async with client_with(url, None, "modern") as anyone, client_with(url, bob, "modern") as scoped:
+        async with client_with(url, None, MODES[1]) as anyone, client_with(url, bob, MODES[1]) as scoped:
             assert {"ctl__echo", "notes__create_note"} <= await tool_names(anyone)
             scoped_names = await tool_names(scoped)
             assert "notes__create_note" in scoped_names and all(n.startswith("notes__") for n in scoped_names)
@@ -413,3 +416,116 @@ async def test_on_loopback_no_key_is_needed_and_a_key_sent_is_honoured(tmp_path:
             mcp_method="tools/list",
         )
         assert status == 401
+
+
+def oauth_config(tmp_path: Path, issuer: TestIssuer, port: int, mode: str = "oauth") -> Path:
+    issuer.audience = f"http://127.0.0.1:{port}/mcp"
+    oauth = {
+        "issuer": issuer.url,
+        "audience": issuer.audience,
+        "requiredScopes": ["mcp:tools"],
+        "adminScope": "mcp:admin",
+    }
+    return team_config(tmp_path, http={**EXPOSED["http"], "auth": {"mode": mode, "oauth": oauth}})
+
+
+async def test_oauth_access_tokens_from_a_local_issuer(tmp_path: Path, oauth_issuer: TestIssuer) -> None:
+    port = free_port()
+    config = oauth_config(tmp_path, oauth_issuer, port)
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": ENVELOPE}}
+    headers = {"mcp_protocol_version": "2026-07-28", "mcp_method": "tools/list"}
+    with gateway(config, port) as running:
+        url = url_of(running)
+        plain = oauth_issuer.mint(scope="mcp:tools")
+        admin = oauth_issuer.mint(scope="mcp:tools mcp:admin", sub="admin-1")
+        for mode in MODES:
+            async with client_with(url, plain, mode) as client:
+                names = await tool_names(client)
+                assert "ctl__echo" in names and "build-toolset" not in names
+                echoed = await client.call_tool("ctl__echo", {"text": f"oauth {mode}"})
+                assert echoed.content[0].text == f"oauth {mode}"  # type: ignore[union-attr]
+            async with client_with(url, admin, mode) as client:
+                assert "build-toolset" in await tool_names(client)
+
+        bad = {
+            "another audience": oauth_issuer.mint(scope="mcp:tools", aud="http://127.0.0.1:1/mcp"),
+            "expired": oauth_issuer.mint(scope="mcp:tools", exp=1_000_000, iat=999_000),
+            "alg none": oauth_issuer.unsigned(scope="mcp:tools"),
+            "hmac with the public key": oauth_issuer.hmac_signed_with_public_key(scope="mcp:tools"),
+            "a client key, with keys off": "tk_" + "a" * 43,
+        }
+        answers = set()
+        for what, token in bad.items():
+            status, answered, text = running.request(listing, authorization=f"Bearer {token}", **headers)
+            assert status == 401, what
+            assert answered["www-authenticate"].startswith("Bearer resource_metadata=")
+            answers.add(text)
+        assert len(answers) == 1
+
+        status, answered, text = running.request(
+            listing, authorization=f"Bearer {oauth_issuer.mint(scope='other')}", **headers
+        )
+        assert status == 403
+        assert 'error="insufficient_scope"' in answered["www-authenticate"]
+        assert 'scope="mcp:tools"' in answered["www-authenticate"]
+
+        status, answered, _ = running.request(listing, **headers)
+        metadata_url = f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"
+        assert (status, answered["www-authenticate"]) == (401, f'Bearer resource_metadata="{metadata_url}"')
+        status, _, text = running.request(method="GET", path="/.well-known/oauth-protected-resource/mcp")
+        assert status == 200
+        assert json.loads(text) == {
+            "resource": url,
+            "authorization_servers": [oauth_issuer.url],
+            "scopes_supported": ["mcp:tools", "mcp:admin"],
+            "bearer_methods_supported": ["header"],
+            "resource_name": "toolkeeper MCP gateway",
+        }
+
+    audit = [
+        json.loads(line)
+        for line in tk(config, "audit", "--principal", "oauth:user-1", "--json").stdout.splitlines()
+    ]
+    assert audit and all(record["principal"] == "oauth:user-1" for record in audit)
+    assert {record.get("principalClient") for record in audit} == {"test-client"}
+
+
+async def test_the_sdks_oauth_client_discovers_the_issuer_and_gets_in(
+    tmp_path: Path, oauth_issuer: TestIssuer
+) -> None:
+    from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+    from mcp.shared.auth import OAuthToken
+
+    class Memory:
+        def __init__(self) -> None:
+            self.tokens: OAuthToken | None = None
+            self.client: Any = None
+
+        async def get_tokens(self) -> OAuthToken | None:
+            return self.tokens
+
+        async def set_tokens(self, tokens: OAuthToken) -> None:
+            self.tokens = tokens
+
+        async def get_client_info(self) -> Any:
+            return self.client
+
+        async def set_client_info(self, client_info: Any) -> None:
+            self.client = client_info
+
+    port = free_port()
+    config = oauth_config(tmp_path, oauth_issuer, port, mode="keys+oauth")
+    new_key(config, "alice")  # keys and OAuth side by side
+    secret = oauth_issuer.register_client("ci-bot", "mcp:tools", "mcp:admin")
+    with gateway(config, port) as running:
+        for mode in MODES:
+            provider = ClientCredentialsOAuthProvider(
+                server_url=url_of(running), storage=Memory(), client_id="ci-bot", client_secret=secret
+            )
+            transport = streamable_http_client(
+                url_of(running), http_client=create_mcp_http_client(auth=provider)
+            )
+            async with Client(transport, mode=mode) as client:
+                assert "ctl__echo" in await tool_names(client)
+        # It asked for a token for this gateway, having found the issuer from the gateway's 401.
+        assert oauth_issuer.token_requests[-1]["resource"] == url_of(running)

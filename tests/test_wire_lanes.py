@@ -301,8 +301,8 @@ def test_a_lone_surrogate_is_refused_for_that_request_alone_and_the_shared_serve
 class HttpGateway:
     """A gateway over HTTP spoken to with raw requests (any Host header, any body)."""
 
-    def __init__(self, config: Path) -> None:
-        self.port = free_port()
+    def __init__(self, config: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.process = spawn_http_gateway(config, self.port)
         wait_port(self.port)
 

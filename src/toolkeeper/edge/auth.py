@@ -37,12 +37,11 @@ from starlette.types import Scope, Send
 from toolkeeper.config.model import Config, OAuthSettings
 from toolkeeper.edge.oauth import InsufficientScope, InvalidToken, JwtVerifier
 from toolkeeper.pipeline.call import ANYONE, LOCAL_USER, Principal
-from toolkeeper.services.keys import KeyRing
+from toolkeeper.services.keys import TOKEN_START, KeyRing
 
 logger = logging.getLogger(__name__)
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
-KEY_PREFIX = "tk_"
 MAX_AUTHORIZATION_BYTES = 8 * 1024
 FAILURES_PER_MINUTE = 10
 THROTTLE_SECONDS = 60.0
@@ -283,7 +282,7 @@ class Authenticator:
         if scheme.lower() != "bearer" or not token:
             self._failed(address, "an Authorization header that is not 'Bearer <token>'")
             return Refusal(401, "invalid_token", INVALID_TOKEN)
-        if token.startswith(KEY_PREFIX):
+        if token.startswith(TOKEN_START):
             return self._by_key(address, token)
         return await self._by_oauth(address, token)
 

@@ -295,7 +295,11 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
         tg.start_soon(_announce_when_listening, web, gateway, host, port, plan)
         if services is not None:
             tg.start_soon(auth.record_key_uses, services.keys.touch)
-        await web.serve()
+        try:
+            await web.serve()
+        finally:
+            if auth.oauth is not None:
+                await auth.oauth.aclose()
         tg.cancel_scope.cancel()
 
 

@@ -67,6 +67,10 @@ class KeyRing:
     def __len__(self) -> int:
         return len(self._by_prefix)
 
+    def scope_toolsets(self) -> frozenset[str]:
+        """Every toolset some key's scope names: the gateway reads them with the ring."""
+        return frozenset(name for key in self._by_prefix.values() for name in key.toolsets)
+
     def verify(self, token: str, now: datetime) -> ClientKey | None:
         """The key `token` belongs to, if it is one and has not expired at `now`; None for
         anything else (unknown, malformed, expired alike: a caller must not tell them apart)."""
