@@ -297,7 +297,7 @@ class Authenticator:
             key.name,
             "key",
             admin=key.admin,
-            toolsets=frozenset(key.toolsets),
+            toolsets=key.toolsets,
             servers=frozenset(key.servers),
         )
         return principal, frozenset()

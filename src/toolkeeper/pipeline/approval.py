@@ -78,12 +78,9 @@ class GateHost(PipelineHost, Protocol):
     @property
     def settings(self) -> GatewaySettings: ...
 
-    def effective_hints(self, tool: CatalogTool) -> EffectiveHints: ...
+    def effective_hints(self, tool: CatalogTool, toolset: str | None) -> EffectiveHints: ...
 
     def trusts(self, server: str) -> bool: ...
-
-    @property
-    def toolset_name(self) -> str | None: ...
 
     async def reload_policy(self) -> None: ...
 
@@ -125,7 +122,7 @@ class ApprovalGate:
         # Per session: call hash → when a person last approved it (for idempotent retries).
         self.approved: dict[str, dict[str, float]] = {}
         self._memo_policy: Policy | None = None
-        self._memo: dict[tuple[str, str], tuple[EffectiveHints, Verdict]] = {}
+        self._memo: dict[tuple[str, str, str | None], tuple[EffectiveHints, Verdict]] = {}
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
         tool = call.target.tool if call.target is not None else None
@@ -160,7 +157,8 @@ class ApprovalGate:
             window = self.gateway.settings.retry_window
             retry_approved = approved_at is not None and time.monotonic() - approved_at <= window
         policy = self.gateway.policy
-        effective = self.gateway.effective_hints(tool)
+        toolset = listed_under(call)
+        effective = self.gateway.effective_hints(tool, toolset)
         # With the tool's static hints and no rule that reads arguments, the verdict is the same
         # for every call of the tool in a session until the policy or the view changes: decide
         # once (the effective hints are rebuilt with the view, so they date the memo).
@@ -168,7 +166,7 @@ class ApprovalGate:
         if memo:
             if self._memo_policy is not policy:
                 self._memo_policy, self._memo = policy, {}
-            known = self._memo.get((tool.namespaced_name, session))
+            known = self._memo.get((tool.namespaced_name, session, toolset))
             if known is not None and known[0] is effective:
                 return known[1]
         verdict = policy.decide(
@@ -177,19 +175,19 @@ class ApprovalGate:
             resolution,
             effective,
             trusted=self.gateway.trusts(tool.server),
-            toolset=self.gateway.toolset_name,
+            toolset=toolset,
             session=session,
             retry_approved=retry_approved,
         )
         if memo:
-            self._memo[(tool.namespaced_name, session)] = (effective, verdict)
+            self._memo[(tool.namespaced_name, session, toolset)] = (effective, verdict)
         return verdict
 
     # -- asking --------------------------------------------------------------------------------
 
     async def _ask(self, asking: Asking) -> dict[str, Any] | None:
         call, tool, verdict = asking.call, asking.tool, asking.verdict
-        question = build_question(tool, call.arguments, verdict, self._choices(tool))
+        question = build_question(tool, call.arguments, verdict, self._choices(tool, listed_under(call)))
         capabilities = self._capabilities(call)
         if declares(capabilities, "elicitation/create"):
             if call.modern:
@@ -217,8 +215,8 @@ class ApprovalGate:
             return declared.model_dump(by_alias=True, exclude_none=True) if declared else {}
         return {}
 
-    def _choices(self, tool: CatalogTool) -> list[str]:
-        mode, _ = self.gateway.policy.confirm_mode(tool, self.gateway.toolset_name)
+    def _choices(self, tool: CatalogTool, toolset: str | None) -> list[str]:
+        mode, _ = self.gateway.policy.confirm_mode(tool, toolset)
         if mode is ConfirmMode.ALWAYS:
             return [Answer.ONCE.value, "deny"]  # the person asked to confirm every call
         return [*(answer.value for answer in Answer), "deny"]
@@ -253,7 +251,7 @@ class ApprovalGate:
             return refusal(tool, f"its approval answer was not accepted ({problem}); call the tool again")
         responses = call.params.get("inputResponses")
         reply = responses.get(ANSWER_KEY) if isinstance(responses, dict) else None
-        answer = chosen(reply, self._choices(tool))
+        answer = chosen(reply, self._choices(tool, listed_under(call)))
         # The retry's envelope was for the gate alone: the downstream sees the plain call.
         call.params = {k: v for k, v in call.params.items() if k not in ("requestState", "inputResponses")}
         return await self._conclude(Asking(call, tool, digest, verdict), Answered(answer, "elicitation"))
@@ -332,7 +330,7 @@ class ApprovalGate:
     def _reach(self, asking: Asking, answer: Answer) -> str | None:
         """The scope of the approval rule a yes becomes: '' for always, the session's for a
         session (or a tool confirmed once per session); None when the yes is for this call."""
-        mode, _ = self.gateway.policy.confirm_mode(asking.tool, self.gateway.toolset_name)
+        mode, _ = self.gateway.policy.confirm_mode(asking.tool, listed_under(asking.call))
         if answer is Answer.ALWAYS:
             return ""
         if answer is Answer.SESSION or mode is ConfirmMode.SESSION:
@@ -354,6 +352,11 @@ class ApprovalGate:
             await self.gateway.reload_policy()
         except Exception as exc:  # the call itself was approved; only the memory of it failed
             logger.error("could not save the approval rule for %s: %s", tool.exposed_name, exc)
+
+
+def listed_under(call: ToolCall) -> str | None:
+    """The toolset whose confirm modes and pins hold for this call: the one its tool is listed under."""
+    return call.target.toolset if call.target is not None else None
 
 
 def refusal(tool: CatalogTool, why: str) -> dict[str, Any]:

@@ -29,6 +29,13 @@ class Target(Protocol):
         gateway's own state: no hints to resolve, nothing to gate."""
         ...
 
+    @property
+    def toolset(self) -> str | None:
+        """The toolset the tool is listed under, whose pins and confirm modes hold for its calls:
+        the equipped one, or one a client key's scope names; None without one, and for the
+        gateway's own tools."""
+        ...
+
     def needs_client(self, call: ToolCall) -> bool:
         """Whether something may have to reach the client during this call (a question from a
         handshake-era server), so that only a driver with a request context can run it."""
@@ -48,14 +55,15 @@ class Principal:
     itself): the local user (stdio, or HTTP on loopback without authentication), anybody (HTTP
     with authentication turned off on purpose), a client key, or an OAuth token's subject.
 
-    `toolsets` and `servers` narrow what it sees: a tool is in scope when it belongs to one of
-    the toolsets or comes from one of the servers; both empty, nothing is narrowed. Only an
-    admin gets the configuration tools, which change what everyone shares."""
+    `toolsets` and `servers` narrow what it sees: the tools of those toolsets (each listed as
+    its toolset lists it), and the tools of those servers that normal mode lists; both empty,
+    nothing is narrowed. Only an admin gets the configuration tools, which change what
+    everyone shares."""
 
     name: str  # a key's name, "oauth:<sub>", "local" or "anonymous"
     kind: PrincipalKind
     admin: bool = False
-    toolsets: frozenset[str] = frozenset()
+    toolsets: tuple[str, ...] = ()  # in the key's order: a tool in two is listed under the first
     servers: frozenset[str] = frozenset()
     client_id: str | None = None  # an OAuth token's client_id
 

@@ -40,7 +40,9 @@ class PipelineHost(Protocol):
         principal may know)."""
         ...
 
-    async def resolve(self, tool: CatalogTool, arguments: Any) -> Resolution: ...
+    async def resolve_under(self, tool: CatalogTool, arguments: Any, toolset: str | None) -> Resolution:
+        """The hints for this call of `tool`, under the toolset it is listed in."""
+        ...
 
 
 class Stage(Protocol):
@@ -120,10 +122,13 @@ class Resolve(_StageDefaults):
         self.gateway = gateway
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
-        tool = call.target.tool if call.target is not None else None
-        if tool is not None:
+        target = call.target
+        tool = target.tool if target is not None else None
+        if target is not None and tool is not None:
             try:
-                call.resolution = await self.gateway.resolve(tool, call.params.get("arguments", {}))
+                call.resolution = await self.gateway.resolve_under(
+                    tool, call.params.get("arguments", {}), target.toolset
+                )
             except ResolveError as exc:  # arguments that do not fit the tool's schema
                 raise MCPError(code=exc.code, message=str(exc), data=exc.data) from None
         return None

@@ -21,6 +21,7 @@ class DownstreamTool:
     tool: CatalogTool
     downstream: Downstream
     relay: Relay
+    toolset: str | None = None  # the toolset it is listed under
 
     @property
     def exposed_name(self) -> str:

@@ -57,20 +57,6 @@ class View:
     # Listed tools whose hints can depend on their arguments (flagged for tools/annotations).
     refinable: frozenset[str] = frozenset()
 
-    def narrowed(self, in_scope: Callable[[CatalogTool], bool]) -> View:
-        """The part of this view a scoped principal sees: the gateway's own tools (whoever may
-        see this view may use them) and the downstream tools `in_scope` keeps."""
-        routes = {
-            name: target
-            for name, target in self.routes.items()
-            if target.tool is None or in_scope(target.tool)
-        }
-        return View(
-            [entry for entry in self.listing if entry.get("name") in routes],
-            MappingProxyType(routes),
-            self.refinable & routes.keys(),
-        )
-
 
 def unknown_tool(name: str) -> str:
     return f"Unknown tool '{name}'. Call tools/list for the tools this gateway exposes now."
@@ -217,15 +203,16 @@ class Gateway:
             shown = toolset_tools(toolset, self.catalog)
         else:
             shown = self.catalog.tools if self._menu_mode is None else ()
-        downstream = self._downstream_view(shown)
+        downstream = self._downstream_view(shown, toolset, warn=True)
+        mode = self._menu_mode
+        self._lists_downstream = self.store is None or self.menu is None or mode in (None, Mode.NORMAL)
         if self.store is None or self.menu is None:
             view = downstream
         else:
-            mode = self._menu_mode
             own = self.menu.in_mode(mode)
             listing = [target.listed() for target in own.before]
             routes: dict[str, Target] = {target.exposed_name: target for target in own.before}
-            if mode is None or mode is Mode.NORMAL:
+            if self._lists_downstream:
                 listing.extend(downstream.listing)
                 routes.update(downstream.routes)
             listing.extend(target.listed() for target in own.after)
@@ -235,26 +222,26 @@ class Gateway:
         self.view = view
         # What a principal without the configuration tools sees, whatever the mode.
         self.normal_view = downstream
-        self._narrowed_views: dict[tuple[bool, frozenset[str], frozenset[str]], View] = {}
-        self._narrowed_offerings: dict[frozenset[str], Offerings] = {}
-        self._static: dict[str, tuple[EffectiveHints, Resolution]] = {}
+        self._scoped_views: dict[tuple[bool, tuple[str, ...], frozenset[str]], View] = {}
+        self._scoped_offerings: dict[frozenset[str], Offerings] = {}
+        self._static: dict[tuple[str, str | None], tuple[EffectiveHints, Resolution]] = {}
 
-    def _downstream_view(self, tools: Iterable[CatalogTool]) -> View:
-        """The downstream tools a mode that lists them shows, with their routes."""
+    def _downstream_view(self, tools: Iterable[CatalogTool], toolset: Toolset | None, *, warn: bool) -> View:
+        """Downstream tools as listed under `toolset` (its notes, its pins), with their routes."""
         listing: list[dict[str, Any]] = []
         routes: dict[str, Target] = {}
         refinable: set[str] = set()
         shadowing = self.menu.names() if self.menu else frozenset()
-        toolset = self.toolset
         scope = toolset.name if toolset else None
         for tool in tools:
             if tool.exposed_name in shadowing:
-                logger.warning(
-                    "%s: hidden behind the configuration tool of the same name", tool.namespaced_name
-                )
+                if warn:
+                    logger.warning(
+                        "%s: hidden behind the configuration tool of the same name", tool.namespaced_name
+                    )
                 continue
             # Routed even while its server is away, so a call says so instead of "unknown tool".
-            routes[tool.exposed_name] = DownstreamTool(tool, self.pool[tool.server], self.relay)
+            routes[tool.exposed_name] = DownstreamTool(tool, self.pool[tool.server], self.relay, scope)
             if not tool.available:
                 continue
             entry = self.annotator.listed(tool, scope)
@@ -273,45 +260,64 @@ class Gateway:
     # -- what each principal sees ----------------------------------------------------------
 
     def view_for(self, principal: Principal) -> View:
-        """The view a principal's requests see: an admin's is the gateway's (configuration tools
-        and modes included); anyone else's is normal mode's downstream tools. A scope narrows
-        either, once per change of the view, never per request."""
-        if principal.admin and not principal.scoped:
-            return self.view
+        """The view a principal's requests see. An admin's is the gateway's (configuration tools
+        and modes included); anyone else's is what normal mode lists. A scope replaces the
+        downstream tools with its own: the tools of its toolsets, each listed as that toolset
+        lists it, and those of its servers that normal mode lists. Made once per rebuild of the
+        view and scope, never per request."""
+        if not principal.scoped:
+            return self.view if principal.admin else self.normal_view
         key = (principal.admin, principal.toolsets, principal.servers)
-        known = self._narrowed_views.get(key)
+        known = self._scoped_views.get(key)
         if known is None:
-            base = self.view if principal.admin else self.normal_view
-            known = base.narrowed(self._scope_test(principal)) if principal.scoped else base
-            self._narrowed_views[key] = known
+            known = self._scoped_views[key] = self._scoped_view(principal)
         return known
 
+    def _scoped_view(self, principal: Principal) -> View:
+        listing: list[dict[str, Any]] = []
+        routes: dict[str, Target] = {}
+        refinable: set[str] = set()
+
+        def add(part: View, keep: Callable[[Target], bool]) -> None:
+            """The routes of `part` that `keep` keeps and no earlier part took, with their entries."""
+            taken = {name for name, target in part.routes.items() if name not in routes and keep(target)}
+            routes.update((name, part.routes[name]) for name in taken)
+            listing.extend(entry for entry in part.listing if entry.get("name") in taken)
+            refinable.update(part.refinable & taken)
+
+        if principal.admin:  # the gateway's own tools, as the mode lists them
+            add(self.view, lambda target: target.tool is None)
+        if not principal.admin or self._lists_downstream:
+            for name in principal.toolsets:
+                toolset = self.scope_toolsets.get(name)
+                if toolset is not None:
+                    part = self._downstream_view(toolset_tools(toolset, self.catalog), toolset, warn=False)
+                    add(part, lambda target: True)
+            add(
+                self.normal_view,
+                lambda target: target.tool is not None and target.tool.server in principal.servers,
+            )
+        return View(listing, MappingProxyType(routes), frozenset(refinable))
+
     def offerings_for(self, principal: Principal) -> Offerings:
-        """The resources, templates and prompts of the servers a principal's scope reaches: the
-        servers it names, and those whose tools its toolsets hold."""
+        """The resources, templates and prompts of the servers a principal's scope reaches."""
         servers = self.servers_for(principal)
         if servers is None:
             return self.offerings
-        known = self._narrowed_offerings.get(servers)
+        known = self._scoped_offerings.get(servers)
         if known is None:
             known = build_offerings(s for s in self._server_offerings if s.server in servers)
-            self._narrowed_offerings[servers] = known
+            self._scoped_offerings[servers] = known
         return known
 
     def servers_for(self, principal: Principal) -> frozenset[str] | None:
-        """The servers a scoped principal's scope reaches; None when it reaches them all."""
+        """The servers a scoped principal's scope reaches (those it names, and those whose tools
+        its toolsets hold); None when it reaches them all."""
         if not principal.scoped:
             return None
-        in_scope = self._scope_test(principal)
-        return principal.servers | {tool.server for tool in self.catalog.tools if in_scope(tool)}
-
-    def _scope_test(self, principal: Principal) -> Callable[[CatalogTool], bool]:
         toolsets = [self.scope_toolsets[name] for name in principal.toolsets if name in self.scope_toolsets]
-
-        def in_scope(tool: CatalogTool) -> bool:
-            return tool.server in principal.servers or any(toolset.contains(tool) for toolset in toolsets)
-
-        return in_scope
+        held = {tool.server for toolset in toolsets for tool in toolset_tools(toolset, self.catalog)}
+        return principal.servers | held
 
     @property
     def _menu_mode(self) -> Mode | None:
@@ -321,23 +327,28 @@ class Gateway:
     def lookup(self, exposed_name: str, principal: Principal = LOCAL_USER) -> Target | None:
         return self.view_for(principal).routes.get(exposed_name)
 
-    def effective_hints(self, tool: CatalogTool) -> EffectiveHints:
-        """The tool's effective hints under the equipped toolset, computed once per view."""
-        return self._static_of(tool)[0]
+    def effective_hints(self, tool: CatalogTool, toolset: str | None) -> EffectiveHints:
+        """The tool's effective hints under `toolset`, computed once per view."""
+        return self._static_of(tool, toolset)[0]
 
-    def _static_of(self, tool: CatalogTool) -> tuple[EffectiveHints, Resolution]:
-        known = self._static.get(tool.namespaced_name)
+    def _static_of(self, tool: CatalogTool, toolset: str | None) -> tuple[EffectiveHints, Resolution]:
+        known = self._static.get((tool.namespaced_name, toolset))
         if known is None:  # emptied whenever the view is rebuilt (tools, pins, toolset changed)
-            effective = self.annotator.effective(tool, self.toolset_name, explain=False)
+            effective = self.annotator.effective(tool, toolset, explain=False)
             resolution = Resolution(
                 static_hints(effective), "static", "no rule matched: the tool's static hints"
             )
-            known = self._static[tool.namespaced_name] = (effective, resolution)
+            known = self._static[(tool.namespaced_name, toolset)] = (effective, resolution)
         return known
 
     async def resolve(self, tool: CatalogTool, arguments: Any) -> Resolution:
-        """Hints for one call of `tool` with `arguments` (see annotations/resolve.py)."""
-        effective, static = self._static_of(tool)
+        """Hints for one call of `tool` with `arguments`, under the equipped toolset."""
+        return await self.resolve_under(tool, arguments, self.toolset_name)
+
+    async def resolve_under(self, tool: CatalogTool, arguments: Any, toolset: str | None) -> Resolution:
+        """Hints for one call of `tool` with `arguments` as listed under `toolset` (see
+        annotations/resolve.py)."""
+        effective, static = self._static_of(tool, toolset)
         method = resolution_form(tool.declared)
         rules = self.annotator.rules.get(tool.namespaced_name, ())
         if method is None and not rules:

@@ -691,6 +691,10 @@ class BoundConfigTool:
     def tool(self) -> CatalogTool | None:
         return None  # the gateway's own: no downstream tool behind it
 
+    @property
+    def toolset(self) -> str | None:
+        return None
+
     def needs_client(self, call: ToolCall) -> bool:
         return False  # runs in-process
 

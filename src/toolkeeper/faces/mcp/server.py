@@ -254,7 +254,7 @@ class McpFace:
         principal = self.principal(ctx)
         target = gateway.lookup(params.name, principal)
         tool = target.tool if target is not None else None
-        if tool is None or params.name not in gateway.view_for(principal).refinable:
+        if target is None or tool is None or params.name not in gateway.view_for(principal).refinable:
             why = (
                 gateway.why_hidden(params.name, principal)
                 if target is None
@@ -263,7 +263,7 @@ class McpFace:
             )
             raise MCPError(code=INVALID_PARAMS, message=why)
         try:
-            resolution = await gateway.resolve(tool, params.arguments)
+            resolution = await gateway.resolve_under(tool, params.arguments, target.toolset)
         except ResolveError as exc:
             raise MCPError(code=exc.code, message=str(exc), data=exc.data) from None
         return {"annotations": dict(resolution.hints)}
