@@ -257,3 +257,17 @@ async def _fresh_token(conn: AsyncConnection) -> str:
         token = TOKEN_START + secrets.token_urlsafe(TOKEN_BYTES)
         if not await key_rows.prefix_taken(conn, token[:PREFIX_LENGTH]):
             return token
+
+
+__all__ = [
+    "PREFIX_LENGTH",
+    "TOKEN_LENGTH",
+    "TOKEN_START",
+    "ClientKey",
+    "CreatedKey",
+    "KeyRing",
+    "KeyService",
+    "check_key_name",
+    "describe",
+    "token_digest",
+]
