@@ -524,3 +524,28 @@ async def test_the_sdks_oauth_client_discovers_the_issuer_and_gets_in(
                 assert "ctl__echo" in await tool_names(client)
         # It asked for a token for this gateway, having found the issuer from the gateway's 401.
         assert oauth_issuer.token_requests[-1]["resource"] == url_of(running)
+
+
+async def test_resources_and_prompts_follow_the_servers_a_scope_reaches(tmp_path: Path) -> None:
+    memory = controllable()
+    memory["args"].append("--resources")
+    config = write_config(tmp_path, {"ctl": controllable(), "mem": memory}, **EXPOSED)
+    outsider = new_key(config, "outsider", "--server", "ctl")
+    insider = new_key(config, "insider", "--server", "mem")
+    with gateway(config) as running:
+        url = url_of(running)
+        for mode in MODES:
+            async with client_with(url, insider, mode) as client:
+                [resource] = (await client.list_resources()).resources
+                read = await client.read_resource(str(resource.uri))
+                assert read.contents
+                assert [prompt.name for prompt in (await client.list_prompts()).prompts] == ["mem__greet"]
+            async with client_with(url, outsider, mode) as client:
+                assert (await client.list_resources()).resources == []
+                assert (await client.list_prompts()).prompts == []
+                with pytest.raises(MCPError) as unknown:
+                    await client.read_resource(str(resource.uri))
+                assert "Unknown resource" in unknown.value.error.message
+                with pytest.raises(MCPError) as unknown_prompt:
+                    await client.get_prompt("mem__greet")
+                assert "Unknown prompt" in unknown_prompt.value.error.message

@@ -162,7 +162,11 @@ MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, 
 
 def test_http_endpoint_refuses_rebinding_and_oversized_requests_and_never_buffers(tmp_path):
     config = write_config(
-        tmp_path, {"ctl": controllable()}, http={"allowedHosts": ["gw.example.com"], "maxRequestBytes": 4096}
+        tmp_path,
+        {"ctl": controllable()},
+        # Reachable beyond loopback by that name: authentication is turned off on purpose, so
+        # that what is checked here is the edge's Host and Origin check alone.
+        http={"allowedHosts": ["gw.example.com"], "maxRequestBytes": 4096, "auth": {"mode": "none"}},
     )
     port = free_port()
     process = spawn_http_gateway(

@@ -96,13 +96,24 @@ params_objects = st.fixed_dictionaries(
 )
 
 
+def raw_answer(line: str) -> Any:
+    """None (an error with a null id is due) for a raw line that is not a JSON object; ABSENT
+    (decided from the message, see answer_due) for one that is: Hypothesis also draws raw lines
+    from the code's own string constants, some of which are JSON."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return ABSENT if isinstance(message, dict) else None
+
+
 @st.composite
 def messages(draw: st.DrawFn) -> tuple[str, Any, bool]:
     """(the line, the id its answer must carry or ABSENT for a notification, whether the id is valid)."""
     shape = draw(st.sampled_from(["request", "request", "request", "notification", "raw", "deep"]))
     if shape == "raw":
         line = draw(st.binary(max_size=40).filter(lambda b: b"\n" not in b and b.strip()))
-        return line.decode("latin-1"), None, False
+        return line.decode("latin-1"), raw_answer(line.decode("latin-1")), False
     if shape == "deep":
         depth = draw(st.integers(1, 12_000))
         return (
@@ -242,6 +253,10 @@ def answer_due(line: str, expected: Any) -> Any:
     message = json.loads(line)
     if message.get("jsonrpc") == "2.0" and isinstance(message.get("method"), str):
         return ABSENT  # a notification: JSON-RPC never answers one
+    if "method" not in message and ("result" in message or "error" in message):
+        # A response, however malformed: never answered over stdio, or two peers could answer
+        # each other's bad responses for ever (HTTP answers it with a null id).
+        return ABSENT
     return None  # not even a notification: answered with a null id
 
 
