@@ -23,7 +23,7 @@ from conftest import (
     controllable,
     eventually,
     free_port,
-    spawn,
+    spawn_http_gateway,
     stop,
     wait_port,
     write_config,
@@ -93,28 +93,15 @@ def url_of(running: HttpGateway) -> str:
     return f"http://127.0.0.1:{running.port}/mcp"
 
 
+def serving_with_stderr(config: Path, port: int) -> subprocess.Popen[bytes]:
+    """`toolkeeper serve --transport http`, its log readable by the test."""
+    return spawn_http_gateway(config, port, env={"PYTHONPATH": str(ROOT / "src")}, stderr=subprocess.PIPE)
+
+
 def test_a_gateway_reachable_beyond_loopback_with_no_way_to_authenticate_refuses_to_start(
     tmp_path: Path,
 ) -> None:
-    config = team_config(tmp_path)
-    port = free_port()
-    process = spawn(
-        [
-            PY,
-            "-m",
-            "toolkeeper",
-            "serve",
-            "--config",
-            str(config),
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-        ],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(ROOT / "src")},
-        stderr=subprocess.PIPE,
-    )
+    process = serving_with_stderr(team_config(tmp_path), free_port())
     try:
         _, stderr = process.communicate(timeout=60)
     finally:
@@ -125,39 +112,23 @@ def test_a_gateway_reachable_beyond_loopback_with_no_way_to_authenticate_refuses
     assert '"none"' in text
 
 
-def test_mode_none_serves_everyone_and_warns_at_every_start(tmp_path: Path) -> None:
+def test_mode_none_serves_everyone_whatever_they_send_and_warns_at_every_start(tmp_path: Path) -> None:
     config = team_config(tmp_path, http={**EXPOSED["http"], "auth": {"mode": "none"}})
     port = free_port()
-    process = spawn(
-        [
-            PY,
-            "-m",
-            "toolkeeper",
-            "serve",
-            "--config",
-            str(config),
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-        ],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(ROOT / "src")},
-        stderr=subprocess.PIPE,
-    )
+    process = serving_with_stderr(config, port)
     try:
         wait_port(port)
         running = HttpGateway.__new__(HttpGateway)
         running.port = port
-        answer = running.rpc(
-            {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": ENVELOPE}},
-            mcp_protocol_version="2026-07-28",
-            mcp_method="tools/list",
-        )
-        assert "ctl__echo" in {tool["name"] for tool in answer["result"]["tools"]}
+        listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": ENVELOPE}}
+        headers = {"mcp_protocol_version": "2026-07-28", "mcp_method": "tools/list"}
+        for sent in ({}, {"authorization": "Bearer tk_stale"}):
+            answer = running.rpc(listing, **headers, **sent)
+            assert "ctl__echo" in {tool["name"] for tool in answer["result"]["tools"]}
     finally:
         stop(process)
-    assert 'http.auth.mode is "none"' in process.stderr.read().decode()  # type: ignore[union-attr]
+    assert process.stderr is not None
+    assert 'http.auth.mode is "none"' in process.stderr.read().decode()
 
 
 def test_without_a_valid_key_every_request_gets_401_and_the_metadata_link(tmp_path: Path) -> None:
@@ -340,6 +311,17 @@ async def test_a_session_belongs_to_the_key_that_opened_it(tmp_path: Path) -> No
         assert as_alice[0] == 200 and "ctl__echo" in as_alice[2]
 
 
+async def waiting_calls(config: Path) -> list[dict[str, Any]]:
+    """The calls waiting for approval, as `toolkeeper approvals list` has them, once there are any."""
+    with anyio.fail_after(30):
+        while True:
+            await anyio.sleep(0.2)
+            listed = await anyio.to_thread.run_sync(tk, config, "approvals", "list", "--json")
+            pending: list[dict[str, Any]] = json.loads(listed.stdout)
+            if pending:
+                return pending
+
+
 async def test_the_approval_queue_names_who_waits_and_a_session_yes_holds_for_that_principal_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -358,12 +340,7 @@ async def test_the_approval_queue_names_who_waits_and_a_session_yes_holds_for_th
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call, "alice", as_alice)
-                pending: list[dict[str, Any]] = []
-                with anyio.fail_after(30):
-                    while not pending:
-                        await anyio.sleep(0.2)
-                        listed = await anyio.to_thread.run_sync(tk, config, "approvals", "list", "--json")
-                        pending = json.loads(listed.stdout)
+                pending = await waiting_calls(config)
                 assert pending[0]["principal"] == "alice"
                 table = await anyio.to_thread.run_sync(tk, config, "approvals", "list")
                 assert "alice" in table.stdout
@@ -378,12 +355,7 @@ async def test_the_approval_queue_names_who_waits_and_a_session_yes_holds_for_th
             assert not again.is_error
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call, "bob", as_bob)
-                waiting: list[dict[str, Any]] = []
-                with anyio.fail_after(30):
-                    while not waiting:
-                        await anyio.sleep(0.2)
-                        listed = await anyio.to_thread.run_sync(tk, config, "approvals", "list", "--json")
-                        waiting = json.loads(listed.stdout)
+                waiting = await waiting_calls(config)
                 assert waiting[0]["principal"] == "bob"
                 await anyio.to_thread.run_sync(tk, config, "approvals", "deny", waiting[0]["id"])
             assert results["bob"].is_error

@@ -25,7 +25,7 @@ Confirm = Literal["always", "session", "never", "deny"]
 CONFIRM_MODES: tuple[Confirm, ...] = ("always", "session", "never", "deny")
 INFER_HINTS: tuple[InferHints, ...] = ("suggest", "apply")
 # Who may use the HTTP endpoint: holders of a client key, of an OAuth access token, of either,
-# or anyone. `auto` leaves it to what is set up.
+# or anyone. `auto`: anyone on loopback, a key or a token once it can be reached from elsewhere.
 HttpAuthMode = Literal["auto", "keys", "oauth", "keys+oauth", "none"]
 HTTP_AUTH_MODES: tuple[HttpAuthMode, ...] = ("auto", "keys", "oauth", "keys+oauth", "none")
 OAUTH_MODES: frozenset[HttpAuthMode] = frozenset({"oauth", "keys+oauth"})

@@ -16,7 +16,6 @@ an address with too many failures in a minute is answered 429 for a while.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import time
@@ -34,7 +33,7 @@ from pydantic import AnyHttpUrl
 from starlette.authentication import AuthCredentials
 from starlette.types import Scope, Send
 
-from toolkeeper.config.model import Config, OAuthSettings
+from toolkeeper.config.model import OAUTH_MODES, Config, OAuthSettings, is_loopback_host
 from toolkeeper.edge.oauth import InsufficientScope, InvalidToken, JwtVerifier
 from toolkeeper.pipeline.call import ANYONE, LOCAL_USER, Principal
 from toolkeeper.services.keys import TOKEN_START, KeyRing
@@ -58,8 +57,6 @@ NO_TOKEN = (
     "this gateway needs a bearer token: send 'Authorization: Bearer <token>' with a client key "
     "('toolkeeper keys create NAME' prints one) or an OAuth access token"
 )
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
-MODES = ("auto", "keys", "oauth", "keys+oauth", "none")
 
 
 class CannotStart(Exception):
@@ -67,19 +64,14 @@ class CannotStart(Exception):
 
 
 def _is_loopback(host: str) -> bool:
-    name = host.strip().lower()
-    if name.endswith(":*"):
-        name = name[:-2]
+    """Whether a bind address or an allowed Host value (`name`, `name:port`, `name:*`, `[v6]:port`)
+    names this machine."""
+    name = host.strip()
     if name.startswith("[") and "]" in name:
         name = name[1 : name.index("]")]
     elif name.count(":") == 1:
-        name = name.split(":")[0]
-    if name in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+        name = name.partition(":")[0]
+    return is_loopback_host(name)
 
 
 def reachable_beyond_loopback(config: Config, host: str) -> str | None:
@@ -122,7 +114,13 @@ class AuthPlan:
             )
             return AuthPlan(required=False, keys=False, oauth=None)
         if mode != "auto":
-            return AuthPlan(required=True, keys="keys" in mode, oauth=oauth if "oauth" in mode else None)
+            takes_keys = mode in ("keys", "keys+oauth")
+            if takes_keys and not len(keys) and mode == "keys":
+                logger.warning(
+                    'http.auth.mode is "keys" and there is no client key yet: every request is refused '
+                    "until one is made with 'toolkeeper keys create NAME'"
+                )
+            return AuthPlan(required=True, keys=takes_keys, oauth=oauth if mode in OAUTH_MODES else None)
         if reach is None:
             return AuthPlan(required=False, keys=True, oauth=oauth)
         if not len(keys) and oauth is None:
@@ -260,6 +258,17 @@ class Authenticator:
     async def _authenticate(
         self, scope: Scope, headers: Mapping[str, str]
     ) -> tuple[Principal, frozenset[str]] | Refusal:
+        """Who sent the request, with the scopes its token grants; or the refusal. In the order
+        they win:
+        a. `http.auth.mode: "none"`: anyone, whatever the request carries;
+        b. an address with too many recent failures: 429, its token unread;
+        c. no Authorization header: the local user where no token is needed, else 401;
+        d. a header over 8 KiB: 431; one that is not `Bearer <token>`: 401;
+        e. a client key (`tk_…`): its key's principal, if the ring holds it unexpired, else 401;
+        f. anything else: an OAuth access token's subject, if it validates (403 when it lacks a
+           required scope), else 401."""
+        if not self.plan.required and not self.plan.keys and self.plan.oauth is None:
+            return self.anonymous, frozenset()  # mode "none": nobody is asked, whatever they send
         address = (scope.get("client") or ("unknown", 0))[0]
         blocked = self.throttle.blocked_for(address)
         if blocked:
