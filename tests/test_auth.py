@@ -521,3 +521,23 @@ async def test_resources_and_prompts_follow_the_servers_a_scope_reaches(tmp_path
                 with pytest.raises(MCPError) as unknown_prompt:
                     await client.get_prompt("mem__greet")
                 assert "Unknown prompt" in unknown_prompt.value.error.message
+
+
+async def test_a_keys_calls_follow_the_confirm_modes_of_the_toolset_it_sees_them_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TOOLKEEPER_CONFIRM", raising=False)  # ctl's pid declares no hints: it is asked about
+    config = team_config(tmp_path, approvalTimeout=1)
+    tk(config, "toolsets", "build", "team", "ctl.pid", "ctl.echo", "--equip")
+    tk(config, "toolsets", "build", "dev", "ctl.pid")
+    tk(config, "policy", "confirm", "ctl.pid", "never", "--toolset", "dev")
+    alice = new_key(config, "alice", "--toolset", "dev")
+    carol = new_key(config, "carol")
+    with gateway(config) as running:
+        for mode in MODES:
+            async with client_with(url_of(running), alice, mode) as client:
+                ran = await client.call_tool("ctl__pid", {})
+                assert not ran.is_error and ran.content[0].text.isdigit()  # type: ignore[union-attr]
+            async with client_with(url_of(running), carol, mode) as client:
+                asked = await client.call_tool("ctl__pid", {})  # nobody answers within a second
+                assert asked.is_error and "was not run" in asked.content[0].text  # type: ignore[union-attr]

@@ -93,7 +93,10 @@ def policy_confirm(
     ),
     text: str | None = typer.Option(None, "--text", help="What the person reads when a call is asked about."),
     toolset: str | None = typer.Option(
-        None, "--toolset", help="Only while this toolset is equipped (it wins then). Default: global."
+        None,
+        "--toolset",
+        help="Only for its tools as this toolset lists them (equipped, or a client key's toolset); "
+        "it wins then. Default: global.",
     ),
     clear: bool = typer.Option(False, "--clear", help="Remove the mode: the next one in line holds again."),
     config: Path | None = ConfigOption,

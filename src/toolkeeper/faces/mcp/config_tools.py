@@ -618,7 +618,8 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
             },
             "toolset": {
                 **TOOLSET_NAME,
-                "description": "Only while this toolset is equipped (default: global)",
+                "description": "Only for its tools as this toolset lists them: equipped, or a client key's "
+                "toolset (default: global)",
             },
         },
         ("tool", "mode"),
