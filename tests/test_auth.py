@@ -233,7 +233,9 @@ async def test_scoped_keys_see_their_own_tools_at_the_same_time_and_the_admin_th
             ):
                 tg.start_soon(list_as, name, token, mode)
         assert seen["alice"] == {"ctl__echo", "ctl__pid"}
-        assert seen["bob"] == {"notes__create_note", "notes__search_notes"}
+        # Every tool of the notes server, not only the two the equipped toolset holds.
+        assert {"notes__create_note", "notes__search_notes", "notes__delete_note"} <= seen["bob"]
+        assert all(name.startswith("notes__") for name in seen["bob"])
         assert seen["carol"] == {"notes__create_note", "notes__search_notes"}
         assert seen["root"] == seen["carol"] | {CONFIG_TOOL}
         async with client_with(url, alice, "legacy") as client:
@@ -541,3 +543,19 @@ async def test_a_keys_calls_follow_the_confirm_modes_of_the_toolset_it_sees_them
             async with client_with(url_of(running), carol, mode) as client:
                 asked = await client.call_tool("ctl__pid", {})  # nobody answers within a second
                 assert asked.is_error and "was not run" in asked.content[0].text  # type: ignore[union-attr]
+
+
+async def test_with_nothing_equipped_a_servers_key_sees_that_server_and_a_plain_key_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "true")  # a fresh gateway: configuration mode
+    config = team_config(tmp_path)
+    ctl = new_key(config, "ctl-only", "--server", "ctl")
+    plain = new_key(config, "plain")
+    with gateway(config) as running:
+        for mode in MODES:
+            async with client_with(url_of(running), ctl, mode) as client:
+                names = await tool_names(client)
+                assert "ctl__echo" in names and all(name.startswith("ctl__") for name in names)
+            async with client_with(url_of(running), plain, mode) as client:
+                assert await tool_names(client) == set()

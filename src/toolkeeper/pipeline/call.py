@@ -55,10 +55,9 @@ class Principal:
     itself): the local user (stdio, or HTTP on loopback without authentication), anybody (HTTP
     with authentication turned off on purpose), a client key, or an OAuth token's subject.
 
-    `toolsets` and `servers` narrow what it sees: the tools of those toolsets (each listed as
-    its toolset lists it), and the tools of those servers that normal mode lists; both empty,
-    nothing is narrowed. Only an admin gets the configuration tools, which change what
-    everyone shares."""
+    `toolsets` and `servers` choose what it sees: the tools of those toolsets (each listed as
+    its toolset lists it) and every tool of those servers; both empty, what normal mode lists.
+    Only an admin gets the configuration tools, which change what everyone shares."""
 
     name: str  # a key's name, "oauth:<sub>", "local" or "anonymous"
     kind: PrincipalKind

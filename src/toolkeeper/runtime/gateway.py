@@ -263,8 +263,8 @@ class Gateway:
         """The view a principal's requests see. An admin's is the gateway's (configuration tools
         and modes included); anyone else's is what normal mode lists. A scope replaces the
         downstream tools with its own: the tools of its toolsets, each listed as that toolset
-        lists it, and those of its servers that normal mode lists. Made once per rebuild of the
-        view and scope, never per request."""
+        lists it, and every tool of its servers. Made once per rebuild of the view and scope,
+        never per request."""
         if not principal.scoped:
             return self.view if principal.admin else self.normal_view
         key = (principal.admin, principal.toolsets, principal.servers)
@@ -293,10 +293,15 @@ class Gateway:
                 if toolset is not None:
                     part = self._downstream_view(toolset_tools(toolset, self.catalog), toolset, warn=False)
                     add(part, lambda target: True)
+            # A server's tools as normal mode lists them where it does (the equipped toolset's
+            # notes and pins), the rest of them with no toolset's.
             add(
                 self.normal_view,
                 lambda target: target.tool is not None and target.tool.server in principal.servers,
             )
+            if principal.servers:
+                rest = [tool for tool in self.catalog.tools if tool.server in principal.servers]
+                add(self._downstream_view(rest, None, warn=False), lambda target: True)
         return View(listing, MappingProxyType(routes), frozenset(refinable))
 
     def offerings_for(self, principal: Principal) -> Offerings:
