@@ -385,6 +385,9 @@ async def test_on_loopback_no_key_is_needed_and_a_key_sent_is_honoured(tmp_path:
             mcp_method="tools/list",
         )
         assert status == 401
+    # When the key was last used reaches the store, at the latest when the gateway stops.
+    [listed] = json.loads(tk(config, "keys", "list", "--json").stdout)
+    assert listed["name"] == "bob" and listed["lastUsedAt"] is not None
 
 
 def oauth_config(tmp_path: Path, issuer: TestIssuer, port: int, mode: str = "oauth") -> Path:

@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -389,19 +389,27 @@ class Authenticator:
         uses, self.key_uses = self.key_uses, {}
         return uses
 
-    async def record_key_uses(self, touch: Callable[[Mapping[str, datetime]], Any]) -> None:
-        """Write when each key was last used, every KEY_USE_FLUSH_SECONDS, off the call path."""
-        while True:
-            await anyio.sleep(KEY_USE_FLUSH_SECONDS)
-            uses = self.take_key_uses()
-            if not uses:
-                continue
-            try:
-                await touch(uses)
-            except Exception as exc:  # a last-used time is worth a retry, never a crash
-                logger.warning("cannot record when client keys were last used: %s", exc)
-                for name, when in uses.items():
-                    self.key_uses.setdefault(name, when)
+    async def record_key_uses(self, touch: Callable[[Mapping[str, datetime]], Awaitable[None]]) -> None:
+        """Write when each key was last used, every KEY_USE_FLUSH_SECONDS and once more when the
+        gateway stops, off the call path."""
+        try:
+            while True:
+                await anyio.sleep(KEY_USE_FLUSH_SECONDS)
+                await self._write_key_uses(touch)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(KEY_USE_FLUSH_SECONDS / 10):
+                await self._write_key_uses(touch)
+
+    async def _write_key_uses(self, touch: Callable[[Mapping[str, datetime]], Awaitable[None]]) -> None:
+        uses = self.take_key_uses()
+        if not uses:
+            return
+        try:
+            await touch(uses)
+        except Exception as exc:  # a last-used time is worth a retry, never a crash
+            logger.warning("cannot record when client keys were last used: %s", exc)
+            for name, when in uses.items():
+                self.key_uses.setdefault(name, when)
 
 
 async def _send(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]]) -> None:
