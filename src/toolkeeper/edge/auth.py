@@ -115,7 +115,7 @@ class AuthPlan:
             return AuthPlan(required=False, keys=False, oauth=None)
         if mode != "auto":
             takes_keys = mode in ("keys", "keys+oauth")
-            if takes_keys and not len(keys) and mode == "keys":
+            if mode == "keys" and not len(keys):
                 logger.warning(
                     'http.auth.mode is "keys" and there is no client key yet: every request is refused '
                     "until one is made with 'toolkeeper keys create NAME'"
