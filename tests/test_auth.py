@@ -33,7 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from oauth_issuer import TestIssuer
-from test_wire_lanes import ENVELOPE, HttpGateway, modern_headers
+from test_wire_lanes import ENVELOPE, HANDSHAKE_INIT, HttpGateway, modern_headers
 
 pytestmark = pytest.mark.anyio
 
@@ -179,16 +179,7 @@ def test_without_a_valid_key_every_request_gets_401_and_the_metadata_link(tmp_pa
         assert status == 200 and json.loads(text) == document
 
 
-HANDSHAKE = {
-    "jsonrpc": "2.0",
-    "id": "init",
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "1"},
-    },
-}
+HANDSHAKE = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": HANDSHAKE_INIT}
 
 
 def test_an_address_with_ten_failures_in_a_minute_is_refused_for_a_while(tmp_path: Path) -> None:
@@ -301,14 +292,17 @@ async def test_a_session_belongs_to_the_key_that_opened_it(tmp_path: Path) -> No
         session = headers["mcp-session-id"]
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
         as_bob = running.request(
-            listing, authorization=f"Bearer {bob}", mcp_session_id=session, mcp_protocol_version="2025-11-25"
+            listing,
+            authorization=f"Bearer {bob}",
+            mcp_session_id=session,
+            mcp_protocol_version=HANDSHAKE_INIT["protocolVersion"],
         )
         assert as_bob[0] == 404
         as_alice = running.request(
             listing,
             authorization=f"Bearer {alice}",
             mcp_session_id=session,
-            mcp_protocol_version="2025-11-25",
+            mcp_protocol_version=HANDSHAKE_INIT["protocolVersion"],
         )
         assert as_alice[0] == 200 and "ctl__echo" in as_alice[2]
 

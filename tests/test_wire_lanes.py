@@ -243,6 +243,16 @@ def open_handshake(gateway: StdioGateway) -> None:
     gateway.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
 
+def ready_in(gateway: StdioGateway, era: str) -> dict[str, Any]:
+    """A stdio gateway ready for calls in `era` ("modern" or "handshake"), its tools listed: the
+    `_meta` its calls carry."""
+    meta = ENVELOPE if era == "modern" else {}
+    if era == "handshake":
+        open_handshake(gateway)
+    wait_for_tools(gateway, meta or None)
+    return meta
+
+
 SURROGATE_TEXT = '"\\ud800"'  # JSON's escape for a lone UTF-16 surrogate, which has no UTF-8 form
 
 
@@ -268,11 +278,8 @@ def test_a_lone_surrogate_is_refused_for_that_request_alone_and_the_shared_serve
 ) -> None:
     config = write_config(tmp_path, {"ctl": controllable()})
     gateway = StdioGateway(config)
-    meta = ENVELOPE if era == "modern" else {}
     try:
-        if era == "handshake":
-            open_handshake(gateway)
-        wait_for_tools(gateway, meta or None)
+        meta = ready_in(gateway, era)
         pid_before = pid_of(gateway.call("pid-1", {"name": "ctl__pid", "arguments": {}, "_meta": meta}))
         # A slow call in flight on the same downstream must come back whole.
         slow = {"name": "ctl__sleep", "arguments": {"seconds": 1.5}, "_meta": {**meta, "progressToken": "p"}}
@@ -718,11 +725,8 @@ def test_a_call_nested_past_the_limit_is_refused_under_its_own_id_over_stdio(
 ) -> None:
     config = write_config(tmp_path, {"ctl": controllable()})
     gateway = StdioGateway(config)
-    meta = ENVELOPE if era == "modern" else {}
     try:
-        if era == "handshake":
-            open_handshake(gateway)
-        wait_for_tools(gateway, meta or None)
+        meta = ready_in(gateway, era)
         # A plain call (the modern client's fast lane) and one with a progress token (the SDK's path).
         for extra in ({}, {"progressToken": 1}):
             for depth in PAST_THE_LIMIT:

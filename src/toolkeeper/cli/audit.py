@@ -4,7 +4,6 @@ the store only, so it works while the gateway runs and with every server offline
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from toolkeeper.cli.common import (
     JsonOption,
     app,
     load,
+    local_time,
     new_table,
     out,
     run_service,
@@ -104,9 +104,7 @@ def _print_table(records: list[dict[str, Any]]) -> None:
     table.add_column("outcome", no_wrap=True, overflow="ellipsis", max_width=30)
     detailed = out.width >= WIDE
     table.add_column("latency", justify="right", no_wrap=True)
-    this_year = datetime.now().year
     for record in records:
-        when = datetime.fromisoformat(record["at"]).astimezone()  # the person's own clock
         outcome = record["outcome"]
         outcome_style = OUTCOME_STYLES.get(outcome, "yellow")
         decision_style = DECISION_STYLES.get(record["decision"], "yellow")
@@ -115,7 +113,7 @@ def _print_table(records: list[dict[str, Any]]) -> None:
             shown_outcome += f" [dim]{escape(record['detail'].splitlines()[0])}[/dim]"
         latency = record["latencyMs"]
         table.add_row(
-            when.strftime("%Y-%m-%d %H:%M:%S" if when.year != this_year else "%m-%d %H:%M:%S"),
+            local_time(record["at"], seconds=True),
             _who(record),
             escape(record["exposedName"]),
             f"[{decision_style}]{escape(record['decision'])}[/{decision_style}]",

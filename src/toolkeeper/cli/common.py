@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -142,6 +143,13 @@ def refuse(error: ServiceError) -> NoReturn:
         text += " " + NEXT_STEPS[error.next_step]
     err.print(f"error: {text}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_CODES[error.kind])
+
+
+def local_time(iso: str, *, seconds: bool = False) -> str:
+    """A stored time on the person's own clock, the year shown only when it is not this one."""
+    moment = datetime.fromisoformat(iso).astimezone()
+    clock = "%H:%M:%S" if seconds else "%H:%M"
+    return moment.strftime(f"%m-%d {clock}" if moment.year == datetime.now().year else f"%Y-%m-%d {clock}")
 
 
 def new_table(*columns: str, **options: Any) -> Table:

@@ -16,6 +16,7 @@ from toolkeeper.cli.common import (
     JsonOption,
     app,
     load,
+    local_time,
     new_table,
     out,
     print_json,
@@ -44,11 +45,7 @@ def scope_text(key: dict[str, Any]) -> str:
 
 
 def _moment(iso: str | None) -> str:
-    """A stored time on the person's own clock, to the minute; the year only when it is not this one."""
-    if iso is None:
-        return "never"
-    moment = datetime.fromisoformat(iso).astimezone()
-    return moment.strftime("%m-%d %H:%M" if moment.year == datetime.now().year else "%Y-%m-%d %H:%M")
+    return "never" if iso is None else local_time(iso)
 
 
 @keys_app.command("create")
