@@ -223,7 +223,9 @@ class Gateway:
         # What a principal without the configuration tools sees, whatever the mode.
         self.normal_view = downstream
         self._scoped_views: dict[tuple[bool, tuple[str, ...], frozenset[str]], View] = {}
-        self._scoped_offerings: dict[frozenset[str], Offerings] = {}
+        self._scoped_reach: dict[
+            tuple[tuple[str, ...], frozenset[str]], tuple[frozenset[str], Offerings]
+        ] = {}
         self._static: dict[tuple[str, str | None], tuple[EffectiveHints, Resolution]] = {}
 
     def _downstream_view(self, tools: Iterable[CatalogTool], toolset: Toolset | None, *, warn: bool) -> View:
@@ -306,23 +308,26 @@ class Gateway:
 
     def offerings_for(self, principal: Principal) -> Offerings:
         """The resources, templates and prompts of the servers a principal's scope reaches."""
-        servers = self.servers_for(principal)
-        if servers is None:
-            return self.offerings
-        known = self._scoped_offerings.get(servers)
-        if known is None:
-            known = build_offerings(s for s in self._server_offerings if s.server in servers)
-            self._scoped_offerings[servers] = known
-        return known
+        return self._reach(principal)[1] if principal.scoped else self.offerings
 
     def servers_for(self, principal: Principal) -> frozenset[str] | None:
         """The servers a scoped principal's scope reaches (those it names, and those whose tools
         its toolsets hold); None when it reaches them all."""
-        if not principal.scoped:
-            return None
-        toolsets = [self.scope_toolsets[name] for name in principal.toolsets if name in self.scope_toolsets]
-        held = {tool.server for toolset in toolsets for tool in toolset_tools(toolset, self.catalog)}
-        return principal.servers | held
+        return self._reach(principal)[0] if principal.scoped else None
+
+    def _reach(self, principal: Principal) -> tuple[frozenset[str], Offerings]:
+        """A scope's servers and their offerings, worked out once per scope after each rebuild."""
+        key = (principal.toolsets, principal.servers)
+        known = self._scoped_reach.get(key)
+        if known is None:
+            toolsets = [
+                self.scope_toolsets[name] for name in principal.toolsets if name in self.scope_toolsets
+            ]
+            held = {tool.server for toolset in toolsets for tool in toolset_tools(toolset, self.catalog)}
+            servers = principal.servers | held
+            offerings = build_offerings(s for s in self._server_offerings if s.server in servers)
+            known = self._scoped_reach[key] = (servers, offerings)
+        return known
 
     @property
     def _menu_mode(self) -> Mode | None:
