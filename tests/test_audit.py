@@ -455,3 +455,20 @@ async def test_a_record_says_what_was_decided_and_how_the_call_ended() -> None:
     assert finished(error=anyio.get_cancelled_exc_class()())["outcome"] == "cancelled"
     failed = finished(error=RuntimeError("boom"))
     assert (failed["outcome"], failed["detail"]) == ("error", "RuntimeError: boom")
+
+
+async def test_a_clients_name_and_a_tools_name_cannot_act_on_the_terminal_of_the_person_reading(
+    tmp_path: Path,
+) -> None:
+    """Text from a client reaches the audit table: a screen-clearing escape, a bell and a
+    right-to-left override in it are shown as escapes, never sent to the terminal."""
+    config = write_config(tmp_path, {"ctl": controllable()})
+    hostile = types.Implementation(name="evil\x1b[2J\x07\u202e[bold]client", version="1")
+    async with Client(gateway_params(config), mode="legacy", client_info=hostile) as client:
+        assert not (await client.call_tool("ctl__echo", {"text": "hi"})).is_error
+        with pytest.raises(MCPError):
+            await client.call_tool("ctl__no\x1b[31mred\u2066", {})
+    table = audit_cli(config).stdout
+    assert not any(char in table for char in "\x1b\x07\u202e\u2066"), repr(table)
+    assert "evil\\u" in table  # the name's start, as much of it as the column shows
+    assert "ctl__no\\u001b[31mred\\u2066" in table

@@ -192,3 +192,18 @@ def test_exposed_with_no_key_and_no_oauth_the_gateway_refuses_to_start_unless_to
     assert not AuthPlan.for_serving(local, "127.0.0.1", KeyRing.empty()).required
     keys_only = load_config(write_config(tmp_path, {}, http={"auth": {"mode": "keys"}}))
     assert AuthPlan.for_serving(keys_only, "127.0.0.1", KeyRing.empty()).required
+
+
+def test_table_cells_show_what_would_act_on_the_terminal_as_escapes() -> None:
+    from rich.console import Console
+
+    from toolkeeper.cli.common import new_table
+
+    table = new_table("who")
+    table.add_row("oauth:evil\x1b[2J\x9b\u202e\u2067 and\nnext line\tok")
+    console = Console(force_terminal=False, width=80)
+    with console.capture() as captured:
+        console.print(table)
+    shown = captured.get()
+    assert "\x1b" not in shown and "\x9b" not in shown and "\u202e" not in shown and "\u2067" not in shown
+    assert "oauth:evil\\u001b[2J\\u009b\\u202e\\u2067 and" in shown and "next line" in shown

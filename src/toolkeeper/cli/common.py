@@ -153,11 +153,11 @@ def local_time(iso: str, *, seconds: bool = False) -> str:
 
 
 def new_table(*columns: str, **options: Any) -> Table:
-    """A Rich table; rich.table is imported only by the commands that print one (`serve` starts
-    faster without it)."""
-    from rich.table import Table
+    """A Rich table whose cells cannot act on the terminal (see tables.py); rich.table is
+    imported only by the commands that print one (`serve` starts faster without it)."""
+    from toolkeeper.cli.tables import SafeTable
 
-    return Table(*columns, **options)
+    return SafeTable(*columns, **options)
 
 
 def mark(value: Any) -> str:
