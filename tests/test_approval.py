@@ -294,7 +294,10 @@ async def test_an_untrusted_read_only_claim_is_still_asked(tmp_path: Path, mode:
             result = await client.call_tool("ctl__echo", {"text": "hi"})
     assert not result.is_error
     assert len(person.questions) == 1
-    assert "only reads data" in person.questions[0].message
+    message = person.questions[0].message
+    # The claim is the server's, and toolkeeper warns as if it could change things.
+    assert "the server claims: read-only" in message and "only reads data" not in message
+    assert "may change things" in message or "may make destructive changes" in message
 
 
 async def test_a_changed_tool_definition_is_asked_again(tmp_path: Path) -> None:
@@ -358,7 +361,7 @@ async def test_two_clients_each_see_only_their_own_question(tmp_path: Path) -> N
                 tg.start_soon(run, 1)
         for index, person in enumerate(people):
             assert len(person.questions) == 1
-            assert f'"seconds": {0.3 + index / 100}' in person.questions[0].message
+            assert f"seconds {0.3 + index / 100}" in person.questions[0].message
         assert not results[0].is_error and results[1].is_error
     finally:
         stop(process)

@@ -82,9 +82,11 @@ LAYERS = (
     "edge",
     "cli",
 )
-# Modules every layer may use: the protocol's vocabulary, the error kinds, logging, the SDK seam.
+# Modules every layer may use: the protocol's vocabulary, the error kinds, logging, the SDK seam,
+# showing text from outside to a person.
 FOUNDATION = {
     "toolkeeper",
+    "toolkeeper.display",
     "toolkeeper.errors",
     "toolkeeper.jsonwire",
     "toolkeeper.log",

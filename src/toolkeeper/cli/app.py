@@ -29,6 +29,7 @@ from toolkeeper.cli.common import (
     print_json,
     print_warnings,
     run_service,
+    styled,
     with_gateway,
 )
 from toolkeeper.errors import ErrorKind
@@ -92,7 +93,7 @@ def serve(
     try:
         anyio.run(main, backend_options={"use_uvloop": UVLOOP})
     except CannotStart as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        err.print(styled(f"error: {exc}"), soft_wrap=True)
         raise typer.Exit(2) from None
     finally:
         stop_early()
@@ -117,7 +118,7 @@ def servers(
         offers = ", ".join(f"{r[key]} {label}" for key, label in OFFERINGS if r.get(key))
         table.add_row(
             r["name"],
-            f"[{colours.get(state, 'dim')}]{state}[/]",
+            styled((state, colours.get(state, "dim"))),
             r.get("transport") or "",
             f"{r.get('era') or ''} {r.get('protocolVersion') or ''}".strip(),
             str(r.get("tools", 0)),
@@ -148,7 +149,7 @@ def tools(
     )
     for r in rows:
         hints = r["annotations"]
-        name = r["name"] if r["available"] else f"[dim]{r['name']} (unavailable)[/dim]"
+        name = styled(r["name"]) if r["available"] else styled((f"{r['name']} (unavailable)", "dim"))
         table.add_row(
             name,
             r["title"] or "",
@@ -181,7 +182,7 @@ def _print_toolset(info: dict[str, Any]) -> None:
         status = tool.get("status", "")
         table.add_row(
             tool.get("namespacedName") or "",
-            f"[{STATUS_STYLE.get(status, 'dim')}]{status or 'not checked'}[/]",
+            styled((status or "not checked", STATUS_STYLE.get(status, "dim"))),
             tool.get("exposedName") or "",
             (tool.get("refId") or "")[:12],
         )
@@ -189,12 +190,17 @@ def _print_toolset(info: dict[str, Any]) -> None:
     for entry in info["toolNotes"]:
         ref = entry["toolRef"].get("namespacedName") or entry["toolRef"].get("refId")
         for note in entry["notes"]:
-            out.print(f"  [bold]{ref}[/bold] • {note['name']}: {note['note']}", highlight=False)
+            out.print(styled("  ", (ref, "bold"), f" • {note['name']}: {note['note']}"))
     changed = [t["namespacedName"] for t in info["tools"] if t.get("status") == "changed"]
     if changed:
         err.print(
-            f"[yellow]{len(changed)} tool(s) changed since added; accept with: toolkeeper toolsets repin "
-            f"{info['name']}[/yellow]"
+            styled(
+                (
+                    f"{len(changed)} tool(s) changed since added; accept with: toolkeeper toolsets repin "
+                    f"{info['name']}",
+                    "yellow",
+                )
+            )
         )
 
 
@@ -209,7 +215,7 @@ def toolsets_list(
         return
     table = new_table("toolset", "tools", "notes", "updated", "description")
     for info in result["toolsets"]:
-        name = f"[bold]{info['name']}[/bold] (equipped)" if info["equipped"] else info["name"]
+        name = styled((info["name"], "bold"), " (equipped)") if info["equipped"] else styled(info["name"])
         notes = sum(len(e["notes"]) for e in info["toolNotes"])
         table.add_row(name, str(info["toolCount"]), str(notes), info["updatedAt"] or "", info["description"])
     out.print(table)
@@ -258,13 +264,13 @@ def toolsets_build(
 def toolsets_equip(name: str, config: Path | None = ConfigOption, demo: bool = DemoOption) -> None:
     """Equip a toolset (a running gateway switches to it and to normal mode)."""
     result = run_service(load(config, demo), lambda s: s.equip(name))
-    out.print(result["message"])
+    out.print(styled(result["message"]))
 
 
 @toolsets_app.command("unequip")
 def toolsets_unequip(config: Path | None = ConfigOption, demo: bool = DemoOption) -> None:
     """Unequip the equipped toolset."""
-    out.print(run_service(load(config, demo), lambda s: s.unequip())["message"])
+    out.print(styled(run_service(load(config, demo), lambda s: s.unequip())["message"]))
 
 
 @toolsets_app.command("delete")
@@ -280,7 +286,7 @@ def toolsets_delete(
     confirmed = yes or (
         sys.stdin.isatty() and typer.confirm(f"Delete toolset {name} and its notes?", abort=True)
     )
-    out.print(run_service(loaded, lambda s: s.delete(name, confirm=confirmed))["message"])
+    out.print(styled(run_service(loaded, lambda s: s.delete(name, confirm=confirmed))["message"]))
 
 
 @toolsets_app.command("export")
@@ -297,7 +303,7 @@ def toolsets_export(
         print(text, end="")
     else:
         output.write_text(text, encoding="utf-8")
-        err.print(f"Wrote {output}")
+        err.print(styled(f"Wrote {output}"))
 
 
 @toolsets_app.command("import")
@@ -315,8 +321,10 @@ def toolsets_import(
 
     result = run_service(load(config, demo), use)
     out.print(
-        f"Imported toolset {result['toolsetName']}: {result['toolCount']} tools, "
-        f"{result['noteCount']} notes{' (replaced the old one)' if result['replaced'] else ''}."
+        styled(
+            f"Imported toolset {result['toolsetName']}: {result['toolCount']} tools, "
+            f"{result['noteCount']} notes{' (replaced the old one)' if result['replaced'] else ''}."
+        )
     )
 
 
@@ -328,7 +336,11 @@ def toolsets_repin(
     result = run_service(load(config, demo), lambda s: s.repin(name), live=True, wait=wait)
     print_warnings(result)
     repinned = result["repinned"]
-    out.print(f"Re-pinned {len(repinned)} tool(s) in {name}{': ' + ', '.join(repinned) if repinned else ''}.")
+    out.print(
+        styled(
+            f"Re-pinned {len(repinned)} tool(s) in {name}{': ' + ', '.join(repinned) if repinned else ''}."
+        )
+    )
 
 
 @notes_app.command("add")
@@ -345,7 +357,7 @@ def notes_add(
     result = run_service(load(config, demo), lambda s: s.add_notes(tool, notes, toolset))
     print_warnings(result)
     if result["successCount"]:
-        out.print(f"Added note {name} to {tool} in {result['toolset']}.")
+        out.print(styled(f"Added note {name} to {tool} in {result['toolset']}."))
 
 
 @notes_app.command("list")
@@ -378,7 +390,7 @@ def notes_remove(
 ) -> None:
     """Remove notes from a tool, by name."""
     result = run_service(load(config, demo), lambda s: s.remove_notes(tool, names, toolset))
-    out.print(f"Removed {', '.join(result['removedNotes'])} from {tool} in {result['toolset']}.")
+    out.print(styled(f"Removed {', '.join(result['removedNotes'])} from {tool} in {result['toolset']}."))
 
 
 @app.command("import-hypertool")
@@ -398,12 +410,14 @@ def import_hypertool(
         return
     print_warnings(result)
     for skipped in result["skipped"]:
-        err.print(f"[yellow]skipped[/yellow] {skipped['name']}: {skipped['reason']}", highlight=False)
+        err.print(styled(("skipped", "yellow"), f" {skipped['name']}: {skipped['reason']}"))
     if any(skipped["kind"] == ErrorKind.CONFLICT for skipped in result["skipped"]):
         err.print("Add --overwrite to replace the toolsets that exist.")
     out.print(
-        f"Imported {len(result['imported'])} toolset(s): {', '.join(result['imported']) or 'none'}."
-        + (f" Equipped {result['equipped']}." if result["equipped"] else "")
+        styled(
+            f"Imported {len(result['imported'])} toolset(s): {', '.join(result['imported']) or 'none'}."
+            + (f" Equipped {result['equipped']}." if result["equipped"] else "")
+        )
     )
 
 

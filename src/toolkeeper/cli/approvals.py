@@ -7,7 +7,7 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -23,8 +23,12 @@ from toolkeeper.cli.common import (
     out,
     print_json,
     run_service,
+    styled,
 )
 from toolkeeper.policy.model import Answer
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 approvals_app = typer.Typer(
     help="Calls waiting for a person's yes or no, and the approval rules your answers made.",
@@ -57,29 +61,28 @@ def _who(call: dict[str, Any]) -> str:
     return f"{call['principal']} with {client}" if call.get("principal") else client
 
 
+def _what(call: dict[str, Any]) -> Text:
+    """The call cell: the sentence, toolkeeper's warnings, and what the server claims as its own."""
+    shown = styled(call["sentence"] or "")
+    for warning in call["warnings"]:
+        shown.append_text(styled("\n", (f"⚠ {warning}", "yellow")))
+    if call.get("claims"):
+        shown.append_text(styled("\n", (f"the server claims: {', '.join(call['claims'])}", "dim")))
+    return shown
+
+
 def _print_calls(calls: list[dict[str, Any]], *, include_decided: bool) -> None:
     if not calls:
         out.print("No call is waiting for approval." if not include_decided else "No approvals yet.")
         return
-    from rich.markup import escape  # Rich on first use (see common.new_table)
-
     table = new_table("id", "tool", "call", "who", "asked", "status", title="Calls waiting for approval")
     for call in calls:
-        who = escape(_who(call))
-        warnings = "".join(f"\n[yellow]⚠ {w}[/yellow]" for w in call["warnings"])
         status = call["status"]
         if status == "pending":
             status = f"waits (expires {_when(call['expiresAt'])})"
         elif call.get("decidedBy"):
             status += f" by {call['decidedBy']}"
-        table.add_row(
-            call["id"],
-            call["tool"],
-            (call["sentence"] or "") + warnings,
-            who,
-            _when(call["createdAt"]),
-            status,
-        )
+        table.add_row(call["id"], call["tool"], _what(call), _who(call), _when(call["createdAt"]), status)
     out.print(table)
     if any(call["status"] == "pending" for call in calls):
         out.print(
@@ -133,7 +136,7 @@ def approvals_approve(
         print_json(result)
         return
     reach = {Answer.ONCE: "once", Answer.SESSION: "for this session", Answer.ALWAYS: "always"}[answer]
-    out.print(f"Approved {result['id']} ({result['tool']}) {reach}: the call runs now.", highlight=False)
+    out.print(styled(f"Approved {result['id']} ({result['tool']}) {reach}: the call runs now."))
 
 
 @approvals_app.command("deny")
@@ -153,7 +156,7 @@ def approvals_deny(
     if as_json:
         print_json(result)
         return
-    out.print(f"Denied {result['id']} ({result['tool']}): the call was not run.", highlight=False)
+    out.print(styled(f"Denied {result['id']} ({result['tool']}): the call was not run."))
 
 
 WATCH_CHOICES = {"o": Answer.ONCE, "s": Answer.SESSION, "a": Answer.ALWAYS}
@@ -183,16 +186,23 @@ def approvals_watch(
 
 
 def _ask_in_terminal(loaded: Any, call: dict[str, Any]) -> None:
-    from rich.markup import escape
-
-    out.print(f"\n[bold]{call['id']}[/bold] {call['tool']} from {escape(_who(call))}")
-    out.print(f"  {call['sentence']}", highlight=False)
+    """The question, as `form` in pipeline/approval.py words it for a client: toolkeeper's own
+    facts first, then what the server says of itself, then the long values."""
+    out.print(styled("\n", (call["id"], "bold"), f" {call['tool']} from {_who(call)}"))
+    out.print(styled(f"  {call['sentence']}"))
     for warning in call["warnings"]:
-        out.print(f"  [yellow]⚠ {warning}[/yellow]")
-    out.print(f"  why: {call['reason']}", highlight=False)
+        out.print(styled("  ", (f"⚠ {warning}", "yellow")))
+    for fact in call.get("reliedOn", ()):
+        out.print(styled(f"  toolkeeper relies on this: {fact}"))
+    out.print(styled(f"  why: {call['reason']}"))
     if call.get("text"):
-        out.print(f"  {call['text']}", highlight=False)
-    out.print(f"  arguments: {json.dumps(call['arguments'], ensure_ascii=False)}", highlight=False)
+        out.print(styled(f"  your note: {call['text']}"))
+    if call.get("serverTitle"):
+        out.print(styled(("  the server calls it: ", "dim"), call["serverTitle"]))
+    if call.get("claims"):
+        out.print(styled(("  the server claims: ", "dim"), ", ".join(call["claims"])))
+    for line in call.get("argumentsInFull", ()):
+        out.print(styled(f"  in full: {line}"))
     offered = "/".join(f"[{c[0]}]{c[1:]}" for c in call["choices"]) + "/s[k]ip"
     while True:
         choice = input(f"  {offered}? ").strip().lower()[:1]

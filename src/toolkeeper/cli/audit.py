@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -19,11 +19,17 @@ from toolkeeper.cli.common import (
     new_table,
     out,
     run_service,
+    styled,
 )
+from toolkeeper.display import visible_line
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 OUTCOME_STYLES = {"ok": "green", "not_run": "red", "cancelled": "dim"}
 DECISION_STYLES = {"allow": "green", "deny": "red"}
 WIDE = 110  # columns from which the table has room for each outcome's detail
+DETAIL_MAX = 200  # of a detail's first line, the most the table needs (its column is narrower)
 
 
 @app.command("audit")
@@ -82,17 +88,13 @@ def principal_label(name: str | None, client_id: str | None) -> str:
     return f"{name} via {client_id}" if client_id else name
 
 
-def _who(record: dict[str, Any]) -> str:
-    from rich.markup import escape
-
-    client = escape(record["client"]["name"] or "unnamed client")
+def _who(record: dict[str, Any]) -> Text:
+    client = record["client"]["name"] or "unnamed client"
     principal = principal_label(record["principal"], record["principalClient"])
-    return f"{escape(principal)}\n[dim]{client}[/dim]" if principal else client
+    return styled(principal, "\n", (client, "dim")) if principal else styled(client)
 
 
 def _print_table(records: list[dict[str, Any]]) -> None:
-    from rich.markup import escape  # Rich on first use (see common.new_table)
-
     table = new_table(title="Audit log, newest first")
     table.add_column("time", no_wrap=True)
     # Who the gateway let in, then the client they used (as it names itself).
@@ -106,18 +108,18 @@ def _print_table(records: list[dict[str, Any]]) -> None:
     table.add_column("latency", justify="right", no_wrap=True)
     for record in records:
         outcome = record["outcome"]
-        outcome_style = OUTCOME_STYLES.get(outcome, "yellow")
-        decision_style = DECISION_STYLES.get(record["decision"], "yellow")
-        shown_outcome = f"[{outcome_style}]{escape(outcome)}[/{outcome_style}]"
+        shown_outcome = styled((outcome, OUTCOME_STYLES.get(outcome, "yellow")))
         if detailed and record["detail"]:
-            shown_outcome += f" [dim]{escape(record['detail'].splitlines()[0])}[/dim]"
+            # The first line only: visible_line keeps a carriage return or the rest on it.
+            first = visible_line(record["detail"].splitlines()[0], DETAIL_MAX)
+            shown_outcome.append_text(styled((f" {first}", "dim")))
         latency = record["latencyMs"]
         table.add_row(
             local_time(record["at"], seconds=True),
             _who(record),
-            escape(record["exposedName"]),
-            f"[{decision_style}]{escape(record['decision'])}[/{decision_style}]",
-            escape(record["decidedBy"] or ""),
+            record["exposedName"],
+            styled((record["decision"], DECISION_STYLES.get(record["decision"], "yellow"))),
+            record["decidedBy"] or "",
             shown_outcome,
             f"{latency} ms" if latency is not None else "",
         )

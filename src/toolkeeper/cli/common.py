@@ -16,10 +16,12 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
 from toolkeeper.annotations.effective import Annotator, policies_from
 from toolkeeper.config import Config, ConfigError, load_config
 from toolkeeper.config.loader import demo_config_path
+from toolkeeper.display import visible
 from toolkeeper.downstreams.kinds import KINDS
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 from toolkeeper.faces.mcp.config_tools import ConfigMenu
@@ -75,7 +77,7 @@ def load(config_path: Path | None, demo: bool) -> Config:
         config = load_config(demo_config_path() if demo else config_path, kinds=KINDS.entries)
     except ConfigError as exc:
         # Plain text: a path or key may contain [brackets], and file:line:col must not wrap.
-        err.print(f"configuration error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        err.print(styled(f"configuration error: {exc}"), soft_wrap=True)
         raise typer.Exit(2) from None
     setup_logging(config.settings.log_level)
     return config
@@ -85,7 +87,7 @@ async def open_store(config: Config) -> Store:
     try:
         return await Store.from_settings(config.settings).open()
     except StoreError as exc:
-        err.print(f"store error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        err.print(styled(f"store error: {exc}"), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -141,7 +143,7 @@ def refuse(error: ServiceError) -> NoReturn:
     text = str(error)
     if error.next_step is not None:
         text += " " + NEXT_STEPS[error.next_step]
-    err.print(f"error: {text}", markup=False, highlight=False, soft_wrap=True)
+    err.print(styled(f"error: {text}"), soft_wrap=True)
     raise typer.Exit(EXIT_CODES[error.kind])
 
 
@@ -160,8 +162,25 @@ def new_table(*columns: str, **options: Any) -> Table:
     return SafeTable(*columns, **options)
 
 
-def mark(value: Any) -> str:
-    return {True: "[green]✓[/green]", False: "[red]✗[/red]"}.get(value, "[dim]·[/dim]")
+Piece = str | tuple[str, str]  # text, or (text, style)
+
+
+def styled(*pieces: Piece) -> Text:
+    """A line or cell made of pieces of text, each made visible (display.py) and none parsed as
+    markup; a `(text, style)` piece is shown in that Rich style. What the CLI prints that holds
+    text from outside (names, titles, errors, arguments) is built here."""
+    from rich.text import Text  # Rich on first use (see new_table)
+
+    text = Text()
+    for piece in pieces:
+        content, style = piece if isinstance(piece, tuple) else (piece, "")
+        text.append(visible(content), style=style)
+    return text
+
+
+def mark(value: Any) -> Text:
+    shown = {True: ("✓", "green"), False: ("✗", "red")}.get(value, ("·", "dim"))
+    return styled(shown)
 
 
 def run_service(
@@ -210,7 +229,7 @@ def json_argument(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        err.print(f"error: {what} is not valid JSON ({exc.msg} at column {exc.colno}): {text}", markup=False)
+        err.print(styled(f"error: {what} is not valid JSON ({exc.msg} at column {exc.colno}): {text}"))
         raise typer.Exit(1) from None
 
 
@@ -220,4 +239,4 @@ def print_json(value: Any) -> None:
 
 def print_warnings(result: dict[str, Any]) -> None:
     for warning in result.get("warnings") or []:
-        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        err.print(styled(("warning:", "yellow"), f" {warning}"))

@@ -25,6 +25,7 @@ from toolkeeper.cli.common import (
     print_json,
     print_warnings,
     run_service,
+    styled,
     with_gateway,
 )
 from toolkeeper.config import Config
@@ -67,7 +68,7 @@ def _add_tool_rows(table: Table, info: dict[str, Any], with_name: bool) -> None:
             name if with_name and i == 0 else "",
             field,
             _value(hint["value"]) if hint["source"] != "default" or field != "title" else "(name)",
-            f"[{SOURCE_STYLE[hint['source']]}]{hint['source']}[/]",
+            styled((hint["source"], SOURCE_STYLE[hint["source"]])),
             hint["reason"],
             f"{_value(suggested['value'])}" if suggested and suggested["value"] != hint["value"] else "",
         )
@@ -77,7 +78,7 @@ def _add_tool_rows(table: Table, info: dict[str, Any], with_name: bool) -> None:
                 "",
                 f"{PARAM}{parameter}",
                 entry["description"] or "",
-                f"[{'bold cyan' if entry['source'] == 'pinned' else 'red'}]{entry['source']}[/]",
+                styled((entry["source"], "bold cyan" if entry["source"] == "pinned" else "red")),
                 "",
                 entry.get("suggested") or "",
             )
@@ -118,9 +119,14 @@ def hints_show(
     scope = tools[0]["toolset"] if tools else None
     out.print(table)
     out.print(
-        f"[dim]{len(tools)} tool(s); pins of toolset {scope!r} apply.[/dim]"
-        if scope
-        else f"[dim]{len(tools)} tool(s); no toolset equipped, global pins apply.[/dim]"
+        styled(
+            (
+                f"{len(tools)} tool(s); pins of toolset {scope!r} apply."
+                if scope
+                else f"{len(tools)} tool(s); no toolset equipped, global pins apply.",
+                "dim",
+            )
+        )
     )
 
 
@@ -173,9 +179,9 @@ def hints_set(
         return
     print_warnings(result)
     pinned = ", ".join(f"{k}={_value(v)}" for k, v in result["pinned"].items())
-    out.print(f"Pinned for {result['tool']} ({result['scope']}): {pinned or 'nothing'}.", highlight=False)
+    out.print(styled(f"Pinned for {result['tool']} ({result['scope']}): {pinned or 'nothing'}."))
     if result["cleared"]:
-        out.print(f"Cleared: {', '.join(result['cleared'])}.")
+        out.print(styled(f"Cleared: {', '.join(result['cleared'])}."))
 
 
 @hints_app.command("clear")
@@ -190,7 +196,7 @@ def hints_clear(
 ) -> None:
     """Unpin fields so the tool inherits them again (works with the servers offline)."""
     result = run_service(load(config, demo), lambda s: s.clear(tool, fields, toolset), kind="hints")
-    out.print(result["message"], highlight=False)
+    out.print(styled(result["message"]))
 
 
 # -- lint ---------------------------------------------------------------------------------
@@ -216,11 +222,11 @@ def _lint_target(
             why = loaded.skipped.get(server) or ("it is disabled" if server in loaded.disabled else None)
             known = ", ".join(s.name for s in loaded.servers) or "none"
             err.print(
-                f"error: no usable server {server!r} in the configuration"
-                + (f" ({why})" if why else f"; configured servers: {known}")
-                + ".",
-                markup=False,
-                highlight=False,
+                styled(
+                    f"error: no usable server {server!r} in the configuration"
+                    + (f" ({why})" if why else f"; configured servers: {known}")
+                    + "."
+                )
             )
             raise typer.Exit(2)
         setup_logging("WARNING")
@@ -242,10 +248,11 @@ def _declared_tools(config: Config, wait: float) -> list[dict[str, Any]]:
     if not available:
         target = config.servers[0]
         err.print(
-            f"error: could not list the tools of {target.describe()!r}: "
-            f"{last_error or 'it did not start in time'}. Check the command, or give it longer with --wait.",
-            markup=False,
-            highlight=False,
+            styled(
+                f"error: could not list the tools of {target.describe()!r}: "
+                f"{last_error or 'it did not start in time'}. "
+                "Check the command, or give it longer with --wait."
+            )
         )
         raise typer.Exit(2)
     return tools
@@ -263,15 +270,15 @@ def _print_findings(findings: list[Finding], target: str, tool_count: int) -> No
     for finding in findings:
         if previous is not None and finding.tool != previous:
             table.add_section()
-        text = finding.message
+        text = styled(finding.message)
         if finding.suggestion is not None:
-            text += f"\n[dim]→ suggested: {_value(finding.suggestion)}"
+            suggested = f"\n→ suggested: {_value(finding.suggestion)}"
             if finding.reason and finding.reason not in finding.message:
-                text += f" ({finding.reason})"
-            text += "[/dim]"
+                suggested += f" ({finding.reason})"
+            text.append_text(styled((suggested, "dim")))
         table.add_row(
             finding.tool if finding.tool != previous else "",
-            f"[{SEVERITY_STYLE[finding.severity]}]{finding.severity.value}[/]",
+            styled((finding.severity.value, SEVERITY_STYLE[finding.severity])),
             finding.field or "",
             text,
         )
@@ -280,9 +287,10 @@ def _print_findings(findings: list[Finding], target: str, tool_count: int) -> No
         out.print(table)
     counts = summary(findings)
     out.print(
-        f"{target}: {tool_count} tool(s), {counts['error']} error(s), {counts['warning']} warning(s), "
-        f"{counts['info']} note(s).",
-        highlight=False,
+        styled(
+            f"{target}: {tool_count} tool(s), {counts['error']} error(s), {counts['warning']} warning(s), "
+            f"{counts['info']} note(s)."
+        )
     )
 
 

@@ -21,6 +21,7 @@ from toolkeeper.cli.common import (
     out,
     print_json,
     run_service,
+    styled,
 )
 from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.services.keys import CreatedKey, KeyService, describe
@@ -84,9 +85,7 @@ def keys_create(
         return
     shown = describe(created.key, datetime.now(UTC))
     lasts = f", until {_moment(shown['expiresAt'])}" if shown["expiresAt"] else ""
-    out.print(
-        f"Made key {shown['name']} ({scope_text(shown)}{lasts}). Its token:", markup=False, highlight=False
-    )
+    out.print(styled(f"Made key {shown['name']} ({scope_text(shown)}{lasts}). Its token:"))
     # Plain print: nothing may wrap or colour the token.
     print(created.token)
     out.print(
@@ -116,8 +115,6 @@ def keys_list(
     if not keys:
         out.print("No client keys yet. Make one with [bold]toolkeeper keys create NAME[/bold].")
         return
-    from rich.markup import escape  # Rich on first use (see common.new_table)
-
     table = new_table(title="Client keys")
     # The name is what `revoke` takes: folded onto more lines when narrow, never cut short.
     table.add_column("name", overflow="fold")
@@ -128,13 +125,12 @@ def keys_list(
     table.add_column("last used")
     table.add_column("expires")
     for key in keys:
-        expires = _moment(key["expiresAt"])
-        if key["expired"]:
-            expires = f"[red]{expires} (expired)[/red]"
+        moment = _moment(key["expiresAt"])
+        expires = styled((f"{moment} (expired)", "red")) if key["expired"] else styled(moment)
         table.add_row(
-            escape(key["name"]),
+            key["name"],
             key["prefix"],
-            escape(scope_text(key)),
+            scope_text(key),
             _moment(key["createdAt"]),
             _moment(key["lastUsedAt"]),
             expires,
@@ -160,8 +156,8 @@ def keys_revoke(
 
     revoked = run_service(load(config, demo), revoke, kind="keys")
     out.print(
-        f"Revoked key {revoked['name']} ({revoked['prefix']}…): running gateways refuse its token "
-        "within a second or so.",
-        markup=False,
-        highlight=False,
+        styled(
+            f"Revoked key {revoked['name']} ({revoked['prefix']}…): running gateways refuse its token "
+            "within a second or so."
+        )
     )

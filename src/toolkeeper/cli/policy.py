@@ -23,6 +23,7 @@ from toolkeeper.cli.common import (
     print_json,
     print_warnings,
     run_service,
+    styled,
 )
 
 policy_app = typer.Typer(
@@ -61,20 +62,21 @@ def policy_explain(
         print_json(result)
         return
     decision = result["decision"]
-    out.print(f"{result['tool']} {json.dumps(parsed, ensure_ascii=False)}", highlight=False, soft_wrap=True)
+    out.print(styled(f"{result['tool']} {json.dumps(parsed, ensure_ascii=False)}"), soft_wrap=True)
     out.print(
-        f"  decision: [bold {DECISION_STYLE[decision]}]{decision}[/]  (made by {result['madeBy']})",
-        highlight=False,
+        styled(
+            "  decision: ", (decision, f"bold {DECISION_STYLE[decision]}"), f"  (made by {result['madeBy']})"
+        )
     )
-    out.print(f"  reason: {result['reason']}", markup=False, highlight=False)
-    out.print(f"  confirm mode: {_mode_text(result['confirmMode'])}", markup=False, highlight=False)
+    out.print(styled(f"  reason: {result['reason']}"))
+    out.print(styled(f"  confirm mode: {_mode_text(result['confirmMode'])}"))
     trust = "trusted" if result["server"]["trusted"] else "untrusted"
     resolution = result["resolution"]
     out.print(
-        f"  server: {result['server']['name']} ({trust}); hints: {resolution['source']} "
-        f"({resolution['detail']})",
-        markup=False,
-        highlight=False,
+        styled(
+            f"  server: {result['server']['name']} ({trust}); hints: {resolution['source']} "
+            f"({resolution['detail']})"
+        )
     )
     table = new_table("hint", "value", "source")
     for hint, entry in result["hints"].items():
@@ -122,10 +124,10 @@ def policy_confirm(
             print_json(result)
             return
         out.print(
-            f"Cleared the confirm mode of {result['tool']} ({result['scope']}). "
-            f"In force now: {_mode_text(result['now'])}.",
-            markup=False,
-            highlight=False,
+            styled(
+                f"Cleared the confirm mode of {result['tool']} ({result['scope']}). "
+                f"In force now: {_mode_text(result['now'])}."
+            )
         )
         return
     result = run_service(
@@ -138,11 +140,11 @@ def policy_confirm(
         return
     print_warnings(result)
     out.print(
-        f"{result['tool']} ({result['scope']}): confirm mode {result['mode']}"
-        + (f", text: {result['text']}" if result["text"] else "")
-        + f" (before: {_mode_text(result['before'])}).",
-        markup=False,
-        highlight=False,
+        styled(
+            f"{result['tool']} ({result['scope']}): confirm mode {result['mode']}"
+            + (f", text: {result['text']}" if result["text"] else "")
+            + f" (before: {_mode_text(result['before'])})."
+        )
     )
 
 
@@ -172,7 +174,7 @@ def policy_modes(
             table.add_row(tool, entry["scope"], entry["mode"], entry["text"] or "")
         out.print(table)
     for server, mode in configured["servers"].items():
-        out.print(f"configuration: server '{server}' confirm {mode}", markup=False, highlight=False)
+        out.print(styled(f"configuration: server '{server}' confirm {mode}"))
     if configured["default"]:
         out.print(
             f"configuration: confirm {configured['default']} for every other tool",

@@ -28,6 +28,7 @@ from toolkeeper.cli.common import (
     print_json,
     print_warnings,
     run_service,
+    styled,
 )
 from toolkeeper.downstreams.connection import ToolResolution
 from toolkeeper.downstreams.preflight import PreflightError, preflight
@@ -43,7 +44,7 @@ app.add_typer(rules_app, name="rules")
 def _print_rules(result: dict[str, Any]) -> None:
     print_warnings(result)
     if not result["rules"]:
-        out.print(f"{result['tool']} has no argument rules: its static hints always apply.", highlight=False)
+        out.print(styled(f"{result['tool']} has no argument rules: its static hints always apply."))
         return
     table = new_table("#", "rule", title=f"{result['tool']}: first match wins, else the static hints")
     for rule in result["rules"]:
@@ -113,7 +114,10 @@ def rules_test(
         return
     hints = ", ".join(f"{k}={str(v).lower()}" for k, v in result["annotations"].items())
     out.print(
-        f"{result['tool']} {json.dumps(parsed)}\n  {hints}\n  source: {result['source']} ({result['detail']})"
+        styled(
+            f"{result['tool']} {json.dumps(parsed)}\n  {hints}\n"
+            f"  source: {result['source']} ({result['detail']})"
+        )
     )
 
 
@@ -159,15 +163,15 @@ def resolve_command(
         result = anyio.run(main)
     except Exception as exc:  # cannot connect: name the target and the cause
         cause = exc.exceptions[0] if isinstance(exc, BaseExceptionGroup) else exc
-        err.print(f"error: could not ask {url or ' '.join(argv)}: {cause}", markup=False, highlight=False)
+        err.print(styled(f"error: could not ask {url or ' '.join(argv)}: {cause}"))
         raise typer.Exit(2) from None
     if isinstance(result, PreflightError):
-        err.print(f"error: {result}", markup=False, highlight=False)
+        err.print(styled(f"error: {result}"))
         raise typer.Exit(1)
     if as_json:
         print_json(result.as_json())
         return
     if result.error:
-        err.print(f"[yellow]warning:[/yellow] {result.error}; using the static annotations", highlight=False)
+        err.print(styled(("warning:", "yellow"), f" {result.error}; using the static annotations"))
     hints = ", ".join(f"{k}={json.dumps(v)}" for k, v in result.annotations.items()) or "(none)"
-    out.print(f"{tool}: {hints}\n  source: {result.source}", highlight=False)
+    out.print(styled(f"{tool}: {hints}\n  source: {result.source}"))

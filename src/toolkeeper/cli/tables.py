@@ -1,28 +1,31 @@
 """The CLI's tables. Their cells hold text from clients (their names), servers (tool names,
-titles, errors) and tokens (a subject): control characters in it would act on the person's
-terminal (clear it, recolour it, move the cursor) and bidirectional overrides would reorder what
-it shows. Every cell is made visible here, once, whichever command prints the table.
+titles, errors) and tokens (a subject): every str cell, and a str title or caption, is made
+visible (display.py) and shown as plain text, never parsed as markup, whichever command prints
+the table. A cell with colours is `Text` built by `common.styled`, which makes each piece
+visible the same way.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
-# C0 controls but tab and newline (a cell may hold lines of its own), DEL and C1 controls, and
-# the characters that change the direction text is shown in.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+from toolkeeper.display import visible
 
 
-def visible(text: str) -> str:
-    """`text` with each character that would act on the terminal written as its escape."""
-    return _UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+def _plain(value: Any, style: str) -> Any:
+    return Text(visible(value), style=style) if isinstance(value, str) else value
 
 
 class SafeTable(Table):
+    def __init__(self, *headers: Any, **options: Any) -> None:
+        # A Text title or caption keeps no style of the table's: give it the default one.
+        for name in ("title", "caption"):
+            if name in options:
+                options[name] = _plain(options[name], f"table.{name}")
+        super().__init__(*headers, **options)
+
     def add_row(self, *renderables: Any, **options: Any) -> None:
-        super().add_row(
-            *(visible(cell) if isinstance(cell, str) else cell for cell in renderables), **options
-        )
+        super().add_row(*(_plain(cell, "") for cell in renderables), **options)

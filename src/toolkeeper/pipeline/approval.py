@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -26,8 +27,10 @@ import anyio
 from mcp.shared.exceptions import MCPError
 
 from toolkeeper.annotations.effective import EffectiveHints
+from toolkeeper.annotations.hints import HINTS, SPEC_DEFAULTS
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.config.model import GatewaySettings
+from toolkeeper.display import cut, visible_line
 from toolkeeper.pipeline.call import ClientIdentity, ToolCall
 from toolkeeper.pipeline.stages import PipelineHost
 from toolkeeper.policy.binding import call_hash
@@ -49,12 +52,33 @@ logger = logging.getLogger(__name__)
 STATE_PREFIX = "toolkeeper-approval:"
 ANSWER_KEY = "toolkeeper.approval"  # the inputRequests key of the gate's question
 
-WARNINGS = {
-    # The texts the approval dialog shows for each hint.
-    "destructiveHint": "This tool may make destructive changes",
-    "readOnlyHint": "This tool only reads data",
-    "openWorldHint": "This tool reaches outside systems",
+# toolkeeper's own warnings, from the hint values the policy relies on (see `warnings`).
+MAY_DESTROY = "This tool may make destructive changes"
+MAY_CHANGE = "This tool may change things"
+MAY_REACH_OUT = "This tool may reach outside systems"
+# A safe value the policy relies on (someone accountable stands behind it), in toolkeeper's voice.
+RELIED_ON = {
+    ("readOnlyHint", True): "it only reads data",
+    ("destructiveHint", False): "it makes no destructive changes",
+    ("openWorldHint", False): "it reaches no outside systems",
 }
+# A server's claim the policy does not rely on, in the server's voice.
+CLAIMS = {
+    ("readOnlyHint", True): "read-only",
+    ("destructiveHint", False): "not destructive",
+    ("idempotentHint", True): "idempotent",
+    ("openWorldHint", False): "reaches no outside systems",
+}
+# How much of each text from outside the question shows (see display.py for the cut's mark).
+NAME_MAX = 200  # a server's, a tool's, an argument's name; the server's title
+SENTENCE_VALUE_MAX = 80  # a value in the sentence; a longer one is also shown further down
+SENTENCE_MAX = 1200  # the sentence; arguments past it are counted
+REASON_MAX = 500
+NOTE_MAX = 500  # the person's own text for the tool (a confirm mode's)
+VALUE_MAX = 1000  # a long value, further down
+IN_FULL_MAX = 20  # long values shown further down
+MESSAGE_MAX = 4000  # the whole message; what is past it (long values) is cut
+PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 CHOICE_TITLES = {
     Answer.ONCE.value: "Allow once",
     Answer.SESSION.value: "Allow for this session",
@@ -424,51 +448,126 @@ def client_json(client: ClientIdentity) -> dict[str, Any]:
 def build_question(
     tool: CatalogTool, arguments: Mapping[str, Any], verdict: Verdict, choices: list[str]
 ) -> dict[str, Any]:
-    title = tool.declared.get("title") or (tool.declared.get("annotations") or {}).get("title") or tool.name
-    warnings = [text for hint, text in WARNINGS.items() if verdict.hints.get(hint)]
+    """What a person is asked about a call, every text from outside made visible on one line and
+    bounded (see `form` for the order it is read in): toolkeeper's own facts (the server as
+    configured, the tool, what the call does with which arguments, warnings from the hint values
+    the policy relies on, why it asks), then what the server says of itself, as the server's."""
+    declared = tool.declared.get("annotations")
+    server_title = tool.declared.get("title") or (
+        declared.get("title") if isinstance(declared, Mapping) else None
+    )
+    server_title = visible_line(server_title, NAME_MAX) if isinstance(server_title, str) else None
+    relied = {hint: verdict.relied.get(hint, SPEC_DEFAULTS[hint]) for hint in HINTS}
     return {
-        "title": title,
-        "server": tool.server,
-        "tool": tool.exposed_name,
+        "title": server_title or name_shown(tool.name),  # read by faces from before serverTitle
+        "server": visible_line(tool.server, NAME_MAX),
+        "tool": visible_line(tool.exposed_name, NAME_MAX),
+        "toolName": name_shown(tool.name),
         "sentence": sentence(tool, arguments),
-        "arguments": json.dumps(arguments, ensure_ascii=False, sort_keys=True),
-        "warnings": warnings,
-        "reason": verdict.reason,
-        "text": verdict.text,
+        "warnings": warnings(relied),
+        "reliedOn": [
+            f"{text} ({verdict.sources[hint]})" if hint in verdict.sources else text
+            for (hint, value), text in RELIED_ON.items()
+            if relied[hint] is value and not (hint == "destructiveHint" and relied["readOnlyHint"])
+        ],
+        "reason": visible_line(verdict.reason, REASON_MAX),
+        "text": visible_line(verdict.text, NOTE_MAX) if verdict.text else None,
+        "serverTitle": server_title,
+        "claims": [
+            CLAIMS.get((hint, value), f"{hint} {str(value).lower()}")
+            for hint, value in verdict.claims.items()
+        ],
+        "argumentsInFull": in_full(arguments),
         "choices": choices,
     }
 
 
+def warnings(relied: Mapping[str, bool]) -> list[str]:
+    """toolkeeper's own warnings: from the hint values the policy relies on, never from a claim
+    it does not rely on (an untrusted server's "read-only" still may change things)."""
+    found = []
+    if not relied["readOnlyHint"]:
+        found.append(MAY_DESTROY if relied["destructiveHint"] else MAY_CHANGE)
+    if relied["openWorldHint"]:
+        found.append(MAY_REACH_OUT)
+    return found
+
+
+def name_shown(name: str) -> str:
+    """A name from outside (a tool's, an argument's) as the question shows it: as it is when it is
+    a plain identifier, else quoted as JSON, so its ends show and it cannot pass for words of the
+    sentence around it: the key `path "a.txt" and action` shows as `"path \\"a.txt\\" and action"`)."""
+    if PLAIN_NAME.fullmatch(name):
+        return name
+    return visible_line(json.dumps(name, ensure_ascii=False), NAME_MAX)
+
+
+def value_shown(value: Any, limit: int) -> str:
+    return visible_line(json.dumps(value, ensure_ascii=False, default=str), limit)
+
+
 def sentence(tool: CatalogTool, arguments: Mapping[str, Any]) -> str:
-    """The arguments as words: `Call manage_files on files with action "delete" and path "a.txt".`"""
-    parts = [f"{name} {_short(value)}" for name, value in arguments.items()]
-    head = f"Call {tool.name} on {tool.server}"
-    if not parts:
+    """The arguments as words: `Call manage_files on files with action "delete" and path "a.txt".`
+    Every argument is named, in order, with its value cut short; those that do not fit in
+    `SENTENCE_MAX` characters are counted."""
+    head = f"Call {name_shown(tool.name)} on {visible_line(tool.server, NAME_MAX)}"
+    if not arguments:
         return head + " with no arguments."
+    parts: list[str] = []
+    size = len(head)
+    for name, value in arguments.items():
+        part = f"{name_shown(name)} {value_shown(value, SENTENCE_VALUE_MAX)}"
+        size += len(part) + 2
+        if size > SENTENCE_MAX:
+            break
+        parts.append(part)
+    left = len(arguments) - len(parts)
+    if left:
+        parts.append(f"{left:,} more {'argument' if left == 1 else 'arguments'} not shown here")
     joined = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
     return f"{head} with {joined}."
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def in_full(arguments: Mapping[str, Any]) -> list[str]:
+    """The arguments whose values the sentence cut, each as `"name": value` up to `VALUE_MAX`
+    characters: after every name, so nothing hides behind a long value."""
+    lines = []
+    for name, value in arguments.items():
+        shown = value_shown(value, VALUE_MAX)
+        if shown != value_shown(value, SENTENCE_VALUE_MAX):
+            lines.append(f"{visible_line(json.dumps(name, ensure_ascii=False), NAME_MAX)}: {shown}")
+            if len(lines) == IN_FULL_MAX:
+                break
+    return lines
 
 
 def form(question: Mapping[str, Any]) -> dict[str, Any]:
-    """The `elicitation/create` params of a question: a message and one required choice."""
+    """The `elicitation/create` params of a question: a message and one required choice. The
+    message says toolkeeper's own facts first, then what the server says of itself as the
+    server's, then the long values; it is cut at `MESSAGE_MAX` characters, from its end."""
     lines = [
-        f"toolkeeper: may this call run? {question['title']} (server {question['server']})",
+        "toolkeeper asks: may this call run?",
+        f"Server: {question['server']} (as configured). Tool: {question.get('toolName', question['tool'])}.",
         question["sentence"],
         *(f"⚠ {warning}" for warning in question["warnings"]),
+        *(f"toolkeeper relies on this: {fact}" for fact in question.get("reliedOn", ())),
         f"Why you are asked: {question['reason']}",
     ]
     if question.get("text"):
-        lines.append(str(question["text"]))
-    lines.append(f"Arguments: {question['arguments']}")
+        lines.append(f"Your note for this tool: {question['text']}")
+    if question.get("serverTitle") or question.get("claims"):
+        lines.append("What the server says of itself (not checked by toolkeeper):")
+        if question.get("serverTitle"):
+            lines.append(f"  the server calls it: {question['serverTitle']}")
+        if question.get("claims"):
+            lines.append(f"  the server claims: {', '.join(question['claims'])}")
+    if question.get("argumentsInFull"):
+        lines.append(f"Long values in full (each cut at {VALUE_MAX:,} characters):")
+        lines.extend(f"  {line}" for line in question["argumentsInFull"])
     choices = question["choices"]
     return {
         "mode": "form",
-        "message": "\n".join(lines),
+        "message": cut("\n".join(lines), MESSAGE_MAX),
         "requestedSchema": {
             "type": "object",
             "properties": {

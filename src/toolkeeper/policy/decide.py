@@ -118,6 +118,9 @@ class HintFact:
     claim: str = "claims"
     doubt: str = "the server is untrusted"
     sanitized: bool = False  # an untrusted claim replaced by the conservative value
+    # What the server said when the policy does not rely on it (None: it said nothing the
+    # policy doubts, or the value is not the server's).
+    claimed: bool | None = None
 
     def relied(self, hint: str) -> bool:
         """The value the policy relies on: the conservative default where this one is not reliable."""
@@ -140,11 +143,13 @@ def _fact(hint: str, resolution: Resolution, effective: EffectiveHints, trusted:
         number = resolution.rule_number
         return HintFact(value, f"rule {number}", f"set by your argument rule {number}", True)
     if hint in resolution.given and resolution.source == "downstream":
+        reliable = trusted or conservative
         return HintFact(
             value,
             f"resolved by the server ({server})",
             "resolved by the server for these arguments",
-            trusted or conservative,
+            reliable,
+            claimed=None if reliable else value,
         )
     if resolution.source == "downstream" or effective.fields[hint].source is Source.DEFAULT:
         # Nobody declared it (or the server resolved the call but left it out): the spec
@@ -157,7 +162,13 @@ def _fact(hint: str, resolution: Resolution, effective: EffectiveHints, trusted:
         # effective.py vets only the read-only and destructive claims; an untrusted server's
         # idempotent or closed-world claim is not relied on either.
         reliable = static.reliable and (trusted or conservative)
-        return HintFact(value, f"declared ({server} server)", "declared by the server", reliable)
+        return HintFact(
+            value,
+            f"declared ({server} server)",
+            "declared by the server",
+            reliable,
+            claimed=None if reliable else value,
+        )
     if static.source is Source.INFERRED:
         return HintFact(
             value,
@@ -174,6 +185,7 @@ def _fact(hint: str, resolution: Resolution, effective: EffectiveHints, trusted:
         "declared by the server",
         conservative,
         sanitized=static.sanitized,
+        claimed=bool(static.declared) if static.sanitized else value,
     )
 
 
@@ -290,6 +302,10 @@ class Policy:
                 mode.text if mode else None,
                 MappingProxyType({hint: fact.value for hint, fact in facts.items()}),
                 MappingProxyType({hint: fact.label for hint, fact in facts.items()}),
+                MappingProxyType(relied),
+                MappingProxyType(
+                    {hint: fact.claimed for hint, fact in facts.items() if fact.claimed is not None}
+                ),
             )
 
         # a. A tool the person never wants run is not run, whatever a rule says.

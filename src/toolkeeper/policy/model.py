@@ -52,6 +52,12 @@ class Verdict:
     text: str | None = None  # the person's own text for this tool, shown when asking
     hints: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # The value the policy relied on for each hint: the resolved one where it is reliable, else
+    # the conservative spec default. A hint missing here is read as its spec default.
+    relied: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
+    # What the server said of a hint where the policy does not rely on it (an untrusted server's
+    # claim of safety, passed on or sanitized), by hint.
+    claims: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

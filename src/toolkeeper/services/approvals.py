@@ -47,6 +47,11 @@ def describe(call: PendingCall) -> dict[str, Any]:
         "arguments": call.arguments,
         "sentence": call.question.get("sentence"),
         "warnings": call.question.get("warnings", []),
+        # Questions asked before these were kept have none of them.
+        "reliedOn": call.question.get("reliedOn", []),
+        "serverTitle": call.question.get("serverTitle"),
+        "claims": call.question.get("claims", []),
+        "argumentsInFull": call.question.get("argumentsInFull", []),
         "reason": call.question.get("reason"),
         "text": call.question.get("text"),
         "choices": call.question.get("choices", [a.value for a in Answer]),
