@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 from datetime import UTC, datetime, timedelta
@@ -23,6 +24,7 @@ from conftest import (
     controllable,
     free_port,
     gateway_client,
+    missing_test_dependency,
     spawn_http_gateway,
     stop,
     wait_port,
@@ -259,6 +261,46 @@ async def test_a_late_yes_reaches_only_once_and_only_the_call_it_was_for(tmp_pat
         assert await take(row.call_hash, "alice", "c") is None
         assert await take(row.call_hash, "local", "c") == expired["id"]
         assert await take(row.call_hash, "local", "c") is None  # once
+
+
+def inspector_like_call(config: Path) -> dict[str, Any]:
+    """`ctl__pid` called as the MCP Inspector's CLI calls a tool (tests/clients/inspector_like.cjs):
+    the TypeScript SDK, a client named inspector-cli, a new gateway process for the call."""
+    sdk = ROOT / ".test-deps" / "node_modules"
+    node = shutil.which("node")
+    if node is None or not (sdk / "@modelcontextprotocol" / "sdk" / "package.json").exists():
+        missing_test_dependency("node and the TypeScript SDK (with server-everything)")
+    script = ROOT / "tests" / "clients" / "inspector_like.cjs"
+    gateway = [PY, "-m", "toolkeeper", "serve", "--config", str(config)]
+    called = subprocess.run(
+        [node, str(script), "ctl__pid", "{}", *gateway],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NODE_PATH": str(sdk), "PYTHONPATH": str(ROOT / "src")},
+        cwd=config.parent,
+        timeout=90,
+    )
+    assert called.returncode == 0, called.stderr
+    outcome: dict[str, Any] = json.loads(called.stdout)
+    return outcome
+
+
+async def test_the_inspector_clis_retry_after_a_late_yes_runs_unasked(tmp_path: Path) -> None:
+    config = config_of(tmp_path, approvalTimeout=1)
+    first = await anyio.to_thread.run_sync(inspector_like_call, config)
+    assert first["result"]["isError"] is True, first
+    assert "in time" in first["result"]["content"][0]["text"]
+    (expired,) = await every_call(config)
+    # It heard, while it waited, which call waited and how a person answers.
+    assert any(f"approvals approve {expired['id']}" in note.get("message", "") for note in first["progress"])
+
+    approved = await cli(config, "approvals", "approve", expired["id"])
+    assert approved.returncode == 0, approved.stderr
+    assert "retried by local with inspector-cli 0.17.0" in " ".join(approved.stdout.split())
+    retried = await anyio.to_thread.run_sync(inspector_like_call, config)
+    assert retried["result"].get("isError") is not True, retried
+    assert retried["result"]["content"][0]["text"].isdigit()
+    assert retried["progress"] == []  # it was not asked, so it never waited
 
 
 # -- a gateway that is gone or stopping -------------------------------------------------------
