@@ -448,8 +448,13 @@ async def test_calls_left_waiting_by_a_gateway_that_is_gone_are_recorded_as_not_
         assert [c["id"] for c in await approvals.pending()] == ["alive"]
         settled = await approvals.state("dead")
         assert settled is not None and settled.status == "not_run"
-        with pytest.raises(Exception, match="already decided: not run"):
-            await approvals.approve("dead", by="person via cli", channel="cli")
+        assert settled.reason == "its gateway stopped before an answer came"
+        with pytest.raises(Exception, match="no longer waiting"):
+            await approvals.deny("dead", by="person via cli", channel="cli")
+        # Nothing runs on a yes now; it is kept for the call's retry.
+        late = await approvals.approve("dead", by="person via cli", channel="cli")
+        assert late["late"] is True and late["status"] == "approved_late"
+        assert late["stoppedWaiting"] == "its gateway stopped before an answer came"
 
 
 async def test_waiting_for_an_answer_gets_it_with_its_channel_or_expires(tmp_path: Path) -> None:

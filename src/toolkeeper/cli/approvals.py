@@ -25,6 +25,7 @@ from toolkeeper.cli.common import (
     run_service,
     styled,
 )
+from toolkeeper.display import visible_line
 from toolkeeper.policy.model import Answer
 
 if TYPE_CHECKING:
@@ -91,20 +92,37 @@ def _print_calls(calls: list[dict[str, Any]], *, include_decided: bool) -> None:
         )
 
 
+LIST_LIMIT = 100  # how many calls `list` shows unless told otherwise
+
+
 @approvals_app.command("list")
 def approvals_list(
     include_decided: bool = typer.Option(
         False, "--all", help="Also show decided, expired and not-run calls."
+    ),
+    limit: int = typer.Option(
+        LIST_LIMIT, "--limit", min=0, help="Show at most this many calls, newest first (0: all)."
     ),
     config: Path | None = ConfigOption,
     demo: bool = DemoOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Calls waiting for an answer (newest first), with their IDs."""
-    calls = run_service(
-        load(config, demo), lambda s: s.pending(include_decided=include_decided), kind="approvals"
+    page = run_service(
+        load(config, demo),
+        lambda s: s.page(include_decided=include_decided, limit=limit or None),
+        kind="approvals",
     )
-    print_json(calls) if as_json else _print_calls(calls, include_decided=include_decided)
+    calls, total = page["calls"], page["total"]
+    if as_json:
+        print_json(calls)
+    else:
+        _print_calls(calls, include_decided=include_decided)
+    if total > len(calls):
+        # On stderr with --json, so that the list stays a list.
+        (err if as_json else out).print(
+            f"Showing the newest {len(calls)} of {total} calls; `--limit 0` shows them all.", highlight=False
+        )
 
 
 def _answer(session: bool, always: bool) -> Answer:
@@ -135,8 +153,23 @@ def approvals_approve(
     if as_json:
         print_json(result)
         return
+    out.print(_approved(result, answer), markup=False, highlight=False)
+
+
+def _approved(result: dict[str, Any], answer: Answer) -> str:
+    """What a yes did: the call runs now, or (its caller had stopped waiting) what it holds for.
+    Plain text, made visible on one line: print it without markup."""
     reach = {Answer.ONCE: "once", Answer.SESSION: "for this session", Answer.ALWAYS: "always"}[answer]
-    out.print(styled(f"Approved {result['id']} ({result['tool']}) {reach}: the call runs now."))
+    said = f"Approved {result['id']} ({result['tool']}) {reach}"
+    if not result.get("late"):
+        return visible_line(f"{said}: the call runs now.")
+    left = (datetime.fromisoformat(result["retryUntil"]) - datetime.now(UTC)).total_seconds()
+    within = f"{left:.0f} s" if left < 120 else f"{left / 60:.0f} min"
+    return visible_line(
+        f"{said}, but its caller had stopped waiting ({result.get('stoppedWaiting') or 'not run'}): "
+        f"nothing runs now. The same call retried by {_who(result)} within {within} runs without "
+        "asking again."
+    )
 
 
 @approvals_app.command("deny")
@@ -175,7 +208,8 @@ def approvals_watch(
     out.print("Watching for calls that need approval (Ctrl-C to stop)…")
     try:
         while True:
-            for call in reversed(run_service(loaded, lambda s: s.pending(), kind="approvals")):
+            # Every waiting call, oldest first: one listing's limit would hide the older ones.
+            for call in reversed(run_service(loaded, lambda s: s.pending(limit=None), kind="approvals")):
                 if call["id"] in seen:
                     continue
                 seen.add(call["id"])
@@ -216,15 +250,16 @@ def _ask_in_terminal(loaded: Any, call: dict[str, Any]) -> None:
             return
         picked = WATCH_CHOICES.get(choice)
         if picked is not None and picked.value in call["choices"]:
-            _approve(loaded, call["id"], picked)
-            out.print(f"  approved ({picked.value}): the call runs now.")
+            said = _approved(_approve(loaded, call["id"], picked), picked)
+            out.print(f"  {said}", markup=False, highlight=False)
             return
 
 
-def _approve(loaded: Any, call_id: str, answer: Answer) -> None:
-    run_service(
+def _approve(loaded: Any, call_id: str, answer: Answer) -> dict[str, Any]:
+    result: dict[str, Any] = run_service(
         loaded, lambda s: s.approve(call_id, answer, by=BY_CLI, channel=CLI_CHANNEL), kind="approvals"
     )
+    return result
 
 
 @approvals_app.command("rules")

@@ -88,7 +88,12 @@ DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # that passes one transport passes the other.
 DEFAULT_MAX_MESSAGE_BYTES = DEFAULT_MAX_REQUEST_BYTES
 MAX_MESSAGE_BYTES_ENV = "TOOLKEEPER_STDIO_MAX_MESSAGE_BYTES"
-DEFAULT_APPROVAL_TIMEOUT = 120.0
+# A call waiting for a person is refused before common clients give up on it themselves: the
+# TypeScript SDK's requests time out after 60 s (DEFAULT_REQUEST_TIMEOUT_MSEC), which is what the
+# MCP Inspector's CLI and clients built on that SDK wait; a client that gave up first hears only
+# its own timeout, never why. A yes that comes later is not lost: it holds for the same call
+# retried within `retryWindow` (the Python SDK and Claude Code wait far longer, and are told so).
+DEFAULT_APPROVAL_TIMEOUT = 55.0
 DEFAULT_DATABASE_TIMEOUT = 10.0
 DEFAULT_RETRY_WINDOW = 600.0
 DEFAULT_AUDIT_RETENTION_DAYS = 30
@@ -199,10 +204,11 @@ class GatewaySettings:
     auto_approve_read_only: bool = True
     confirm_destructive: bool = True
     # An idempotent call whose exact arguments were approved in the same session within
-    # `retry_window` seconds is not asked again.
+    # `retry_window` seconds is not asked again. It is also how long a yes given after its caller
+    # stopped waiting can come, and then holds for that call's retry by the same client.
     trust_idempotent_retries: bool = True
     retry_window: float = DEFAULT_RETRY_WINDOW
-    # How long a call waits for a person's answer before it is refused, in seconds.
+    # How long a call waits for a person's answer before it is refused, in seconds (see the default's why).
     approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
     # The audit log keeps a digest of every call's arguments; the arguments themselves only if on.
     audit_arguments: bool = False

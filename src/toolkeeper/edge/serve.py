@@ -1,7 +1,8 @@
 """Run the gateway over stdio or streamable HTTP until the client leaves or a signal arrives.
 
 Whichever way it ends (stdin closed, SIGTERM, SIGINT, SIGHUP), the stop is orderly: the calls
-in flight are cancelled, each answered with an error that says the gateway is shutting down,
+in flight (and those waiting for a person's approval) are cancelled, each answered with an error
+that says the gateway is shutting down,
 the client streams end, and every downstream child is stopped and reaped by its transport
 (SIGKILL after a grace period, for one that ignores SIGTERM) before the process exits with 0.
 """
@@ -96,8 +97,8 @@ async def serve_stdio(config: Config, store: Store) -> None:
 
     async def wind_down() -> None:
         _announce_stop(reason)
-        gateway.pool.stop_calls(reason)
-        await gateway.pool.calls_ended(CALLS_ENDED_SECONDS)
+        gateway.stop_calls(reason)
+        await gateway.calls_ended(CALLS_ENDED_SECONDS)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(_on_signals, stop, tg.cancel_scope)
@@ -182,9 +183,9 @@ def _stop_web(web: uvicorn.Server, gateway: Gateway, streams: ClosableStreams) -
         _announce_stop(reason)
         web.should_exit = True
         streams.close("GET")
-        gateway.pool.stop_calls(reason)
+        gateway.stop_calls(reason)
         with anyio.move_on_after(CALLS_ENDED_SECONDS):
-            await gateway.pool.calls_ended(CALLS_ENDED_SECONDS)
+            await gateway.calls_ended(CALLS_ENDED_SECONDS)
             while streams.open:
                 await anyio.sleep(STREAMS_POLL_SECONDS)
         streams.close()

@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 # The requestState of a question the gate asked a modern client (the relay's own start "toolkeeper:").
 STATE_PREFIX = "toolkeeper-approval:"
 ANSWER_KEY = "toolkeeper.approval"  # the inputRequests key of the gate's question
+# How often a call waiting in the queue tells its client again that it waits (and how long is left).
+WAITING_NOTE_SECONDS = 10.0
 
 # toolkeeper's own warnings, from the hint values the policy relies on (see `warnings`).
 MAY_DESTROY = "This tool may make destructive changes"
@@ -281,9 +283,18 @@ class ApprovalGate:
         return await self._conclude(Asking(call, tool, digest, verdict), Answered(answer, "elicitation"))
 
     async def _queue(self, asking: Asking, question: dict[str, Any]) -> dict[str, Any] | None:
+        """The call waits in the queue for a person's answer through the store. First, in order:
+        a gateway that is stopping queues nothing; a late yes kept for this very call from this
+        client lets it run unasked. While it waits, its client hears what it waits for and how a
+        person answers, if anything reaches that client alone."""
         services = self.gateway.services
         assert services is not None
         call, tool, verdict = asking.call, asking.tool, asking.verdict
+        if services.approvals.stopping is not None:
+            return self._shutting_down(asking, services.approvals.stopping)
+        late = await self._late_yes(asking)
+        if late is not None:
+            return await self._conclude(asking, late)
         timeout = self.gateway.settings.approval_timeout
         pending = pending_call(asking, question, timeout)
         try:
@@ -301,8 +312,75 @@ class ApprovalGate:
             pending.id,
         )
         started = time.monotonic()
-        settled = await services.approvals.wait_for_answer(pending.id, timeout)
+        async with anyio.create_task_group() as telling:
+            if call.ctx is not None:
+                telling.start_soon(self._say_it_waits, call, pending.id, started)
+            settled = await services.approvals.wait_for_answer(pending.id, timeout)
+            telling.cancel_scope.cancel()
+        if settled is None and services.approvals.stopping is not None:
+            return self._shutting_down(asking, services.approvals.stopping, waited_ms=_ms_since(started))
         return await self._conclude(asking, queue_answer(settled, _ms_since(started)))
+
+    async def _late_yes(self, asking: Asking) -> Answered | None:
+        """A person's yes that came after this call's earlier caller stopped waiting, kept for the
+        same call (tool, arguments, definition) retried by the same principal and client name
+        within `retryWindow`: taken here, once, whichever gateway process holds the retry."""
+        services = self.gateway.services
+        assert services is not None
+        client = asking.call.client
+        try:
+            late = await services.approvals.take_late_yes(
+                asking.digest,
+                principal=client.principal.name,
+                client_name=client.name,
+                within=self.gateway.settings.retry_window,
+            )
+        except StoreError as exc:
+            logger.warning("cannot look for a late approval of %s: %s", asking.tool.exposed_name, exc)
+            return None
+        if late is None:
+            return None
+        logger.info(
+            "%s runs on approval %s, given after its caller stopped waiting",
+            asking.tool.exposed_name,
+            late.id,
+        )
+        return Answered(late.answer or Answer.ONCE.value, late.channel or "cli", decided_by=late.decided_by)
+
+    async def _say_it_waits(self, call: ToolCall, approval_id: str, started: float) -> None:
+        """Tell the waiting call's client, now and every WAITING_NOTE_SECONDS, what the call waits
+        for and how a person answers: as progress if it sent a progress token, else as a log
+        message on the call's own stream (see `Relay.tell_caller`)."""
+        assert call.ctx is not None
+        timeout = self.gateway.settings.approval_timeout
+        while True:
+            waited = time.monotonic() - started
+            note = waiting_note(call.name, approval_id, max(0.0, timeout - waited))
+            try:
+                await self.gateway.relay.tell_caller(
+                    call.ctx, call.params, text=note, progress=round(waited, 1), total=timeout
+                )
+            except Exception as exc:  # a client that went away: the wait goes on all the same
+                logger.debug("could not tell %s that its call waits: %s", call.client.label(), exc)
+                return
+            await anyio.sleep(WAITING_NOTE_SECONDS)
+
+    def _shutting_down(self, asking: Asking, reason: str, *, waited_ms: int | None = None) -> dict[str, Any]:
+        """The refusal of a call the gateway stopped waiting for (`waited_ms`), or would not queue."""
+        asking.call.decision = DecisionRecord(
+            asking.verdict,
+            Decision.DENY,
+            "toolkeeper",
+            channel="queue",
+            wait_ms=waited_ms,
+            outcome="shutdown",
+        )
+        when = (
+            "while it waited for a person's approval"
+            if waited_ms is not None
+            else "and it needs a person's approval"
+        )
+        return refusal(asking.tool, f"the gateway is shutting down ({reason}) {when}")
 
     # -- concluding ----------------------------------------------------------------------------
 
@@ -434,6 +512,15 @@ def queue_answer(settled: PendingCall | None, waited_ms: int) -> Answered:
         waited_ms,
         decided_by=settled.decided_by,
         reason=settled.reason,
+    )
+
+
+def waiting_note(tool: str, approval_id: str, left: float) -> str:
+    """What a waiting call's client is told: what the call waits for and how a person answers."""
+    return (
+        f"{tool} waits for a person's approval (ID {approval_id}), up to {left:.0f} s more: "
+        f"a person answers with `toolkeeper approvals approve {approval_id}` "
+        f"or `toolkeeper approvals deny {approval_id}`."
     )
 
 

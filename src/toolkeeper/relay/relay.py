@@ -61,6 +61,9 @@ from toolkeeper.sdk_private import connection_of
 logger = logging.getLogger(__name__)
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+# The level and logger of the gateway's own word to a client about its call (see `tell_caller`).
+WAITING_LOG_LEVEL: types.LoggingLevel = "warning"
+GATEWAY_LOGGER = "toolkeeper"
 # How many input rounds a modern server may ask of a legacy client for one call.
 MAX_INPUT_ROUNDS = 10
 # How long a downstream call waits for a modern client to come back with its answers.
@@ -532,6 +535,40 @@ class Relay:
         """Send the calling client a request of its own during its call (the approval gate's
         question), and return its answer as it came."""
         return await self._send_to_client(ctx, _input_request(method, params))
+
+    async def tell_caller(
+        self,
+        ctx: ServerRequestContext[Any],
+        params: dict[str, Any],
+        *,
+        text: str,
+        progress: float,
+        total: float | None,
+    ) -> None:
+        """Tell the client of a call that is still running something about it (the gateway's
+        own word, e.g. that the call waits for a person), on that call's stream so that it
+        reaches this client alone:
+        1. as progress under the call's `progressToken`, when the client sent one (`progress`
+           must grow from one note to the next);
+        2. else as a warning log message from logger "toolkeeper", which a modern client gets
+           only if it opted in at that level on this request (the SDK drops it otherwise), and
+           a handshake-era client unless it asked for fewer with `logging/setLevel`."""
+        meta = params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        if isinstance(token, str | int) and not isinstance(token, bool):
+            await ctx.session.send_progress_notification(
+                token,
+                progress,
+                total,
+                text,
+                related_request_id=ctx.request_id,  # type: ignore[arg-type]
+            )
+            return
+        level = self._levels_for(ctx) if not is_modern(ctx) else None
+        if level is None or _admits(level, WAITING_LOG_LEVEL):
+            await ctx.session.send_log_message(
+                WAITING_LOG_LEVEL, text, GATEWAY_LOGGER, related_request_id=ctx.request_id
+            )
 
     async def _send_to_client(self, ctx: ServerRequestContext[Any], request: ServerInput) -> dict[str, Any]:
         result = await ctx.session.send_request(

@@ -23,7 +23,7 @@ from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offer
 from toolkeeper.config.model import Config, GatewaySettings
 from toolkeeper.downstreams.base import Downstream
 from toolkeeper.downstreams.kinds import KINDS
-from toolkeeper.downstreams.pool import Connect, DownstreamPool
+from toolkeeper.downstreams.pool import CALLS_ENDED_POLL_SECONDS, Connect, DownstreamPool
 from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
@@ -462,6 +462,21 @@ class Gateway:
             logger.info(
                 "%d call(s) that waited for approval before a restart are recorded as not run", settled
             )
+
+    def stop_calls(self, reason: str) -> int:
+        """The gateway is stopping (`reason`): the calls waiting for a person's approval are
+        refused, each told the gateway is shutting down and its row settled as not run, and the
+        calls in flight downstream are cancelled. How many were waiting or in flight."""
+        waiting = self.services.approvals.stop_waits(reason) if self.services is not None else 0
+        return waiting + self.pool.stop_calls(reason)
+
+    async def calls_ended(self, timeout: float) -> bool:
+        """Wait until the calls `stop_calls` ended have returned to their callers, at most `timeout`."""
+        with anyio.move_on_after(timeout):
+            while self.services is not None and self.services.approvals.waits:
+                await anyio.sleep(CALLS_ENDED_POLL_SECONDS)
+            return await self.pool.calls_ended(timeout)
+        return False
 
     async def reload_policy(self) -> None:
         """Read the confirm modes and approval rules again (after the gate or a service wrote one)."""

@@ -52,12 +52,15 @@ def build_services(
     """The services over one store. Without `catalog` they work offline: operations that
     need the servers say so; without `resolver` rules cannot be tested; `on_change` hears of
     every write (the gateway rebuilds its listing); without `config` the policy has the default
-    settings and no configured confirm modes, and the servers a client key names are not checked."""
+    settings and no configured confirm modes, late approvals the default retry window, and the
+    servers a client key names are not checked."""
     return Services(
         toolsets=ToolsetService(store, catalog, on_change),
         hints=HintService(store, catalog, annotator, on_change),
         rules=RuleService(store, catalog, resolver, on_change),
-        approvals=ApprovalService(store),
+        approvals=ApprovalService(store, retry_window=config.settings.retry_window)
+        if config is not None
+        else ApprovalService(store),
         audit=AuditService(store),
         policy=PolicyService(store, catalog, annotator, resolver, config, on_change),
         backup=BackupService(store),

@@ -5,6 +5,12 @@ Answering writes only the pending call's row: the answer, who gave it and the ch
 they used. The gateway holding the call waits for that answer here, and runs or refuses the call.
 A "session" or "always" yes becomes an approval rule, written by the gate, which knows the
 session the call came from.
+
+A call whose caller stopped waiting (nobody answered in time, its client went away, its gateway
+stopped or is gone) is not waiting any more, and nothing runs when a person says yes to it. A
+yes for once is still kept: the same call (server, tool, arguments, definition) retried by the
+same principal with the same client name within the retry window runs on it without asking
+again, once, in whichever gateway process the retry reaches.
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ import logging
 import os
 import socket
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
 
+from toolkeeper.config.model import DEFAULT_RETRY_WINDOW
 from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.policy.model import Answer
 from toolkeeper.store import Store, StoreError
@@ -30,6 +37,8 @@ logger = logging.getLogger(__name__)
 # never answered in time, and is recorded as not run.
 HOLDER = {"host": socket.gethostname(), "pid": os.getpid()}
 POLL_SECONDS = 0.25  # how often a waiting call looks for the person's answer in the store
+GATEWAY_STOPPED = "the gateway stopped"  # why a call waiting when its gateway stopped was not run
+GATEWAY_GONE = "its gateway stopped before an answer came"  # … when its gateway is found gone later
 
 
 def describe(call: PendingCall) -> dict[str, Any]:
@@ -63,24 +72,51 @@ def describe(call: PendingCall) -> dict[str, Any]:
 
 
 class ApprovalService:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, retry_window: float = DEFAULT_RETRY_WINDOW) -> None:
         self.store = store
+        # How long a late yes can be given after its caller stopped waiting, and then how long
+        # it holds for a retry of the call.
+        self.retry_window = retry_window
+        # Once the gateway is stopping: why. The calls waiting here (each under one of `_waits`)
+        # are ended, and no call waits from then on.
+        self.stopping: str | None = None
+        self._waits: set[anyio.CancelScope] = set()
 
     # -- the person's side -------------------------------------------------------------------
 
-    async def pending(self, *, include_decided: bool = False, limit: int = 100) -> list[dict[str, Any]]:
+    async def pending(
+        self, *, include_decided: bool = False, limit: int | None = 100
+    ) -> list[dict[str, Any]]:
+        """The calls waiting for an answer, newest first (`limit` of them; None: all); decided
+        ones too with `include_decided`. A call whose gateway is gone is not waiting: it is
+        settled as not run first."""
+        calls: list[dict[str, Any]] = (await self.page(include_decided=include_decided, limit=limit))["calls"]
+        return calls
+
+    async def page(self, *, include_decided: bool = False, limit: int | None = 100) -> dict[str, Any]:
+        """`pending`'s calls with how many there are in all (`total`), so that a face can say how
+        many it does not show."""
+        await self.settle_orphans()
         async with self.store.read() as conn:
-            return [
-                describe(c) for c in await rows.listed(conn, include_decided=include_decided, limit=limit)
-            ]
+            calls = await rows.listed(conn, include_decided=include_decided, limit=limit)
+            total = len(calls)
+            if limit is not None and total >= limit:
+                total = await rows.counted(conn, include_decided=include_decided)
+        return {"calls": [describe(c) for c in calls], "total": total}
 
     async def approve(
         self, call_id: str, answer: Answer = Answer.ONCE, *, by: str, channel: str
     ) -> dict[str, Any]:
         """Let a waiting call run; `answer` says how far the yes reaches. `by` is who answered as
-        people read it, `channel` the face they answered with (cli, dashboard)."""
+        people read it, `channel` the face they answered with (cli, dashboard).
+
+        A call whose caller stopped waiting runs nothing now: a yes for once is kept for the same
+        call retried by the same client within the retry window (`late` in the answer, with
+        `retryUntil`)."""
+        _check_id(call_id)
+        await self.settle_orphans()
         async with self.store.write(bump_revision=False) as conn:
-            call = await self._waiting(conn, call_id)
+            call = await self._known(conn, call_id)
             allowed = call.question.get("choices", [a.value for a in Answer])
             if answer.value not in allowed:
                 raise ServiceError(
@@ -88,35 +124,78 @@ class ApprovalService:
                     "its confirm mode asks for every call.",
                     ErrorKind.INVALID,
                 )
-            await rows.settle(
+            if call.status == PENDING and await rows.settle(
                 conn, call_id, rows.APPROVED, answer=answer.value, decided_by=by, channel=channel
+            ):
+                approved = replace(call, status=rows.APPROVED, answer=answer.value, decided_by=by)
+                return {**describe(approved), "late": False}
+            # It stopped waiting, just now or before.
+            call = await self._known(conn, call_id)
+            return await self._approve_late(conn, call, answer, by=by, channel=channel)
+
+    async def _approve_late(
+        self, conn: Any, call: PendingCall, answer: Answer, *, by: str, channel: str
+    ) -> dict[str, Any]:
+        now = datetime.now(UTC)
+        if call.status == PENDING and call.expires_at <= now:
+            # Its time ran out a moment ago; the gateway holding it is about to say so.
+            call = replace(call, reason="no answer in time")
+        elif call.status not in rows.STOPPED_WAITING:
+            raise _decided(call)
+        stopped = call.decided_at or call.expires_at
+        if now > stopped + timedelta(seconds=self.retry_window):
+            raise ServiceError(
+                f"Call {call.id} ({call.exposed_name}) stopped waiting ({call.reason or 'not run'}) "
+                f"{_duration((now - stopped).total_seconds())} ago, longer than the retry window "
+                f"({_duration(self.retry_window)}): nothing runs, and a new call of it is asked again.",
+                ErrorKind.CONFLICT,
             )
-        return describe(replace(call, status=rows.APPROVED, answer=answer.value, decided_by=by))
+        if answer is not Answer.ONCE:
+            raise ServiceError(
+                f"Call {call.id} ({call.exposed_name}) is no longer waiting ({call.reason or 'not run'}): "
+                "only a yes for once can still be given, and it holds for the same call retried by "
+                "its client. Approve it once, or add an approval rule for the tool.",
+                ErrorKind.INVALID,
+            )
+        if not await rows.approve_late(conn, call.id, answer=answer.value, decided_by=by, channel=channel):
+            raise _decided(await self._known(conn, call.id))
+        late = replace(call, status=rows.APPROVED_LATE, answer=answer.value, decided_by=by, decided_at=now)
+        return {
+            **describe(late),
+            "late": True,
+            "stoppedWaiting": call.reason,
+            "retryUntil": (now + timedelta(seconds=self.retry_window)).isoformat(),
+        }
 
     async def deny(self, call_id: str, *, by: str, channel: str, reason: str | None = None) -> dict[str, Any]:
+        _check_id(call_id)
+        if reason is not None and not _has_utf8_form(reason):
+            raise ServiceError(
+                "The reason holds text with no UTF-8 form (bytes that are not UTF-8); give it as UTF-8 text.",
+                ErrorKind.INVALID,
+            )
+        await self.settle_orphans()
         async with self.store.write(bump_revision=False) as conn:
-            call = await self._waiting(conn, call_id)
-            await rows.settle(conn, call_id, rows.DENIED, reason=reason, decided_by=by, channel=channel)
-        return describe(replace(call, status=rows.DENIED, reason=reason, decided_by=by))
+            call = await self._known(conn, call_id)
+            if call.status == PENDING and await rows.settle(
+                conn, call_id, rows.DENIED, reason=reason, decided_by=by, channel=channel
+            ):
+                return describe(replace(call, status=rows.DENIED, reason=reason, decided_by=by))
+            call = await self._known(conn, call_id)
+            if call.status in rows.STOPPED_WAITING:
+                raise ServiceError(
+                    f"Call {call_id} ({call.exposed_name}) is no longer waiting "
+                    f"({call.reason or 'not run'}): nothing runs, and a new call of it is asked again.",
+                    ErrorKind.CONFLICT,
+                )
+            raise _decided(call)
 
-    async def _waiting(self, conn: Any, call_id: str) -> PendingCall:
+    async def _known(self, conn: Any, call_id: str) -> PendingCall:
         call = await rows.get(conn, call_id)
         if call is None:
             raise ServiceError(
                 f"No call has the approval ID '{call_id}'. The pending calls are listed with their IDs.",
                 ErrorKind.NOT_FOUND,
-            )
-        if call.status != PENDING:
-            outcome = call.status.replace("_", " ") + (f" by {call.decided_by}" if call.decided_by else "")
-            raise ServiceError(
-                f"Call {call_id} ({call.exposed_name}) is already decided: {outcome}.",
-                ErrorKind.CONFLICT,
-            )
-        if call.expires_at <= datetime.now(UTC):
-            raise ServiceError(
-                f"Call {call_id} ({call.exposed_name}) waited too long and was not run; "
-                "its client has been told. Ask the client to call the tool again.",
-                ErrorKind.CONFLICT,
             )
         return call
 
@@ -133,21 +212,64 @@ class ApprovalService:
     async def wait_for_answer(self, call_id: str, timeout: float) -> PendingCall | None:
         """Wait up to `timeout` seconds for a person to answer a pending call: its row once they
         approved or denied it, or once a restore ended the wait (status `store_restored`); None
-        when nobody answered in time. A call nobody answered is settled as expired, or as not run
-        when its caller is cancelled while it waits."""
+        when nobody answered in time, or when the gateway began to stop (`stopping` says why). A
+        call nobody answered is settled as expired, as not run when the gateway stops, or when
+        its caller is cancelled while it waits."""
         settled: PendingCall | None = None
-        waiting = anyio.move_on_after(timeout)
-        try:
-            with waiting:
-                settled = await self._until_decided(call_id)
-        finally:
-            if settled is None or settled.status == PENDING:
-                with anyio.CancelScope(shield=True):
-                    # The wait's own scope says whether time ran out; otherwise the caller went
-                    # away (its client cancelled, the gateway is stopping).
-                    settled = await self._stop_waiting(call_id, timed_out=waiting.cancelled_caught)
+        with anyio.CancelScope() as stop:
+            self._waits.add(stop)
+            if self.stopping is not None:
+                stop.cancel()
+            waiting = anyio.move_on_after(timeout)
+            try:
+                with waiting:
+                    settled = await self._until_decided(call_id)
+            finally:
+                self._waits.discard(stop)
+                if settled is None or settled.status == PENDING:
+                    with anyio.CancelScope(shield=True):
+                        # The wait's own scope says whether time ran out, the stop scope whether
+                        # the gateway is stopping; otherwise the caller went away (its client
+                        # cancelled).
+                        if waiting.cancelled_caught:
+                            status, why = rows.EXPIRED, "no answer in time"
+                        elif stop.cancel_called:
+                            status, why = rows.NOT_RUN, GATEWAY_STOPPED
+                        else:
+                            status, why = rows.NOT_RUN, "the call went away before an answer came"
+                        settled = await self._stop_waiting(call_id, status, why)
         ended = (rows.APPROVED, rows.DENIED, rows.STORE_RESTORED)
         return settled if settled is not None and settled.status in ended else None
+
+    def stop_waits(self, reason: str) -> int:
+        """The gateway is stopping (`reason`): end every wait for an answer now (each call is
+        settled as not run) and every wait that would begin. How many were waiting."""
+        self.stopping = reason
+        for scope in list(self._waits):
+            scope.cancel()
+        return len(self._waits)
+
+    @property
+    def waits(self) -> int:
+        """Calls of this process waiting for an answer."""
+        return len(self._waits)
+
+    async def take_late_yes(
+        self, call_hash: str, *, principal: str | None, client_name: str | None, within: float
+    ) -> PendingCall | None:
+        """A late yes, given within the last `within` seconds for this exact call made by the
+        same principal with the same client name, taken for one retry (None when there is none,
+        or another retry took it first)."""
+        since = datetime.now(UTC) - timedelta(seconds=within)
+        async with self.store.read() as conn:  # most calls asked about have none: write nothing then
+            kept = await rows.late_yeses(conn, call_hash, principal=principal, since=since)
+        for late in kept:
+            if late.client.get("name") != client_name:
+                continue
+            async with self.store.write(bump_revision=False) as conn:
+                if await rows.use_late_yes(conn, late.id):
+                    return replace(late, status=rows.RUN_ON_RETRY)
+        return None
 
     async def _until_decided(self, call_id: str) -> PendingCall | None:
         """Poll the row until it is no longer pending (None when it is gone)."""
@@ -161,13 +283,8 @@ class ApprovalService:
             if call is None or call.status != PENDING:
                 return call
 
-    async def _stop_waiting(self, call_id: str, *, timed_out: bool) -> PendingCall | None:
+    async def _stop_waiting(self, call_id: str, status: str, why: str) -> PendingCall | None:
         """Settle a row nobody answered; the row as it is when a person answered meanwhile."""
-        status, why = (
-            (rows.EXPIRED, "no answer in time")
-            if timed_out
-            else (rows.NOT_RUN, "the call went away before an answer came")
-        )
         try:
             if await self.give_up(call_id, status, why):
                 return None
@@ -185,26 +302,64 @@ class ApprovalService:
 
     async def settle_orphans(self) -> int:
         """Pending calls of this host whose gateway process is gone, and expired ones of any
-        host: recorded as not run, so nothing waits for an answer that can no longer matter."""
-        settled = 0
+        host: recorded as not run, so nothing waits for an answer that can no longer matter (a
+        late yes may still be given to them). Read first: most of the time nothing is written."""
         now = datetime.now(UTC)
+        async with self.store.read() as conn:
+            candidates = await rows.orphaned(conn)
+        gone = {call.id for call in candidates if _holder_gone(call)}
+        orphans = [call for call in candidates if call.id in gone or call.expires_at <= now]
+        if not orphans:
+            return 0
+        settled = 0
         async with self.store.write(bump_revision=False) as conn:
-            for call in await rows.orphaned(conn):
-                holder = call.client.get("holder") or {}
-                gone = holder.get("host") == HOLDER["host"] and not _alive(holder.get("pid"))
-                if gone or call.expires_at <= now:
-                    reason = (
-                        "its gateway stopped before an answer came" if gone else "nobody answered in time"
-                    )
-                    settled += await rows.settle(
-                        conn,
-                        call.id,
-                        rows.NOT_RUN,
-                        reason=reason,
-                        decided_by="toolkeeper",
-                        unless_expired=False,
-                    )
+            for call in orphans:
+                reason = GATEWAY_GONE if call.id in gone else "nobody answered in time"
+                settled += await rows.settle(
+                    conn, call.id, rows.NOT_RUN, reason=reason, decided_by="toolkeeper", unless_expired=False
+                )
         return settled
+
+
+def _holder_gone(call: PendingCall) -> bool:
+    """Whether the gateway holding a call is known to be gone: only a process of this host can be
+    checked; one held on another host waits until it expires."""
+    holder = call.client.get("holder") or {}
+    return holder.get("host") == HOLDER["host"] and not _alive(holder.get("pid"))
+
+
+def _decided(call: PendingCall) -> ServiceError:
+    outcome = call.status.replace("_", " ") + (f" by {call.decided_by}" if call.decided_by else "")
+    return ServiceError(
+        f"Call {call.id} ({call.exposed_name}) is already decided: {outcome}.", ErrorKind.CONFLICT
+    )
+
+
+def _has_utf8_form(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_id(call_id: str) -> None:
+    """An approval ID is text a person copies from a listing; bytes that are not UTF-8 (a
+    command line's surrogate escapes) name no call, and cannot even be looked up."""
+    if not _has_utf8_form(call_id):
+        try:  # the bytes as given, where the command line escaped them
+            shown = call_id.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+        except UnicodeEncodeError:
+            shown = call_id.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise ServiceError(
+            f"No call has the approval ID '{shown}': it holds bytes that are not UTF-8. "
+            "The pending calls are listed with their IDs.",
+            ErrorKind.NOT_FOUND,
+        )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def _alive(pid: Any) -> bool:

@@ -3,6 +3,10 @@
 A row is written by the gateway that holds the call and answered by whoever the person uses
 (the CLI, the dashboard). The answer is a conditional update of a row that is still pending and
 not expired, so two people answering at once, or an answer racing the timeout, cannot both win.
+
+A yes that comes after the caller stopped waiting (the row expired or was not run) is kept as
+`approved_late`: the same call retried by the same client takes it, once, by a conditional
+update too, so two retries (in two gateway processes) cannot both run on it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.store.tables import pending_approvals
@@ -24,6 +28,12 @@ DENIED = "denied"
 EXPIRED = "expired"  # nobody answered in time
 NOT_RUN = "not_run"  # the call went away first: its client cancelled, or its gateway stopped
 STORE_RESTORED = "store_restored"  # a backup was restored while the call waited: it was not run
+# A yes given after the caller stopped waiting: it holds for the same call retried by the same
+# client within the retry window, once.
+APPROVED_LATE = "approved_late"
+RUN_ON_RETRY = "run_on_retry"  # a late yes that a retry of the call used
+# How a row looks once its caller stopped waiting without an answer: a late yes may still come.
+STOPPED_WAITING = (EXPIRED, NOT_RUN)
 
 
 @dataclass(frozen=True)
@@ -93,13 +103,27 @@ async def get(conn: AsyncConnection, call_id: str) -> PendingCall | None:
     return _row(row) if row is not None else None
 
 
+def _waiting_now() -> list[Any]:
+    return [pending_approvals.c.status == PENDING, pending_approvals.c.expires_at > now()]
+
+
 async def listed(
-    conn: AsyncConnection, *, include_decided: bool = False, limit: int = 100
+    conn: AsyncConnection, *, include_decided: bool = False, limit: int | None = 100
 ) -> list[PendingCall]:
+    """The newest calls first (`limit` of them; None: all); only those still waiting unless
+    `include_decided`."""
     query = select(pending_approvals).order_by(pending_approvals.c.created_at.desc()).limit(limit)
     if not include_decided:
-        query = query.where(pending_approvals.c.status == PENDING, pending_approvals.c.expires_at > now())
+        query = query.where(*_waiting_now())
     return [_row(row) for row in (await conn.execute(query)).all()]
+
+
+async def counted(conn: AsyncConnection, *, include_decided: bool = False) -> int:
+    """How many calls `listed` would give without a limit."""
+    query = select(func.count()).select_from(pending_approvals)
+    if not include_decided:
+        query = query.where(*_waiting_now())
+    return int((await conn.execute(query)).scalar_one())
 
 
 async def settle(
@@ -130,6 +154,53 @@ async def settle(
             decided_at=now(),
             arguments=None,
         )
+    )
+    return bool(result.rowcount)
+
+
+async def approve_late(
+    conn: AsyncConnection, call_id: str, *, answer: str, decided_by: str, channel: str
+) -> bool:
+    """Keep a yes for a call whose caller stopped waiting (or whose time ran out a moment ago,
+    before its gateway said so); False when the row is not (or no longer) one. Why it stopped
+    (`reason`) stays for the record."""
+    stopped = or_(
+        pending_approvals.c.status.in_(STOPPED_WAITING),
+        and_(pending_approvals.c.status == PENDING, pending_approvals.c.expires_at <= now()),
+    )
+    result = await conn.execute(
+        update(pending_approvals)
+        .where(pending_approvals.c.id == call_id, stopped)
+        .values(status=APPROVED_LATE, answer=answer, decided_by=decided_by, channel=channel, decided_at=now())
+    )
+    return bool(result.rowcount)
+
+
+async def late_yeses(
+    conn: AsyncConnection, call_hash: str, *, principal: str | None, since: datetime
+) -> list[PendingCall]:
+    """Late yeses not used yet for this exact call, given since `since` for calls `principal`
+    made, oldest first."""
+    column = pending_approvals.c.principal
+    query = (
+        select(pending_approvals)
+        .where(
+            pending_approvals.c.status == APPROVED_LATE,
+            pending_approvals.c.call_hash == call_hash,
+            pending_approvals.c.decided_at >= since,
+            column.is_(None) if principal is None else column == principal,
+        )
+        .order_by(pending_approvals.c.decided_at)
+    )
+    return [_row(row) for row in (await conn.execute(query)).all()]
+
+
+async def use_late_yes(conn: AsyncConnection, call_id: str) -> bool:
+    """Take a late yes for a retry; False when another retry took it first."""
+    result = await conn.execute(
+        update(pending_approvals)
+        .where(pending_approvals.c.id == call_id, pending_approvals.c.status == APPROVED_LATE)
+        .values(status=RUN_ON_RETRY)
     )
     return bool(result.rowcount)
 

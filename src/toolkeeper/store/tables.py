@@ -119,7 +119,7 @@ pending_approvals = Table(
     Column("id", String(32), primary_key=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
-    # pending, approved, denied, expired, not_run, store_restored
+    # pending, approved, denied, expired, not_run, store_restored; approved_late, run_on_retry
     Column("status", String(20), nullable=False, index=True),
     Column("client", Text, nullable=False),  # JSON: name, version, session
     Column("exposed_name", String(200), nullable=False),

@@ -123,8 +123,9 @@ def offer_only_what_is_forwarded(result: dict[str, Any], offered: dict[str, Any]
 def forwardable_capabilities(gateway: Gateway) -> dict[str, Any]:
     """The union of what the connected servers offer besides tools: the capabilities the
     gateway can really forward (`resources` with `subscribe`, `prompts`, `completions`,
-    `logging`)."""
-    offered: dict[str, Any] = {}
+    `logging`), and `logging` wherever calls can wait in the approval queue: such a call tells
+    its client so in a log message of the gateway's own."""
+    offered: dict[str, Any] = {"logging": True} if gateway.services is not None else {}
     for downstream in gateway.pool:
         capabilities = downstream.capabilities
         for kind in ("prompts", "completions", "logging"):
