@@ -210,7 +210,15 @@ def json_argument(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        err.print(f"error: {what} is not valid JSON ({exc.msg} at column {exc.colno}): {text}", markup=False)
+        # One line, however long the text: where it went wrong, and the text just before that.
+        near = json.dumps(text[max(0, exc.pos - 40) : exc.pos + 20], ensure_ascii=False)
+        err.print(
+            f"error: {what} is not valid JSON ({exc.msg} at character {exc.pos + 1}, near {near}).",
+            markup=False,
+        )
+        raise typer.Exit(1) from None
+    except RecursionError:
+        err.print(f"error: {what} is nested too deeply to be read as JSON.", markup=False)
         raise typer.Exit(1) from None
 
 
