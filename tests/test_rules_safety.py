@@ -234,7 +234,7 @@ def test_an_unreadable_approval_rule_fails_closed() -> None:
     denying = Policy(rules=(ScopedRule(7, "", unknown_part),))
     verdict = decide(denying, READ_ONLY, trusted=True, arguments={"x": 2})  # whatever the arguments
     assert verdict.decision is Decision.DENY and verdict.made_by == "approval rule 7"
-    assert "cannot be read (unknown part 'x'" in verdict.reason and "until revoked" in verdict.reason
+    assert "cannot be read (unknown part 'x'" in verdict.reason and "until it is revoked" in verdict.reason
     assert decide(denying, READ_ONLY, trusted=True, server="elsewhere").decision is Decision.ALLOW
 
     # What cannot be read at all asks about every call; an allow rule allows nothing.

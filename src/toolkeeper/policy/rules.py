@@ -132,9 +132,11 @@ class ApprovalRule:
             holds = (
                 "it allows nothing"
                 if self.decision is Decision.ALLOW
-                else f"it holds for every call of {target}, whatever the arguments"
+                else f"it holds for every call of {target}, whatever the arguments,"
             )
-            return f"{text}, but the stored rule cannot be read ({self.unreadable}): {holds} until revoked"
+            return (
+                f"{text}, but the stored rule cannot be read ({self.unreadable}): {holds} until it is revoked"
+            )
         return f"{text} when {' and '.join(conditions)}" if conditions else text
 
 
