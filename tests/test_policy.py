@@ -452,6 +452,7 @@ async def test_approval_rules_stored_listed_scoped_and_revoked(store: Store) -> 
         "text": "allow ctl.*",
         "rule": {"match": {"server": "ctl"}, "decision": "allow"},
         "createdAt": listed[0]["createdAt"],
+        "unreadable": None,
     }
     assert listed[2]["scope"] == "session abc" and listed[2]["origin"] == "person via elicitation"
     assert [r["id"] for r in await policies.rules(session="other")] == [first, second]

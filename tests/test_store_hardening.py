@@ -604,7 +604,8 @@ ROWS_OF_0004 = (
     "INSERT INTO toolset_tools (toolset_id, position, namespaced_name, ref_id) "
     "VALUES (1, 0, 'ctl.echo', NULL)",
     "INSERT INTO approval_rules (id, scope, rule, origin, created_at) "
-    "VALUES (1, '', '{\"tool\": \"ctl.echo\"}', 'cli', '2026-11-20 10:00:00+00')",
+    'VALUES (1, \'\', \'{"match": {"server": "ctl", "tool": "echo"}, "decision": "allow"}\', '
+    "'cli', '2026-11-20 10:00:00+00')",
     *(
         "INSERT INTO pending_approvals (id, created_at, expires_at, status, client, exposed_name, "
         "namespaced_name, ref_id, call_hash, question, answer, decided_by, decided_at) VALUES "

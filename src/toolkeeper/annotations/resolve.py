@@ -5,8 +5,9 @@ Arguments are validated against the tool's input schema (JSON Schema 2020-12; no
 added or normalised). Then the first source that applies: the downstream server's own
 resolution, the person's argument rules, the static effective hints. The result always holds
 all four hints and is never riskier than the static declaration (the conservative bound): a
-source that breaks the bound is overruled by the static hints and logged. Resolving never
-calls the tool and has no side effects.
+source that breaks the bound is overruled by the static hints and logged. An argument rule the
+store cannot read ends the search where it stands: the static hints hold from there on, as no
+rule could answer more cautiously. Resolving never calls the tool and has no side effects.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from toolkeeper.annotations.effective import EffectiveHints
 from toolkeeper.annotations.hints import HINTS, SPEC_DEFAULTS
-from toolkeeper.annotations.rules import Rule
+from toolkeeper.annotations.patterns import off_loop_when_heavy
+from toolkeeper.annotations.rules import Rule, first_match
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.protocol import INTERNAL_ERROR, INVALID_PARAMS
 
@@ -138,12 +141,16 @@ async def resolve(
         candidate = completed(answer, SPEC_DEFAULTS)
         given = frozenset(h for h in HINTS if isinstance(answer.get(h), bool))
         return _bounded(tool, static, candidate, "downstream", "resolved by the server itself", given)
-    for index, rule in enumerate(rules, 1):
-        if rule.matches(arguments):
-            detail = f"rule {index}: {rule.describe()}"
-            candidate = completed(rule.hints, static)
-            return _bounded(tool, static, candidate, "rule", detail, frozenset(rule.hints), index)
-    return Resolution(static, "static", "no rule matched: the tool's static hints")
+    work = sum(rule.work(arguments) for rule in rules)
+    found = await off_loop_when_heavy(work, partial(first_match, rules, arguments))
+    if found is None:
+        return Resolution(static, "static", "no rule matched: the tool's static hints")
+    rule, number = rules[found], found + 1
+    if rule.unreadable is not None:
+        return Resolution(static, "static", f"rule {number} {rule.describe()}")
+    detail = f"rule {number}: {rule.describe()}"
+    candidate = completed(rule.hints, static)
+    return _bounded(tool, static, candidate, "rule", detail, frozenset(rule.hints), number)
 
 
 def _bounded(

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 from toolkeeper.annotations.effective import Annotator, policies_from
 from toolkeeper.config import Config, ConfigError, load_config
 from toolkeeper.config.loader import demo_config_path
-from toolkeeper.display import visible
+from toolkeeper.display import visible, visible_line
 from toolkeeper.downstreams.kinds import KINDS
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 from toolkeeper.faces.mcp.config_tools import ConfigMenu
@@ -229,7 +229,17 @@ def json_argument(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        err.print(styled(f"error: {what} is not valid JSON ({exc.msg} at column {exc.colno}): {text}"))
+        # One line, however long the text: where it went wrong, and the text just before that.
+        near = json.dumps(text[max(0, exc.pos - 40) : exc.pos + 20], ensure_ascii=False)
+        err.print(
+            visible_line(
+                f"error: {what} is not valid JSON ({exc.msg} at character {exc.pos + 1}, near {near})."
+            ),
+            markup=False,
+        )
+        raise typer.Exit(1) from None
+    except RecursionError:
+        err.print(f"error: {what} is nested too deeply to be read as JSON.", markup=False)
         raise typer.Exit(1) from None
 
 

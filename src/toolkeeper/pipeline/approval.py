@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import anyio
@@ -28,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 
 from toolkeeper.annotations.effective import EffectiveHints
 from toolkeeper.annotations.hints import HINTS, SPEC_DEFAULTS
+from toolkeeper.annotations.patterns import off_loop_when_heavy
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.config.model import GatewaySettings
 from toolkeeper.display import cut, visible_line
@@ -35,6 +37,7 @@ from toolkeeper.pipeline.call import ClientIdentity, ToolCall
 from toolkeeper.pipeline.stages import PipelineHost
 from toolkeeper.policy.binding import call_hash
 from toolkeeper.policy.model import Answer, ConfirmMode, Decision, DecisionRecord, Verdict
+from toolkeeper.policy.rules import rules_work
 from toolkeeper.protocol import declares, error_result
 from toolkeeper.relay.seal import TokenSeal
 from toolkeeper.services.approvals import HOLDER
@@ -160,7 +163,7 @@ class ApprovalGate:
         if isinstance(state, str) and state.startswith(STATE_PREFIX):
             digest = call_hash(tool.server, tool.name, call.arguments, tool.ref_id)
             return await self._answered_by_client(call, tool, digest, state)
-        verdict = self._verdict(call, tool)
+        verdict = await self._verdict(call, tool)
         if verdict.decision is Decision.ALLOW:
             call.decision = DecisionRecord(verdict, Decision.ALLOW, verdict.made_by)
             return None
@@ -172,7 +175,7 @@ class ApprovalGate:
         digest = call_hash(tool.server, tool.name, call.arguments, tool.ref_id)
         return await self._ask(Asking(call, tool, digest, verdict))
 
-    def _verdict(self, call: ToolCall, tool: CatalogTool) -> Verdict:
+    async def _verdict(self, call: ToolCall, tool: CatalogTool) -> Verdict:
         resolution = call.resolution
         assert resolution is not None, "the resolve stage runs before the gate"
         session = call.client.session
@@ -195,7 +198,8 @@ class ApprovalGate:
             known = self._memo.get((tool.namespaced_name, session, toolset))
             if known is not None and known[0] is effective:
                 return known[1]
-        verdict = policy.decide(
+        decide = partial(
+            policy.decide,
             tool,
             call.arguments,
             resolution,
@@ -205,6 +209,10 @@ class ApprovalGate:
             session=session,
             retry_approved=retry_approved,
         )
+        # A rule's pattern over a long argument is tested in a worker thread: other calls go on.
+        rules = (r.rule for r in policy.rules_for(session))
+        work = rules_work(rules, call.arguments, server=tool.server, tool=tool.name)
+        verdict = await off_loop_when_heavy(work, decide)
         if memo:
             self._memo[(tool.namespaced_name, session, toolset)] = (effective, verdict)
         return verdict
@@ -268,7 +276,7 @@ class ApprovalGate:
     ) -> dict[str, Any] | None:
         """A modern client's retry: the sealed state must be ours, fresh, unused, for this
         client and these exact arguments; anything else is refused and recorded."""
-        verdict = self._verdict(call, tool)
+        verdict = await self._verdict(call, tool)
         problem = self.seal.check(state.removeprefix(STATE_PREFIX), call.client.session, digest)
         if problem is not None:
             call.decision = DecisionRecord(

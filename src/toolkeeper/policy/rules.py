@@ -12,12 +12,19 @@ name also matches itself literally), and may pin one definition of the tool by i
 Each is optional; a rule without them matches every call. `decision` is allow, ask or deny.
 
 Which rule wins when several match is the policy's business (policy/decide.py): the strictest.
+
+A rule the store holds but cannot read any more (`stored_approval_rule`: written by hand, or by
+a toolkeeper that took patterns RE2 cannot run) is never dropped: it fails closed. An allow rule
+then allows nothing; any other holds its decision (ask when that cannot be read either) for
+every call its `match` may take in (every call, when `match` cannot be read), whatever the
+arguments, until the person revokes it. `describe` says so wherever the rule is shown.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -45,6 +52,7 @@ class ApprovalRuleError(ServiceError):
 
     def __init__(self, problem: str) -> None:
         super().__init__(f"approval rule: {problem}. Example: {EXAMPLE}")
+        self.problem = problem
 
 
 def _matches_name(pattern: str | None, name: str) -> bool:
@@ -60,6 +68,8 @@ class ApprovalRule:
     ref_id: str | None = None  # one definition of the tool: a changed definition no longer matches
     hints: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
     when: Condition | None = None
+    unreadable: str | None = None  # why a stored rule cannot be read (it then fails closed)
+    stored: str | None = None  # an unreadable rule's text as the store holds it
 
     def covers(self, server: str, tool: str, ref_id: str | None = None) -> bool:
         """Whether `match` takes in this tool (`ref_id` None: whichever definition)."""
@@ -73,13 +83,21 @@ class ApprovalRule:
         self, server: str, tool: str, ref_id: str, hints: Mapping[str, bool], arguments: Mapping[str, Any]
     ) -> bool:
         """Whether a call matches. `hints` are the values the policy relies on (see decide.py)."""
+        if self.unreadable is not None:
+            return self.decision is not Decision.ALLOW and self.covers(server, tool, ref_id)
         return (
             self.covers(server, tool, ref_id)
             and all(hints.get(name) == value for name, value in self.hints.items())
             and (self.when is None or self.when.matches(arguments))
         )
 
+    def work(self, arguments: Mapping[str, Any]) -> int:
+        """What testing these arguments costs the rule's pattern, if it has one."""
+        return 0 if self.when is None else self.when.work(arguments)
+
     def as_json(self) -> dict[str, Any]:
+        if self.unreadable is not None:
+            return {"unreadable": self.unreadable, "stored": self.stored}
         out: dict[str, Any] = {}
         match = {
             key: value
@@ -95,19 +113,37 @@ class ApprovalRule:
         out["decision"] = self.decision.value
         return out
 
+    @property
+    def target(self) -> str:
+        """What `match` takes in, for people: "files.manage_files", "any tool", …"""
+        if self.server is None and self.tool is None:
+            return "any tool" if self.ref_id is None else f"the tool with refId {self.ref_id[:12]}"
+        target = f"{self.server or '*'}.{self.tool or '*'}"
+        return target if self.ref_id is None else f"{target} (refId {self.ref_id[:12]})"
+
     def describe(self) -> str:
         """One line: "deny files.manage_files when destructiveHint=true and 'action' = "delete"."""
-        if self.server is None and self.tool is None:
-            target = "any tool" if self.ref_id is None else f"the tool with refId {self.ref_id[:12]}"
-        else:
-            target = f"{self.server or '*'}.{self.tool or '*'}"
-            if self.ref_id is not None:
-                target += f" (refId {self.ref_id[:12]})"
+        target = self.target
         conditions = [f"{name}={str(value).lower()}" for name, value in self.hints.items()]
         if self.when is not None:
             conditions.append(self.when.describe())
         text = f"{self.decision.value} {target}"
+        if self.unreadable is not None:
+            holds = (
+                "it allows nothing"
+                if self.decision is Decision.ALLOW
+                else f"it holds for every call of {target}, whatever the arguments,"
+            )
+            return (
+                f"{text}, but the stored rule cannot be read ({self.unreadable}): {holds} until it is revoked"
+            )
         return f"{text} when {' and '.join(conditions)}" if conditions else text
+
+
+def rules_work(rules: Iterable[ApprovalRule], arguments: Mapping[str, Any], *, server: str, tool: str) -> int:
+    """What testing a call of this tool with these arguments costs the patterns of the rules that
+    take the tool in: above INLINE_WORK, decide off the event loop (annotations/patterns.py)."""
+    return sum(rule.work(arguments) for rule in rules if rule.covers(server, tool))
 
 
 def parse_approval_rule(raw: Any) -> ApprovalRule:
@@ -167,3 +203,29 @@ def _parse_when(when: Any) -> Condition:
         if not message.startswith("'when'"):
             message = f"in 'when', {message[0].lower()}{message[1:]}"
         raise ApprovalRuleError(message) from None
+
+
+def stored_approval_rule(text: str) -> ApprovalRule:
+    """A rule as the store holds it; one that cannot be read keeps what of its decision and its
+    `match` can be read, and fails closed (see the module's docstring)."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return ApprovalRule(Decision.ASK, unreadable=f"not valid JSON: {exc}", stored=text)
+    try:
+        return parse_approval_rule(raw)
+    except ApprovalRuleError as exc:
+        reason = exc.problem
+    decision = raw.get("decision") if isinstance(raw, Mapping) else None
+    try:
+        server, tool, ref_id = _parse_match(raw.get("match") if isinstance(raw, Mapping) else None)
+    except ApprovalRuleError:
+        server = tool = ref_id = None
+    return ApprovalRule(
+        Decision(decision) if decision in tuple(Decision) else Decision.ASK,
+        server,
+        tool,
+        ref_id,
+        unreadable=reason,
+        stored=text,
+    )

@@ -12,7 +12,9 @@ with), migrates it to the current schema when the backup is older, checking ever
 tables' constraints, then replaces the store's rows in one transaction: the store is either as it
 was or as the backup was, and running gateways reload it. A backup of a schema newer than this
 toolkeeper's is refused, and so is a file larger than the restore limit (a restore holds every
-row in memory at once) unless the person raises it.
+row in memory at once) unless the person raises it. So is a backup holding an approval rule, an
+argument rule, a confirm mode or a pin that cannot be read, naming it: restored, it would fail
+closed instead of doing what the person wrote.
 
 Calls that wait in the approval queue while a restore replaces it are not lost: the same
 transaction puts their rows back settled as `store_restored`, so the gateways holding them end
@@ -37,12 +39,25 @@ from typing import Any
 import anyio
 from sqlalchemy import Connection, DateTime, Integer, MetaData, Table, func, insert, select, text
 
+from toolkeeper.annotations.effective import scope_label
+from toolkeeper.annotations.rules import stored_rule
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
+from toolkeeper.policy.model import CONFIRM_TEXT_MAX, ConfirmMode
+from toolkeeper.policy.rules import stored_approval_rule
 from toolkeeper.store import Store, StoreError
 from toolkeeper.store import approvals as approval_rows
 from toolkeeper.store.db import SQLITE_BUSY_SECONDS, known_schemas, new_store_identity
 from toolkeeper.store.migrations import SCHEMA_HEAD, VERSION_TABLE
-from toolkeeper.store.tables import metadata, pending_approvals, store_revision, toolsets
+from toolkeeper.store.tables import (
+    approval_rules,
+    argument_rules,
+    confirm_modes,
+    metadata,
+    pending_approvals,
+    store_revision,
+    tool_overrides,
+    toolsets,
+)
 from toolkeeper.store.toolsets import aware
 
 DUMP_FORMAT = "toolkeeper-store"
@@ -112,6 +127,7 @@ class BackupService:
         file larger than `max_bytes` is refused. Calls waiting for approval are ended, told why."""
         source = source.expanduser()
         rows = await _staged_rows(source, max_bytes)
+        _check_readable(rows, f"The backup {source}")
         present = await self._counts()
         if any(present.values()) and not overwrite:
             raise ServiceError(
@@ -259,6 +275,52 @@ async def _staged_rows(source: Path, max_bytes: int) -> dict[str, list[dict[str,
             ) from None
         finally:
             await store.close()
+
+
+def _check_readable(rows: Mapping[str, list[dict[str, Any]]], where: str) -> None:
+    """Read the person's approval rules, argument rules, confirm modes and pins as a gateway will:
+    the first that cannot be read refuses the whole restore, named. Restored, it would fail closed
+    (a rule holding for every call it may cover, a tool denied) instead of doing what it says."""
+    problem = _first_unreadable(rows)
+    if problem is not None:
+        raise ServiceError(
+            f"{where} cannot be restored: {problem}; nothing was restored. Correct or remove it in the "
+            "store the backup came from, and back that store up again."
+        )
+
+
+def _first_unreadable(rows: Mapping[str, list[dict[str, Any]]]) -> str | None:
+    for row in rows.get(approval_rules.name, []):
+        approval = stored_approval_rule(_text(row["rule"]))
+        if approval.unreadable is not None:
+            return f"approval rule {row['id']} (for {approval.target}) cannot be read: {approval.unreadable}"
+    for row in rows.get(argument_rules.name, []):
+        argument = stored_rule(_text(row["rule"]))
+        if argument.unreadable is not None:
+            return (
+                f"argument rule {row['id']} of {row['namespaced_name']} cannot be read: {argument.unreadable}"
+            )
+    for row in rows.get(confirm_modes.name, []):
+        where = f"{row['namespaced_name']} ({scope_label(row['scope'])})"
+        if row["mode"] not in tuple(ConfirmMode):
+            known = ", ".join(mode.value for mode in ConfirmMode)
+            return f"the confirm mode of {where} is {row['mode']!r}, not one of {known}"
+        if row["text"] is not None and (
+            not isinstance(row["text"], str) or len(row["text"]) > CONFIRM_TEXT_MAX
+        ):
+            return f"the confirm mode of {where} has a text that is not 1 to {CONFIRM_TEXT_MAX} characters"
+    for row in rows.get(tool_overrides.name, []):
+        try:
+            json.loads(_text(row["value"]))
+        except (ValueError, RecursionError):
+            where = f"{row['namespaced_name']} ({scope_label(row['scope'])})"
+            return f"the pin {row['field']!r} of {where} is not valid JSON"
+    return None
+
+
+def _text(value: Any) -> str:
+    """A column's value as the text it should be (anything else reads as unreadable text)."""
+    return value if isinstance(value, str) else repr(value)
 
 
 def _check_size(source: Path, max_bytes: int) -> None:

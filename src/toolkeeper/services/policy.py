@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.annotations.effective import GLOBAL, Annotator, scope_label
+from toolkeeper.annotations.patterns import off_loop_when_heavy
 from toolkeeper.annotations.resolve import ResolveError
 from toolkeeper.catalog import Catalog
 from toolkeeper.config.model import Config, GatewaySettings
@@ -32,7 +34,7 @@ from toolkeeper.policy.decide import (
     session_scope,
 )
 from toolkeeper.policy.model import CONFIRM_TEXT_MAX, ConfirmMode, Decision
-from toolkeeper.policy.rules import ApprovalRuleError, parse_approval_rule
+from toolkeeper.policy.rules import ApprovalRuleError, parse_approval_rule, rules_work
 from toolkeeper.services.rules import Resolver
 from toolkeeper.services.toolsets import NOT_STARTED, Change, iso, require_toolset_id
 from toolkeeper.store import Store
@@ -202,7 +204,9 @@ class PolicyService:
             try:
                 raw = json.loads(rule_json)
             except json.JSONDecodeError as exc:
-                raise ApprovalRuleError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+                raise ApprovalRuleError(f"not valid JSON ({exc.msg} at character {exc.pos + 1})") from None
+            except RecursionError:
+                raise ApprovalRuleError("nested too deeply to be read as JSON") from None
         rule = parse_approval_rule(raw)
         if scope != GLOBAL and not (scope.startswith(SESSION_PREFIX) and len(scope) > len(SESSION_PREFIX)):
             raise PolicyError(f"An approval rule's scope is '' (always) or 'session:<id>', got {scope!r}.")
@@ -266,7 +270,8 @@ class PolicyService:
             policy = await self._policy(conn)
         annotator = self._annotator()
         trusted = annotator.policy(tool.server).trusted
-        verdict = policy.decide(
+        decide = partial(
+            policy.decide,
             tool,
             arguments,
             resolution,
@@ -276,6 +281,9 @@ class PolicyService:
             session=None,
             retry_approved=False,
         )
+        rules = (r.rule for r in policy.rules_for(None))
+        work = rules_work(rules, arguments, server=tool.server, tool=tool.name)
+        verdict = await off_loop_when_heavy(work, decide)
         return {
             "tool": tool.namespaced_name,
             "exposedName": tool.exposed_name,
@@ -400,4 +408,5 @@ def _rule_json(stored: policy_rows.StoredRule) -> dict[str, Any]:
         "text": stored.rule.describe(),
         "rule": stored.rule.as_json(),
         "createdAt": iso(stored.created_at),
+        "unreadable": stored.rule.unreadable,
     }

@@ -124,6 +124,8 @@ def _listing(name: str, rules: tuple[Rule, ...]) -> dict[str, Any]:
 
 
 def _unknown_argument(tool: CatalogTool, rule: Rule) -> list[str]:
+    if rule.when is None:
+        return []
     top = rule.when.top_argument
     known = input_properties(tool.declared)
     if known and top not in known:

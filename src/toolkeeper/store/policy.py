@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.policy.decide import ConfirmSetting
 from toolkeeper.policy.model import ConfirmMode
-from toolkeeper.policy.rules import ApprovalRule, ApprovalRuleError, parse_approval_rule
+from toolkeeper.policy.rules import ApprovalRule, stored_approval_rule
 from toolkeeper.store.tables import approval_rules, confirm_modes
 from toolkeeper.store.toolsets import aware, conflict_insert, now
 
@@ -33,20 +33,32 @@ class StoredMode:
 
 
 async def load_modes(conn: AsyncConnection) -> list[StoredMode]:
+    """Every confirm mode. A mode the store holds but this toolkeeper cannot read (written by hand
+    or by a newer toolkeeper) fails closed: it holds as `deny`, its text saying why, until the
+    person sets the tool's mode again."""
     rows = (await conn.execute(select(confirm_modes).order_by(confirm_modes.c.id))).all()
     out = []
     for row in rows:
         try:
-            mode = ConfirmMode(row.mode)
+            setting = ConfirmSetting(ConfirmMode(row.mode), row.text)
         except ValueError:
-            logger.warning(
-                "store: confirm mode %r of %s is unknown and skipped", row.mode, row.namespaced_name
+            logger.error(
+                "store: confirm mode %r of %s is not one this toolkeeper knows; the tool is denied "
+                "until its mode is set again",
+                row.mode,
+                row.namespaced_name,
             )
-            continue
-        out.append(
-            StoredMode(row.scope, row.namespaced_name, ConfirmSetting(mode, row.text), aware(row.updated_at))
-        )
+            setting = ConfirmSetting(ConfirmMode.DENY, unreadable_mode_text(row.mode))
+        out.append(StoredMode(row.scope, row.namespaced_name, setting, aware(row.updated_at)))
     return out
+
+
+def unreadable_mode_text(stored: object) -> str:
+    known = ", ".join(mode.value for mode in ConfirmMode)
+    return (
+        f"The stored confirm mode {stored!r} is not one of {known}, so the tool is not run "
+        "until its confirm mode is set again."
+    )
 
 
 async def modes_by_tool(conn: AsyncConnection) -> MappingProxyType[tuple[str, str], ConfirmSetting]:
@@ -98,15 +110,14 @@ class StoredRule:
 
 
 async def load_rules(conn: AsyncConnection) -> list[StoredRule]:
-    """Every approval rule, in id order; a row that no longer parses is skipped and logged."""
+    """Every approval rule, in id order. A row that no longer parses is kept, failing closed
+    (policy/rules.py), and logged as an error."""
     rows = (await conn.execute(select(approval_rules).order_by(approval_rules.c.id))).all()
     out = []
     for row in rows:
-        try:
-            rule = parse_approval_rule(json.loads(row.rule))
-        except (json.JSONDecodeError, ApprovalRuleError) as exc:
-            logger.warning("store: approval rule %d is unusable and skipped: %s", row.id, exc)
-            continue
+        rule = stored_approval_rule(row.rule)
+        if rule.unreadable is not None:
+            logger.error("store: approval rule %d: %s", row.id, rule.describe())
         out.append(StoredRule(row.id, row.scope, row.origin, rule, aware(row.created_at)))
     return out
 

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from toolkeeper.annotations.rules import Rule, RuleError, parse_rule
+from toolkeeper.annotations.rules import Rule, stored_rule
 from toolkeeper.store.tables import argument_rules
 from toolkeeper.store.toolsets import now
 
@@ -18,17 +18,14 @@ logger = logging.getLogger(__name__)
 
 
 async def load(conn: AsyncConnection) -> MappingProxyType[str, tuple[Rule, ...]]:
-    """Every tool's rules, in order."""
+    """Every tool's rules, in order; a row that no longer parses is kept as unreadable (it fails
+    closed, annotations/rules.py) and logged as an error."""
     rows = (await conn.execute(select(argument_rules).order_by(argument_rules.c.id))).all()
     out: dict[str, list[Rule]] = {}
     for row in rows:
-        try:
-            rule = parse_rule(json.loads(row.rule))
-        except (json.JSONDecodeError, RuleError) as exc:
-            logger.warning(
-                "store: rule %d of %s is unusable and skipped: %s", row.id, row.namespaced_name, exc
-            )
-            continue
+        rule = stored_rule(row.rule)
+        if rule.unreadable is not None:
+            logger.error("store: argument rule %d of %s %s", row.id, row.namespaced_name, rule.describe())
         out.setdefault(row.namespaced_name, []).append(rule)
     return MappingProxyType({name: tuple(rules) for name, rules in out.items()})
 
