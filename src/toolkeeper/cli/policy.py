@@ -32,12 +32,18 @@ policy_app = typer.Typer(
 app.add_typer(policy_app, name="policy")
 
 DECISION_STYLE = {"allow": "green", "ask": "yellow", "deny": "red"}
+# Who made the toolset a tool is listed under: a person's keeps its own confirm modes.
+_MAKERS = {
+    "person": "a person (its own confirm modes hold)",
+    "model": "the model (a mode set for a tool in another toolset follows it here)",
+}
 
 
 def _mode_text(mode: dict[str, Any] | None) -> str:
     if mode is None:
         return "none (the hints decide)"
-    text = f"{mode['mode']} (set for {mode['setFor']})"
+    text = f"{mode['mode']} (set for {mode['setFor']}"
+    text += f", {mode['followed']})" if mode.get("followed") else ")"
     return text + (f": {mode['text']}" if mode.get("text") else "")
 
 
@@ -68,6 +74,12 @@ def policy_explain(
     )
     out.print(f"  reason: {result['reason']}", markup=False, highlight=False)
     out.print(f"  confirm mode: {_mode_text(result['confirmMode'])}", markup=False, highlight=False)
+    if result["toolset"] is not None:
+        out.print(
+            f"  listed under: toolset '{result['toolset']}', made by {_MAKERS[result['toolsetMadeBy']]}",
+            markup=False,
+            highlight=False,
+        )
     trust = "trusted" if result["server"]["trusted"] else "untrusted"
     resolution = result["resolution"]
     out.print(

@@ -238,8 +238,13 @@ async def _list_available(gateway: ConfigHost, args: dict[str, Any]) -> dict[str
 
 
 async def _build(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
+    # A model is not a person: its toolsets take the confirm modes a person set elsewhere.
     return await _services(gateway).toolsets.build(
-        args["name"], args["tools"], args.get("description", ""), bool(args.get("autoEquip", False))
+        args["name"],
+        args["tools"],
+        args.get("description", ""),
+        bool(args.get("autoEquip", False)),
+        by_person=False,
     )
 
 
@@ -256,7 +261,9 @@ async def _unequip(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _delete(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
-    return await _services(gateway).toolsets.delete(args["name"], confirm=args.get("confirm") is True)
+    return await _services(gateway).toolsets.delete(
+        args["name"], confirm=args.get("confirm") is True, by_person=False
+    )
 
 
 async def _active(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
@@ -277,18 +284,24 @@ async def _export(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
 
 async def _import(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).toolsets.import_toolset(
-        args["toolset"], args.get("name"), bool(args.get("overwrite"))
+        args["toolset"], args.get("name"), bool(args.get("overwrite")), by_person=False
     )
 
 
 async def _set_hints(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
+    # A model may pin hints that make a tool look riskier, never ones that spare a question.
     return await _services(gateway).hints.set(
-        args["toolRef"], args.get("hints"), args.get("parameters"), args.get("toolset"), args.get("accept")
+        args["toolRef"],
+        args.get("hints"),
+        args.get("parameters"),
+        args.get("toolset"),
+        args.get("accept"),
+        by_person=False,
     )
 
 
 async def _set_rules(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
-    return await _services(gateway).rules.replace(args["toolRef"], args["rules"])
+    return await _services(gateway).rules.replace(args["toolRef"], args["rules"], by_person=False)
 
 
 async def _set_confirm(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
