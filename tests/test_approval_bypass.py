@@ -480,3 +480,82 @@ async def test_session_rules_of_a_gateway_that_is_gone_are_dropped_at_start_up(t
         assert (await client.call_tool("ctl__pid", {})).is_error
         assert session_rules(config) == []
     assert len(user.offered) == 1
+
+
+# -- the rule, as a pure function --------------------------------------------------------------
+
+
+def test_a_mode_follows_its_tool_outside_the_toolsets_a_person_made() -> None:
+    from test_policy import READ_ONLY, decide, tool_of
+
+    from toolkeeper.catalog import CatalogTool
+    from toolkeeper.policy.decide import ConfirmSetting, Policy, Preferences
+    from toolkeeper.policy.model import ConfirmMode, Decision
+    from toolkeeper.toolsets.model import ToolRef
+
+    tool = tool_of(READ_ONLY)  # srv.tool: a trusted read-only tool is allowed unless a mode says so
+    other = tool_of(READ_ONLY, name="other")
+    modes = {
+        ("work", "srv.tool"): ConfirmSetting(ConfirmMode.ALWAYS, "Check first"),
+        ("loose", "srv.tool"): ConfirmSetting(ConfirmMode.NEVER),
+        ("team", "*"): ConfirmSetting(ConfirmMode.DENY),
+    }
+    toolsets = {
+        "work": (True, (ToolRef("srv.tool"),)),
+        "loose": (True, (ToolRef("srv.tool"),)),
+        "team": (True, (ToolRef(None, other.ref_id),)),  # held by its refId only
+        "mine": (False, (ToolRef("srv.tool"), ToolRef("srv.other"))),
+    }
+    of = Policy(Preferences(), modes, toolsets=toolsets)
+
+    def decided(which: CatalogTool, toolset: str | None) -> tuple[Decision, str]:
+        verdict = decide(of, READ_ONLY, trusted=True, toolset=toolset, name=which.name)
+        return verdict.decision, verdict.made_by
+
+    # A person's toolset: its own mode, laxer or stricter.
+    assert decided(tool, "loose") == (Decision.ALLOW, "confirm mode 'never' for srv.tool (toolset 'loose')")
+    assert decided(tool, "work") == (Decision.ASK, "confirm mode 'always' for srv.tool (toolset 'work')")
+    # The model's toolset, and no toolset: the strictest mode any toolset sets for the tool.
+    assert decided(tool, "mine") == (
+        Decision.ASK,
+        "confirm mode 'always' for srv.tool (toolset 'work'), followed into toolset 'mine', which a "
+        "person did not make",
+    )
+    assert of.confirm_mode(tool, None) == (ConfirmMode.ALWAYS, "Check first")
+    # A toolset's default follows the tools it holds, found by refId too, and no others.
+    assert of.confirm_mode(other, "mine") == (ConfirmMode.DENY, None)
+    assert decided(other, "mine")[0] is Decision.DENY
+    assert of.confirm_mode(tool_of(READ_ONLY, name="third"), "mine") == (None, None)
+    # A mode laxer than what the listing holds changes nothing.
+    looser = Policy(
+        Preferences(), {("loose", "srv.tool"): ConfirmSetting(ConfirmMode.NEVER)}, toolsets=toolsets
+    )
+    assert looser.confirm_mode(tool, "mine") == (None, None)
+
+
+def test_a_cautious_pin_follows_its_tool_too() -> None:
+    from test_policy import READ_ONLY, decide
+
+    from toolkeeper.policy.decide import Policy, Preferences
+    from toolkeeper.policy.model import Decision
+    from toolkeeper.toolsets.model import ToolRef
+
+    toolsets = {"work": (True, (ToolRef("srv.tool"),)), "mine": (False, (ToolRef("srv.tool"),))}
+    of = Policy(Preferences(), toolsets=toolsets, cautious_pins={"srv.tool": {"readOnlyHint": "work"}})
+    followed = decide(of, READ_ONLY, trusted=True, toolset="mine")
+    assert followed.decision is Decision.ASK
+    assert followed.sources["readOnlyHint"] == "pinned (toolset 'work', followed)"
+    assert followed.hints["readOnlyHint"] is False
+    # In a toolset a person made, its own pins are all (and here there is none).
+    assert decide(of, READ_ONLY, trusted=True, toolset="work").decision is Decision.ALLOW
+
+
+def test_a_session_rule_holds_in_its_own_gateway_process_only() -> None:
+    from toolkeeper.policy.decide import Policy, Preferences, ScopedRule
+    from toolkeeper.policy.rules import parse_approval_rule
+
+    allow = parse_approval_rule({"decision": "allow"})
+    rules = (ScopedRule(1, "session:s", allow, "this-boot"), ScopedRule(2, "session:s", allow, "other-boot"))
+    of = Policy(Preferences(), rules=rules, boot="this-boot")
+    assert [r.id for r in of.rules_for("s")] == [1]
+    assert of.rules_for(None) == ()
