@@ -440,6 +440,30 @@ async def test_a_key_is_a_binding_and_a_session_answer_ends_with_the_gateway(tmp
         assert len(again.offered) == 1  # asked again after the restart
 
 
+async def test_an_http_session_answer_ends_with_its_session(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable(trust="trusted")})
+    with gateway(config) as running:
+        url = url_of(running)
+        said_session, declines = AnsweringUser("session"), AnsweringUser("deny")
+        async with client_with(
+            url, None, "legacy", client_info=CLAUDE, elicitation_callback=said_session
+        ) as one:
+            assert not (await one.call_tool("ctl__pid", {})).is_error
+            assert not (await one.call_tool("ctl__pid", {})).is_error
+            assert said_session.offered == [["once", "session", "always", "deny"]]
+            assert len(session_rules(config)) == 1
+            # Another session of the same program is another session.
+            async with client_with(
+                url, None, "legacy", client_info=CLAUDE, elicitation_callback=declines
+            ) as two:
+                assert (await two.call_tool("ctl__pid", {})).is_error
+            assert len(declines.offered) == 1
+        # The client left (its session deleted): the rule went with the session, gateway running.
+        with anyio.fail_after(20):
+            while session_rules(config):
+                await anyio.sleep(0.2)
+
+
 async def test_a_stdio_session_answer_holds_in_its_own_gateway_process_only(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"ctl": controllable(trust="trusted")})
     said_session, declines = AnsweringUser("session"), AnsweringUser("deny")

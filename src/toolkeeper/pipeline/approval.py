@@ -35,6 +35,7 @@ from toolkeeper.policy.decide import session_scope
 from toolkeeper.policy.model import Answer, ConfirmMode, Decision, DecisionRecord, Verdict
 from toolkeeper.protocol import declares, error_result
 from toolkeeper.relay.seal import TokenSeal
+from toolkeeper.sdk_private import on_connection_end
 from toolkeeper.services.approvals import HOLDER
 from toolkeeper.store import StoreError
 from toolkeeper.store.approvals import DENIED, PENDING, STORE_RESTORED, PendingCall
@@ -331,6 +332,21 @@ class ApprovalGate:
             # The rule names whose call the yes was given for (a session's rule holds only in
             # that principal's session, whose name carries the principal).
             await self._remember(asking.tool, scope, f"{answered.who} for {call.client.principal.label()}")
+            if scope and call.ctx is not None and not call.modern and call.client.binding is not None:
+                # A handshake-era session lives as long as its connection: its rules end with it
+                # (a 2026-07-28 request's connection is that request alone).
+                on_connection_end(call.ctx.session, self._session_ended, call.client.binding)
+
+    async def _session_ended(self, binding: str) -> None:
+        services = self.gateway.services
+        if services is None:
+            return
+        try:
+            if await services.policy.revoke_session_rules(binding):
+                await self.gateway.reload_policy()
+        except Exception as exc:  # the gateway removes them as it stops, or at its next start
+            logger.warning("could not remove the approval rules of an ended session: %s", exc)
+        self.approved.pop(binding, None)
 
     def _reach(self, asking: Asking, answer: Answer) -> str | None:
         """The scope of the approval rule a yes becomes: '' for always, the session's for a

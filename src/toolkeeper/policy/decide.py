@@ -323,15 +323,9 @@ class Policy:
         for it (its mode for the tool; else its default, where it holds the tool). The first
         in store order is named among equally strict ones."""
         floors: dict[str, ConfirmInForce] = {}
-
-        def offer(key: str | None, found: ConfirmInForce) -> None:
-            known = floors.get(key) if key else None
-            if key and (known is None or MODE_STRICTNESS[found.mode] > MODE_STRICTNESS[known.mode]):
-                floors[key] = found
-
         for (scope, name), setting in self.modes.items():
             if scope != GLOBAL and name != EVERY_TOOL:
-                offer(name, _stored_in_force(scope, name, setting))
+                _keep_stricter(floors, name, _stored_in_force(scope, name, setting))
         for toolset, (_, refs) in self.toolsets.items():
             default = self.modes.get((toolset, EVERY_TOOL))
             if default is None:
@@ -340,8 +334,9 @@ class Policy:
                 if ref.namespaced_name is not None and (toolset, ref.namespaced_name) in self.modes:
                     continue  # the toolset's mode for the tool wins over its default
                 found = _stored_in_force(toolset, EVERY_TOOL, default)
-                offer(ref.namespaced_name, found)
-                offer(ref.ref_id, found)
+                for key in (ref.namespaced_name, ref.ref_id):
+                    if key is not None:
+                        _keep_stricter(floors, key, found)
         return MappingProxyType(floors)
 
     def confirm_mode(self, tool: CatalogTool, toolset: str | None) -> tuple[ConfirmMode | None, str | None]:
@@ -440,6 +435,12 @@ class Policy:
             )
         # g. Changes things, but reliably nothing destructive.
         return verdict(Decision.ALLOW, f"reliably not destructive ({destructive.said_by})", "policy default")
+
+
+def _keep_stricter(floors: dict[str, ConfirmInForce], key: str, found: ConfirmInForce) -> None:
+    known = floors.get(key)
+    if known is None or MODE_STRICTNESS[found.mode] > MODE_STRICTNESS[known.mode]:
+        floors[key] = found
 
 
 def _stored_in_force(scope: str, name: str, setting: ConfirmSetting) -> ConfirmInForce:

@@ -266,14 +266,12 @@ class PolicyService:
 
     async def end_sessions(self) -> int:
         """Remove the session rules of this gateway process (as it stops); returns how many."""
-        return await self._drop_session_rules(lambda holder: _boot_of(holder) == BOOT)
+        return await self._drop_session_rules(_held_here)
 
     async def drop_ended_sessions(self) -> int:
         """Remove the session rules whose gateway process is gone, or that name none (as a
         gateway starts); returns how many. A rule of another process that still runs stays."""
-        return await self._drop_session_rules(
-            lambda holder: holder is None or _boot_of(holder) is None or held_by_a_gone_process(holder)
-        )
+        return await self._drop_session_rules(_ended)
 
     async def _drop_session_rules(self, ended: Callable[[Mapping[str, Any] | None], bool]) -> int:
         async with self.store.write() as conn:
@@ -449,6 +447,15 @@ def _cautious_pins(overrides: Overrides) -> dict[str, dict[str, str]]:
 
 def _maker(policy: Policy, toolset: str) -> str:
     return "person" if policy.made_by_person(toolset) else "model"
+
+
+def _held_here(holder: Mapping[str, Any] | None) -> bool:
+    return _boot_of(holder) == BOOT
+
+
+def _ended(holder: Mapping[str, Any] | None) -> bool:
+    """A session rule's process is gone, or the rule names none it could hold in."""
+    return holder is None or _boot_of(holder) is None or held_by_a_gone_process(holder)
 
 
 def _boot_of(holder: Mapping[str, Any] | None) -> str | None:
