@@ -355,8 +355,10 @@ async def test_the_approval_queue_names_who_waits_and_a_session_yes_holds_for_th
                 assert waiting[0]["principal"] == "bob"
                 await anyio.to_thread.run_sync(tk, config, "approvals", "deny", waiting[0]["id"])
             assert results["bob"].is_error
-    rules = tk(config, "approvals", "rules", "--json")
-    assert "for alice" in rules.stdout
+        rules = tk(config, "approvals", "rules", "--json")
+        assert "for alice" in rules.stdout
+    # Her session ended with the gateway, and her yes for it with it.
+    assert json.loads(tk(config, "approvals", "rules", "--json").stdout) == []
 
 
 async def test_on_loopback_no_key_is_needed_and_a_key_sent_is_honoured(tmp_path: Path) -> None:

@@ -171,24 +171,34 @@ async def test_pins_from_the_configuration_tool(tmp_path: Path, mode: str) -> No
         assert update["inputSchema"]["properties"]["etag"]["description"].startswith("The etag get_note")
         assert listed["ctl__echo"]["title"] == "Echo (daily)"  # the toolset's pin, while it is equipped
 
-        # Clearing a pin (null) inherits the declared value again; accepting pins a suggestion.
+        # A model may only make a tool look riskier: pinning a value that could spare a question,
+        # or clearing a cautious pin, is a person's to do; nothing is written.
         await ok(client, "enter-configuration-mode")
-        cleared = await ok(
-            client,
-            "set-tool-hints",
-            {"toolRef": {"namespacedName": "notes.update_note"}, "hints": {"readOnlyHint": None}},
-        )
-        assert cleared["cleared"] == ["readOnlyHint"]
-        assert cleared["hints"]["fields"]["readOnlyHint"]["source"] == "declared-untrusted"
-        accepted = await ok(
+        update = {"namespacedName": "notes.update_note"}
+        for hints in ({"readOnlyHint": None}, {"destructiveHint": False}, {"idempotentHint": True}):
+            text = await refused(client, "set-tool-hints", {"toolRef": update, "hints": hints})
+            assert "needs a person" in text and "cautious value" in text, text
+        text = await refused(
             client,
             "set-tool-hints",
             {"toolRef": {"namespacedName": "notes.append_to_note"}, "accept": ["all"]},
         )
+        assert "destructiveHint=false" in text, text
+        # Clearing a pin (null) inherits the declared value again; accepting pins a suggestion.
+        cleared = await ok(client, "set-tool-hints", {"toolRef": update, "parameters": {"etag": None}})
+        assert cleared["cleared"] == ["param:etag"]
+        assert cleared["hints"]["fields"]["readOnlyHint"]["source"] == "pinned"
+        accepted = await ok(
+            client,
+            "set-tool-hints",
+            {
+                "toolRef": {"namespacedName": "notes.append_to_note"},
+                "accept": ["title", "readOnlyHint", "idempotentHint"],
+            },
+        )
         assert accepted["pinned"] == {
             "title": "Append to Note",
             "readOnlyHint": False,
-            "destructiveHint": False,
             "idempotentHint": False,
         }
 

@@ -42,7 +42,7 @@ async def with_toolset(store: Store, name: str = "dev") -> None:
     catalog = build_catalog(
         [ServerTools("ctl", "ctl", True, [{"name": "echo", "inputSchema": {"type": "object"}}])]
     )
-    await ToolsetService(store, lambda: catalog).build(name, ["ctl.echo"])
+    await ToolsetService(store, lambda: catalog).build(name, ["ctl.echo"], by_person=True)
 
 
 async def everything_stored(store: Store) -> str:

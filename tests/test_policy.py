@@ -474,7 +474,9 @@ async def test_approval_rules_stored_listed_scoped_and_revoked(store: Store) -> 
 async def test_confirm_modes_only_tighten_without_a_person(store: Store) -> None:
     policies = service(store)
     catalog = live_catalog()
-    await ToolsetService(store, lambda: catalog).build("kit", [{"namespacedName": "ctl.echo"}])
+    await ToolsetService(store, lambda: catalog).build(
+        "kit", [{"namespacedName": "ctl.echo"}], by_person=True
+    )
 
     assert (await policies.set_confirm_mode("ctl.echo", "session", by_person=False))["before"] is None
     raised = await policies.set_confirm_mode("ctl__echo", "always", by_person=False)
@@ -509,7 +511,13 @@ async def test_confirm_modes_only_tighten_without_a_person(store: Store) -> None
     # A person may relax and clear.
     assert (await policies.set_confirm_mode("ctl.echo", "never", by_person=True))["mode"] == "never"
     cleared = await policies.clear_confirm_mode("ctl.echo", by_person=True)
-    assert cleared["now"] is None
+    # Outside every toolset the default of the toolset holding the tool follows it.
+    assert cleared["now"] == {
+        "mode": "deny",
+        "setFor": "every tool of toolset 'kit'",
+        "text": None,
+        "followed": "followed outside every toolset",
+    }
     with pytest.raises(ServiceError) as gone:
         await policies.clear_confirm_mode("ctl.echo", by_person=True)
     assert gone.value.kind is ErrorKind.NOT_FOUND
@@ -517,7 +525,7 @@ async def test_confirm_modes_only_tighten_without_a_person(store: Store) -> None
     assert [(m["tool"], m["toolset"], m["mode"]) for m in listed] == [("*", "kit", "deny")]
 
     # Deleting a toolset deletes its modes.
-    await ToolsetService(store, lambda: catalog).delete("kit", confirm=True)
+    await ToolsetService(store, lambda: catalog).delete("kit", confirm=True, by_person=True)
     assert (await policies.confirm_modes())["modes"] == []
 
 

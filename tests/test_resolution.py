@@ -386,14 +386,18 @@ async def test_rules_from_the_configuration_tool(tmp_path: Path, mode: str) -> N
             client, "set-argument-rules", {"toolRef": ref, "rules": [{"when": {}, "hints": {}}]}
         )
         assert "rule 1" in text and "exactly one place" in text
-        rule = {"when": {"argument": "action", "equals": "append"}, "hints": {"destructiveHint": False}}
+        # A rule that would spare a question is a person's to write (`toolkeeper rules add`).
+        relaxing = {"when": {"argument": "action", "equals": "append"}, "hints": {"destructiveHint": False}}
+        text = await refused(client, "set-argument-rules", {"toolRef": ref, "rules": [relaxing]})
+        assert "destructiveHint=false" in text and "needs a person" in text, text
+        rule = {"when": {"argument": "action", "equals": "append"}, "hints": {"destructiveHint": True}}
         result = await ok(client, "set-argument-rules", {"toolRef": ref, "rules": [rule]})
-        assert result["rules"][0]["text"] == "when 'action' = \"append\": destructiveHint=false"
+        assert result["rules"][0]["text"] == "when 'action' = \"append\": destructiveHint=true"
         await ok(client, "build-toolset", {"name": "files", "tools": [ref], "autoEquip": True})
         answer = await ask(
             client, "tools/annotations", "files__manage_files", {"path": "a", "action": "append"}
         )
-        assert answer["annotations"] == {**STATIC, "destructiveHint": False}
+        assert answer["annotations"] == STATIC
         await ok(client, "enter-configuration-mode")
         assert (await ok(client, "set-argument-rules", {"toolRef": ref, "rules": []}))["rules"] == []
         await ok(client, "exit-configuration-mode")

@@ -109,25 +109,33 @@ async def test_toolset_refusals_have_their_kind_and_write_nothing(tmp_path: Path
     store, live = await services(tmp_path)
     try:
         toolsets = live.toolsets
-        await toolsets.build("kept", ["ctl.echo"])
+        await toolsets.build("kept", ["ctl.echo"], by_person=True)
         before = await store.revision()
 
         unknown = await refusal_of(toolsets.equip("nope"))
         assert unknown.kind is ErrorKind.NOT_FOUND and 'Toolset "nope" not found' in str(unknown)
-        assert (await refusal_of(toolsets.build("Bad Name", ["ctl.echo"]))).kind is ErrorKind.INVALID
+        assert (
+            await refusal_of(toolsets.build("Bad Name", ["ctl.echo"], by_person=True))
+        ).kind is ErrorKind.INVALID
         assert (await refusal_of(toolsets.equip("Bad Name"))).kind is ErrorKind.INVALID
-        assert (await refusal_of(toolsets.build("kept", ["ctl.pid"]))).kind is ErrorKind.CONFLICT
+        assert (
+            await refusal_of(toolsets.build("kept", ["ctl.pid"], by_person=True))
+        ).kind is ErrorKind.CONFLICT
 
         exported = await toolsets.export("kept")
-        taken = await refusal_of(toolsets.import_toolset(exported))
+        taken = await refusal_of(toolsets.import_toolset(exported, by_person=True))
         assert taken.kind is ErrorKind.CONFLICT and taken.next_step is NextStep.OVERWRITE
         assert "overwrite" in str(taken)
-        assert (await refusal_of(toolsets.import_toolset(exported, name=""))).kind is ErrorKind.INVALID
+        assert (
+            await refusal_of(toolsets.import_toolset(exported, name="", by_person=True))
+        ).kind is ErrorKind.INVALID
 
         # Deleting needs the confirmation, whichever face asks.
-        unconfirmed = await refusal_of(toolsets.delete("kept"))
+        unconfirmed = await refusal_of(toolsets.delete("kept", by_person=True))
         assert unconfirmed.kind is ErrorKind.INVALID and unconfirmed.next_step is NextStep.CONFIRM
-        assert (await refusal_of(toolsets.delete("nope", confirm=True))).kind is ErrorKind.NOT_FOUND
+        assert (
+            await refusal_of(toolsets.delete("nope", confirm=True, by_person=True))
+        ).kind is ErrorKind.NOT_FOUND
 
         # The equipped toolset unless one is named: none equipped and none named.
         nothing = await refusal_of(toolsets.notes())
@@ -141,7 +149,7 @@ async def test_toolset_refusals_have_their_kind_and_write_nothing(tmp_path: Path
         assert gone.kind is ErrorKind.NOT_FOUND
 
         assert await store.revision() == before  # not one of them wrote
-        assert (await toolsets.delete("kept", confirm=True))["deleted"] == "kept"
+        assert (await toolsets.delete("kept", confirm=True, by_person=True))["deleted"] == "kept"
         none_saved = await refusal_of(toolsets.notes())
         assert none_saved.next_step is NextStep.BUILD_TOOLSET
     finally:
@@ -152,10 +160,12 @@ async def test_offline_services_say_the_servers_are_unavailable(tmp_path: Path) 
     store, offline = await services(tmp_path, live=False)
     try:
         for operation in (
-            offline.toolsets.build("kit", ["ctl.echo"]),
+            offline.toolsets.build("kit", ["ctl.echo"], by_person=True),
             offline.toolsets.available_tools(),
             offline.hints.explain("ctl.echo"),
-            offline.rules.add("ctl.echo", {"when": {"argument": "a", "present": True}, "hints": {}}),
+            offline.rules.add(
+                "ctl.echo", {"when": {"argument": "a", "present": True}, "hints": {}}, by_person=True
+            ),
             offline.rules.test("ctl.echo", {}),
         ):
             error = await refusal_of(operation)
@@ -169,7 +179,7 @@ async def test_offline_services_say_the_servers_are_unavailable(tmp_path: Path) 
 
 async def test_a_read_only_store_is_kind_store(tmp_path: Path) -> None:
     store, live = await services(tmp_path)
-    await live.toolsets.build("kept", ["ctl.echo"])
+    await live.toolsets.build("kept", ["ctl.echo"], by_person=True)
     await store.close()
     read_only = await Store(f"sqlite:///file:{tmp_path / 'store.db'}?mode=ro&uri=true").open()
     try:

@@ -9,6 +9,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,9 @@ async def test_round_trip_and_revision(store_url: str) -> None:
     store, svc, changes = await service(store_url, catalog())
     try:
         start = await store.revision()
-        built = await svc.build("dev-kit", ["ctl.echo", {"refId": catalog().by_namespaced["ctl.pid"].ref_id}])
+        built = await svc.build(
+            "dev-kit", ["ctl.echo", {"refId": catalog().by_namespaced["ctl.pid"].ref_id}], by_person=True
+        )
         assert [t["status"] for t in built["toolset"]["tools"]] == ["ok", "ok"]
         await svc.equip("dev-kit")
         added = await svc.add_notes(
@@ -75,13 +78,13 @@ async def test_round_trip_and_revision(store_url: str) -> None:
         assert changes == [Change.CONTENT, Change.EQUIPPED, Change.CONTENT]
         assert await store.revision() == start + 3
         exported = await svc.export("dev-kit")
-        await svc.import_toolset(exported, name="dev-kit-2")
+        await svc.import_toolset(exported, name="dev-kit-2", by_person=True)
         assert (await svc.export("dev-kit-2"))["toolNotes"] == exported["toolNotes"]
         equipped = await svc.equipped()
         assert equipped is not None and equipped.name == "dev-kit"
         assert [n.name for n in equipped.notes_for(catalog().by_namespaced["ctl.echo"])] == ["one", "two"]
         # Deleting removes its tools and notes too; the copy keeps its own.
-        await svc.delete("dev-kit", confirm=True)
+        await svc.delete("dev-kit", confirm=True, by_person=True)
         assert await svc.equipped() is None
         async with store.read() as conn:
             assert (await conn.execute(select(func.count()).select_from(tool_notes))).scalar_one() == 2
@@ -165,7 +168,7 @@ async def test_concurrent_writers_lose_nothing(store_url: str) -> None:
     first, svc, _ = await service(store_url, live)
     second, other, _ = await service(store_url, live)  # another engine: another "process"
     try:
-        await svc.build("busy", ["ctl.echo"], auto_equip=True)
+        await svc.build("busy", ["ctl.echo"], auto_equip=True, by_person=True)
 
         async def annotate(writer: ToolsetService, who: str) -> None:
             for i in range(10):
@@ -185,7 +188,7 @@ async def test_concurrent_writers_lose_nothing(store_url: str) -> None:
 
         async def create(writer: ToolsetService) -> None:
             try:
-                await writer.build("race", ["ctl.pid"])
+                await writer.build("race", ["ctl.pid"], by_person=True)
                 outcomes.append("ok")
             except ToolsetError as exc:
                 outcomes.append(str(exc))
@@ -205,16 +208,16 @@ async def test_bad_input_writes_nothing(store_url: str) -> None:
     try:
         before = await store.revision()
         with pytest.raises(ToolsetError, match="Invalid toolset name format"):
-            await svc.build("No Good", ["ctl.echo"])
+            await svc.build("No Good", ["ctl.echo"], by_person=True)
         with pytest.raises(ToolsetError, match="at least one tool"):
-            await svc.build("empty", [])
+            await svc.build("empty", [], by_person=True)
         with pytest.raises(ToolsetError, match=r"tools\[1\]: Tool not found: ctl.gone"):
-            await svc.build("partly", ["ctl.echo", "ctl.gone"])
+            await svc.build("partly", ["ctl.echo", "ctl.gone"], by_person=True)
         with pytest.raises(ToolsetError, match='Toolset "nope" not found'):
             await svc.equip("nope")
         with pytest.raises(ToolsetError, match="No toolset is currently equipped"):
             await svc.add_notes("ctl.echo", [{"name": "x", "note": "y"}])
-        await svc.build("only-echo", ["ctl.echo"], auto_equip=True)
+        await svc.build("only-echo", ["ctl.echo"], auto_equip=True, by_person=True)
         with pytest.raises(ToolsetError, match="Invalid annotation name"):
             await svc.add_notes(
                 "ctl.echo", [{"name": "fine", "note": "y"}, {"name": "NOT fine", "note": "y"}]
@@ -223,7 +226,8 @@ async def test_bad_input_writes_nothing(store_url: str) -> None:
             await svc.add_notes("ctl.pid", [{"name": "x", "note": "y"}])
         with pytest.raises(ToolsetError, match=r"toolNotes\[0\]"):
             await svc.import_toolset(
-                {"name": "imp", "tools": ["ctl.echo"], "toolNotes": [{"toolRef": {}, "notes": []}]}
+                {"name": "imp", "tools": ["ctl.echo"], "toolNotes": [{"toolRef": {}, "notes": []}]},
+                by_person=True,
             )
         assert await store.revision() == before + 1  # only the one good build
         assert changes == [Change.EQUIPPED]
@@ -235,7 +239,7 @@ async def test_bad_input_writes_nothing(store_url: str) -> None:
 
 async def test_changed_schema_is_flagged_and_repinned(store_url: str) -> None:
     store, svc, _ = await service(store_url, catalog())
-    await svc.build("pinned", ["ctl.echo"], auto_equip=True)
+    await svc.build("pinned", ["ctl.echo"], auto_equip=True, by_person=True)
     await svc.add_notes("ctl.echo", [{"name": "keep", "note": "me"}])
     await store.close()
     changed = catalog(echo={"type": "object", "properties": {"loud": {"type": "boolean"}}})
@@ -257,14 +261,14 @@ async def test_changed_schema_is_flagged_and_repinned(store_url: str) -> None:
 async def test_read_only_store_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "ro.db"
     store, svc, _ = await service(f"sqlite:///{path}", catalog())
-    await svc.build("kept", ["ctl.echo"])
+    await svc.build("kept", ["ctl.echo"], by_person=True)
     await store.close()
     read_only = await Store(f"sqlite:///file:{path}?mode=ro&uri=true").open()
     try:
         svc = ToolsetService(read_only, catalog)
         assert [t["name"] for t in (await svc.saved())["toolsets"]] == ["kept"]  # reading still works
         with pytest.raises(StoreError, match="read-only, so nothing was saved") as error:
-            await svc.build("new-one", ["ctl.echo"])
+            await svc.build("new-one", ["ctl.echo"], by_person=True)
         assert str(path) in str(error.value)
     finally:
         await read_only.close()
@@ -280,12 +284,13 @@ async def test_locked_store_names_the_file(tmp_path: Path, monkeypatch: pytest.M
     try:
         store, svc, _ = await service(f"sqlite:///{path}", catalog())
         with pytest.raises(StoreError, match="locked by another process") as error:
-            await svc.build("blocked", ["ctl.echo"])
+            await svc.build("blocked", ["ctl.echo"], by_person=True)
         assert str(path) in str(error.value)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert (await svc.build("blocked", ["ctl.echo"]))["success"] is True  # nothing was half-written
+    rebuilt = await svc.build("blocked", ["ctl.echo"], by_person=True)
+    assert rebuilt["success"] is True  # nothing was half-written
     await store.close()
 
 
@@ -301,18 +306,20 @@ async def test_pins_upsert_clear_and_go_with_their_toolset(store_url: str) -> No
     store, svc, _ = await service(store_url, catalog())
     hints = HintService(store, catalog, Annotator)
     try:
-        await svc.build("kit", ["ctl.echo"])
-        await hints.set("ctl.echo", {"readOnlyHint": True, "title": "Echo"})
-        await hints.set("ctl.echo", {"readOnlyHint": False})  # replaces the pin, keeps the title
-        await hints.set("ctl.echo", {"destructiveHint": True}, toolset="kit")
+        await svc.build("kit", ["ctl.echo"], by_person=True)
+        await hints.set("ctl.echo", {"readOnlyHint": True, "title": "Echo"}, by_person=True)
+        await hints.set(
+            "ctl.echo", {"readOnlyHint": False}, by_person=True
+        )  # replaces the pin, keeps the title
+        await hints.set("ctl.echo", {"destructiveHint": True}, toolset="kit", by_person=True)
         pins = await hints.overrides()
         assert dict(pins.pins("ctl.echo").fields) == {"readOnlyHint": False, "title": "Echo"}
         assert dict(pins.pins("ctl.echo", "kit").fields) == {"destructiveHint": True}
 
         # Concurrent pins of different fields of one tool: both land.
         async with anyio.create_task_group() as tg:
-            tg.start_soon(hints.set, "ctl.pid", {"readOnlyHint": True})
-            tg.start_soon(hints.set, "ctl.pid", {"openWorldHint": False})
+            tg.start_soon(partial(hints.set, "ctl.pid", {"readOnlyHint": True}, by_person=True))
+            tg.start_soon(partial(hints.set, "ctl.pid", {"openWorldHint": False}, by_person=True))
         assert dict((await hints.overrides()).pins("ctl.pid").fields) == {
             "readOnlyHint": True,
             "openWorldHint": False,
@@ -322,16 +329,16 @@ async def test_pins_upsert_clear_and_go_with_their_toolset(store_url: str) -> No
         revision = await store.revision()
         for bad in ({"readOnlyHint": "yes"}, {"nope": True}, {"title": "x" * 201}):
             with pytest.raises(HintError):
-                await hints.set("ctl.echo", bad)
+                await hints.set("ctl.echo", bad, by_person=True)
         with pytest.raises(ToolsetError):
-            await hints.set("ctl.echo", {"readOnlyHint": True}, toolset="no-such-kit")
+            await hints.set("ctl.echo", {"readOnlyHint": True}, toolset="no-such-kit", by_person=True)
         assert await store.revision() == revision
 
-        cleared = await hints.clear("ctl.echo", ["readOnlyHint"])
+        cleared = await hints.clear("ctl.echo", ["readOnlyHint"], by_person=True)
         assert cleared["cleared"] == ["readOnlyHint"]
         assert dict((await hints.overrides()).pins("ctl.echo").fields) == {"title": "Echo"}
 
-        await svc.delete("kit", confirm=True)  # its toolset pins go with it; global pins stay
+        await svc.delete("kit", confirm=True, by_person=True)  # its toolset pins go with it; global pins stay
         after = await hints.overrides()
         assert not after.pins("ctl.echo", "kit") and after.pins("ctl.echo").fields == {"title": "Echo"}
     finally:
@@ -345,25 +352,27 @@ async def test_rules_keep_their_order_and_concurrent_adds_all_land(store_url: st
     rules = RuleService(store, catalog)
     try:
         read = {"when": {"argument": "text", "equals": "r"}, "hints": {"readOnlyHint": True}}
-        await rules.add("ctl.echo", read)
+        await rules.add("ctl.echo", read, by_person=True)
         async with anyio.create_task_group() as tg:
             for i in range(5):
                 rule = {"when": {"argument": "text", "equals": f"x{i}"}, "hints": {"readOnlyHint": True}}
-                tg.start_soon(rules.add, "ctl.echo", rule)
+                tg.start_soon(partial(rules.add, "ctl.echo", rule, by_person=True))
         listed = await rules.list("ctl.echo")
         assert len(listed["rules"]) == 6 and listed["rules"][0]["when"] == read["when"]
 
         revision = await store.revision()
         with pytest.raises(RuleError):
-            await rules.replace("ctl.echo", [read, {"when": {"argument": "text"}, "hints": {}}])
+            await rules.replace(
+                "ctl.echo", [read, {"when": {"argument": "text"}, "hints": {}}], by_person=True
+            )
         with pytest.raises(RuleError):
             await rules.remove("ctl.echo", 7)
         assert await store.revision() == revision  # refused: nothing written
 
         await rules.remove("ctl.echo", 1)
         assert (await rules.list("ctl.echo"))["rules"][0]["when"]["equals"].startswith("x")
-        replaced = await rules.replace("ctl.echo", [read])
+        replaced = await rules.replace("ctl.echo", [read], by_person=True)
         assert [r["number"] for r in replaced["rules"]] == [1]
-        assert (await rules.replace("ctl.echo", []))["rules"] == []
+        assert (await rules.replace("ctl.echo", [], by_person=True))["rules"] == []
     finally:
         await store.close()

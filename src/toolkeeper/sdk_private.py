@@ -8,6 +8,8 @@ call path.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 from mcp import Client
@@ -47,3 +49,17 @@ def connection_of(session: ServerSession) -> object:
 
     Waits for: a public `ServerSession.connection` (or a stable per-client key)."""
     return getattr(session, "_connection", session)
+
+
+def on_connection_end(session: ServerSession, callback: Callable[..., Awaitable[Any]], *args: Any) -> bool:
+    """Have `callback(*args)` run when the client's connection closes (a handshake-era session
+    ends: the client leaves, deletes its HTTP session, or it idles out). Through the connection's
+    public `exit_stack`, reached as `connection_of` reaches the connection. False when there is
+    none to reach.
+
+    Waits for: a public `ServerSession.connection` (or `ServerRequestContext.connection`)."""
+    stack = getattr(connection_of(session), "exit_stack", None)
+    if not isinstance(stack, AsyncExitStack):
+        return False
+    stack.push_async_callback(callback, *args)
+    return True

@@ -248,7 +248,10 @@ def toolsets_build(
 ) -> None:
     """Save a toolset of the given tools (resolved against the live servers)."""
     result = run_service(
-        load(config, demo), lambda s: s.build(name, tools, description, equip), live=True, wait=wait
+        load(config, demo),
+        lambda s: s.build(name, tools, description, equip, by_person=True),
+        live=True,
+        wait=wait,
     )
     if as_json:
         print_json(result)
@@ -286,7 +289,9 @@ def toolsets_delete(
     confirmed = yes or (
         sys.stdin.isatty() and typer.confirm(f"Delete toolset {name} and its notes?", abort=True)
     )
-    out.print(styled(run_service(loaded, lambda s: s.delete(name, confirm=confirmed))["message"]))
+    out.print(
+        styled(run_service(loaded, lambda s: s.delete(name, confirm=confirmed, by_person=True))["message"])
+    )
 
 
 @toolsets_app.command("export")
@@ -317,7 +322,7 @@ def toolsets_import(
     """Import a toolset exported by `toolsets export` (or the export-toolset tool)."""
 
     async def use(service: ToolsetService) -> dict[str, Any]:
-        return await service.import_toolset(read_json_file(path), name, overwrite)
+        return await service.import_toolset(read_json_file(path), name, overwrite, by_person=True)
 
     result = run_service(load(config, demo), use)
     out.print(
@@ -404,7 +409,7 @@ def import_hypertool(
     as_json: bool = JsonOption,
 ) -> None:
     """Import hypertool's toolsets and notes (and its last equipped toolset)."""
-    result = run_service(load(config, demo), lambda s: s.import_hypertool(path, overwrite))
+    result = run_service(load(config, demo), lambda s: s.import_hypertool(path, overwrite, by_person=True))
     if as_json:
         print_json(result)
         return

@@ -169,7 +169,7 @@ def hints_set(
     fields, parameters = _assignments(assignments or [])
     result = run_service(
         load(config, demo),
-        lambda s: s.set(tool, fields, parameters, toolset, accept),
+        lambda s: s.set(tool, fields, parameters, toolset, accept, by_person=True),
         live=True,
         wait=wait,
         kind="hints",
@@ -195,7 +195,9 @@ def hints_clear(
     demo: bool = DemoOption,
 ) -> None:
     """Unpin fields so the tool inherits them again (works with the servers offline)."""
-    result = run_service(load(config, demo), lambda s: s.clear(tool, fields, toolset), kind="hints")
+    result = run_service(
+        load(config, demo), lambda s: s.clear(tool, fields, toolset, by_person=True), kind="hints"
+    )
     out.print(styled(result["message"]))
 
 

@@ -33,12 +33,18 @@ policy_app = typer.Typer(
 app.add_typer(policy_app, name="policy")
 
 DECISION_STYLE = {"allow": "green", "ask": "yellow", "deny": "red"}
+# Who made the toolset a tool is listed under: a person's keeps its own confirm modes.
+_MAKERS = {
+    "person": "a person (its own confirm modes hold)",
+    "model": "the model (a mode set for a tool in another toolset follows it here)",
+}
 
 
 def _mode_text(mode: dict[str, Any] | None) -> str:
     if mode is None:
         return "none (the hints decide)"
-    text = f"{mode['mode']} (set for {mode['setFor']})"
+    text = f"{mode['mode']} (set for {mode['setFor']}"
+    text += f", {mode['followed']})" if mode.get("followed") else ")"
     return text + (f": {mode['text']}" if mode.get("text") else "")
 
 
@@ -70,6 +76,12 @@ def policy_explain(
     )
     out.print(styled(f"  reason: {result['reason']}"))
     out.print(styled(f"  confirm mode: {_mode_text(result['confirmMode'])}"))
+    if result["toolset"] is not None:
+        out.print(
+            styled(
+                f"  listed under: toolset '{result['toolset']}', made by {_MAKERS[result['toolsetMadeBy']]}"
+            )
+        )
     trust = "trusted" if result["server"]["trusted"] else "untrusted"
     resolution = result["resolution"]
     out.print(

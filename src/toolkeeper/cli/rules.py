@@ -77,7 +77,7 @@ def rules_add(
     one of `equals`, `in`, `matches` (a regular expression), `present`."""
     parsed = json_argument(rule, "the rule")
     result = run_service(
-        load(config, demo), lambda s: s.add(tool, parsed), live=True, wait=wait, kind="rules"
+        load(config, demo), lambda s: s.add(tool, parsed, by_person=True), live=True, wait=wait, kind="rules"
     )
     print_json(result) if as_json else _print_rules(result)
 

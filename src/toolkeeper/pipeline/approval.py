@@ -36,10 +36,12 @@ from toolkeeper.display import cut, visible_line
 from toolkeeper.pipeline.call import ClientIdentity, ToolCall
 from toolkeeper.pipeline.stages import PipelineHost
 from toolkeeper.policy.binding import call_hash
+from toolkeeper.policy.decide import session_scope
 from toolkeeper.policy.model import Answer, ConfirmMode, Decision, DecisionRecord, Verdict
 from toolkeeper.policy.rules import rules_work
 from toolkeeper.protocol import declares, error_result
 from toolkeeper.relay.seal import TokenSeal
+from toolkeeper.sdk_private import on_connection_end
 from toolkeeper.services.approvals import HOLDER
 from toolkeeper.store import StoreError
 from toolkeeper.store.approvals import DENIED, PENDING, STORE_RESTORED, PendingCall
@@ -179,8 +181,9 @@ class ApprovalGate:
         resolution = call.resolution
         assert resolution is not None, "the resolve stage runs before the gate"
         session = call.client.session
+        binding = call.client.binding  # None: no session a rule or a retry's approval is kept for
         retry_approved = False
-        approvals = self.approved.get(session)
+        approvals = self.approved.get(binding) if binding is not None else None
         if approvals:
             approved_at = approvals.get(call_hash(tool.server, tool.name, call.arguments, tool.ref_id))
             window = self.gateway.settings.retry_window
@@ -206,11 +209,11 @@ class ApprovalGate:
             effective,
             trusted=self.gateway.trusts(tool.server),
             toolset=toolset,
-            session=session,
+            session=binding,
             retry_approved=retry_approved,
         )
         # A rule's pattern over a long argument is tested in a worker thread: other calls go on.
-        rules = (r.rule for r in policy.rules_for(session))
+        rules = (r.rule for r in policy.rules_for(binding))
         work = rules_work(rules, call.arguments, server=tool.server, tool=tool.name)
         verdict = await off_loop_when_heavy(work, decide)
         if memo:
@@ -221,7 +224,7 @@ class ApprovalGate:
 
     async def _ask(self, asking: Asking) -> dict[str, Any] | None:
         call, tool, verdict = asking.call, asking.tool, asking.verdict
-        question = build_question(tool, call.arguments, verdict, self._choices(tool, listed_under(call)))
+        question = build_question(tool, call.arguments, verdict, self._choices(call, tool))
         capabilities = self._capabilities(call)
         if declares(capabilities, "elicitation/create"):
             if call.modern:
@@ -249,10 +252,12 @@ class ApprovalGate:
             return declared.model_dump(by_alias=True, exclude_none=True) if declared else {}
         return {}
 
-    def _choices(self, tool: CatalogTool, toolset: str | None) -> list[str]:
-        mode, _ = self.gateway.policy.confirm_mode(tool, toolset)
+    def _choices(self, call: ToolCall, tool: CatalogTool) -> list[str]:
+        mode, _ = self.gateway.policy.confirm_mode(tool, listed_under(call))
         if mode is ConfirmMode.ALWAYS:
             return [Answer.ONCE.value, "deny"]  # the person asked to confirm every call
+        if call.client.binding is None:  # no session another program could not claim too
+            return [Answer.ONCE.value, Answer.ALWAYS.value, "deny"]
         return [*(answer.value for answer in Answer), "deny"]
 
     async def _elicit_during_call(self, asking: Asking, question: dict[str, Any]) -> dict[str, Any] | None:
@@ -285,7 +290,7 @@ class ApprovalGate:
             return refusal(tool, f"its approval answer was not accepted ({problem}); call the tool again")
         responses = call.params.get("inputResponses")
         reply = responses.get(ANSWER_KEY) if isinstance(responses, dict) else None
-        answer = chosen(reply, self._choices(tool, listed_under(call)))
+        answer = chosen(reply, self._choices(call, tool))
         # The retry's envelope was for the gate alone: the downstream sees the plain call.
         call.params = {k: v for k, v in call.params.items() if k not in ("requestState", "inputResponses")}
         return await self._conclude(Asking(call, tool, digest, verdict), Answered(answer, "elicitation"))
@@ -430,21 +435,39 @@ class ApprovalGate:
             wait_ms=answered.waited_ms,
             answer=answer,
         )
-        self.approved.setdefault(call.client.session, {})[asking.digest] = time.monotonic()
+        if call.client.binding is not None:
+            self.approved.setdefault(call.client.binding, {})[asking.digest] = time.monotonic()
         scope = self._reach(asking, answer)
         if scope is not None:
             # The rule names whose call the yes was given for (a session's rule holds only in
             # that principal's session, whose name carries the principal).
             await self._remember(asking.tool, scope, f"{answered.who} for {call.client.principal.label()}")
+            if scope and call.ctx is not None and not call.modern and call.client.binding is not None:
+                # A handshake-era session lives as long as its connection: its rules end with it
+                # (a 2026-07-28 request's connection is that request alone).
+                on_connection_end(call.ctx.session, self._session_ended, call.client.binding)
+
+    async def _session_ended(self, binding: str) -> None:
+        services = self.gateway.services
+        if services is None:
+            return
+        try:
+            if await services.policy.revoke_session_rules(binding):
+                await self.gateway.reload_policy()
+        except Exception as exc:  # the gateway removes them as it stops, or at its next start
+            logger.warning("could not remove the approval rules of an ended session: %s", exc)
+        self.approved.pop(binding, None)
 
     def _reach(self, asking: Asking, answer: Answer) -> str | None:
         """The scope of the approval rule a yes becomes: '' for always, the session's for a
-        session (or a tool confirmed once per session); None when the yes is for this call."""
+        session (or a tool confirmed once per session); None when the yes is for this call, or
+        when the client has no session to keep it for (then every call is asked)."""
         mode, _ = self.gateway.policy.confirm_mode(asking.tool, listed_under(asking.call))
         if answer is Answer.ALWAYS:
             return ""
-        if answer is Answer.SESSION or mode is ConfirmMode.SESSION:
-            return f"session:{asking.call.client.session}"
+        binding = asking.call.client.binding
+        if binding is not None and (answer is Answer.SESSION or mode is ConfirmMode.SESSION):
+            return session_scope(binding)
         return None
 
     async def _remember(self, tool: CatalogTool, scope: str, who: str) -> None:

@@ -81,13 +81,23 @@ ANYONE = Principal("anonymous", "anonymous", admin=True)
 @dataclass(frozen=True, slots=True)
 class ClientIdentity:
     """Who made a call: the client's own name and version, the connection or session it came on
-    (a stdio connection, an HTTP session id), which scopes "for this session" answers, and the
-    principal the edge authenticated."""
+    (a stdio connection, an HTTP session id), and the principal the edge authenticated.
+
+    `bound` says whether `session` names something no other program can take: this gateway
+    process's stdio client, an HTTP session the gateway issued, or an authenticated principal.
+    Only then does a "for this session" answer (or an approval a retry may lean on) outlive the
+    call: a name another program could send (a client's declared name and version) binds nothing."""
 
     name: str | None
     version: str | None
     session: str
     principal: Principal = LOCAL_USER
+    bound: bool = False
+
+    @property
+    def binding(self) -> str | None:
+        """The session a "for this session" answer holds for; None when there is none to bind to."""
+        return self.session if self.bound else None
 
     def label(self) -> str:
         who = (

@@ -17,9 +17,17 @@ f. destructive (whoever says so), or claimed not destructive by no one the gatew
    ask if `confirmDestructive`, else allow;
 g. reliably not destructive, not read-only → allow.
 
-The confirm mode in force is the first of: the tool's mode for the equipped toolset, that
-toolset's default ('*'), the tool's global mode, the server's `confirm` in the configuration,
-the gateway's `confirm`.
+The confirm mode in force is the first of: the tool's mode for the toolset it is listed under,
+that toolset's default ('*'), the tool's global mode, the server's `confirm` in the configuration,
+the gateway's `confirm`. In a toolset a person made, that is all. Anywhere else (a toolset the
+model made through the configuration tools, or no toolset) a mode follows the tool: the mode in
+force is no laxer than the strictest mode any toolset's own modes set for the tool (its mode for
+the tool, else its default when it holds the tool). So a model that builds and equips another
+toolset holding a tool a person guards in one of theirs, or unequips theirs, is still asked. A
+toolset's pin of a hint's cautious value (read-only false, destructive true, idempotent false,
+open-world true) follows the tool the same way, and wins over a laxer value there.
+
+Approval rules for a session hold only in the gateway process whose session it is (`boot`).
 
 Reliability matters only for relaxing. A hint value that could let a call through without
 asking (read-only true, destructive false, idempotent true, open-world false) is relied on only
@@ -35,7 +43,7 @@ server's claim of read-only.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -47,6 +55,7 @@ from toolkeeper.catalog import CatalogTool
 from toolkeeper.config.model import Config, GatewaySettings
 from toolkeeper.policy.model import STRICTNESS, ConfirmMode, Decision, Verdict
 from toolkeeper.policy.rules import ApprovalRule
+from toolkeeper.toolsets.model import ToolRef
 
 EVERY_TOOL = "*"  # the name of a toolset's default confirm mode
 SESSION_PREFIX = "session:"  # the scope of an approval rule that holds for one client session
@@ -93,16 +102,27 @@ class ConfirmInForce:
     text: str | None
     # "files.manage_files (toolset 'x')", "every tool of toolset 'x'", "server 'files' (configuration)"
     origin: str
+    # Set when the mode is another toolset's, followed to where the tool is listed now:
+    # "followed into toolset 'y', which a person did not make", "followed outside every toolset".
+    followed: str | None = None
 
     @property
     def made_by(self) -> str:
-        return f"confirm mode '{self.mode.value}' for {self.origin}"
+        made = f"confirm mode '{self.mode.value}' for {self.origin}"
+        return f"{made}, {self.followed}" if self.followed else made
 
 
 class ScopedRule(NamedTuple):
     id: int
     scope: str  # '' (always holds) or 'session:<id>'
     rule: ApprovalRule
+    # A session rule's gateway process: it holds only there (None: a global rule, or one that
+    # names no process).
+    boot: str | None = None
+
+
+# A toolset as the policy sees it: whether a person made it, and its tools.
+ToolsetMakeup = tuple[bool, tuple[ToolRef, ...]]
 
 
 @dataclass(frozen=True)
@@ -199,6 +219,14 @@ class Policy:
     # From the configuration: a server's `confirm`, the gateway's `confirm`.
     server_modes: Mapping[str, ConfirmMode] = field(default_factory=lambda: MappingProxyType({}))
     default_mode: ConfirmMode | None = None
+    # Every toolset by name: whether a person made it, and its tools. A toolset a person made
+    # keeps its own modes; anywhere else a toolset's mode for a tool follows the tool.
+    toolsets: Mapping[str, ToolsetMakeup] = field(default_factory=lambda: MappingProxyType({}))
+    # The gateway process deciding: the session rules of other processes never hold here.
+    boot: str | None = None
+    # Per tool (namespacedName), the hints a toolset pins to their cautious value, with the
+    # toolset (the first by name): they follow the tool like its modes.
+    cautious_pins: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def from_config(
@@ -206,6 +234,10 @@ class Policy:
         config: Config,
         modes: Mapping[tuple[str, str], ConfirmSetting] | None = None,
         rules: tuple[ScopedRule, ...] = (),
+        *,
+        toolsets: Mapping[str, ToolsetMakeup] | None = None,
+        boot: str | None = None,
+        cautious_pins: Mapping[str, Mapping[str, str]] | None = None,
     ) -> Policy:
         settings = config.settings
         return cls(
@@ -216,6 +248,11 @@ class Policy:
                 {server.name: ConfirmMode(server.confirm) for server in config.servers if server.confirm}
             ),
             ConfirmMode(settings.confirm) if settings.confirm else None,
+            MappingProxyType(dict(toolsets or {})),
+            boot,
+            MappingProxyType(
+                {tool: MappingProxyType(dict(hints)) for tool, hints in (cautious_pins or {}).items()}
+            ),
         )
 
     @cached_property
@@ -227,10 +264,57 @@ class Policy:
     # -- confirm modes ---------------------------------------------------------------------
 
     def confirm_in_force(
-        self, namespaced_name: str, server: str, toolset: str | None
+        self, namespaced_name: str, server: str, toolset: str | None, *, ref_id: str | None = None
     ) -> ConfirmInForce | None:
         """The first of: the tool in the toolset, the toolset's default, the tool globally, the
-        server's configured mode, the gateway's configured mode."""
+        server's configured mode, the gateway's configured mode. Then, unless a person made the
+        toolset, the strictest mode any toolset's own modes set for the tool, when it is stricter."""
+        listed = self._listed_in_force(namespaced_name, server, toolset)
+        if not self._follows_here(toolset):
+            return listed
+        floors = [self._floors.get(key) for key in (namespaced_name, ref_id) if key]
+        floor = max((f for f in floors if f is not None), key=lambda f: MODE_STRICTNESS[f.mode], default=None)
+        if floor is None or MODE_STRICTNESS[floor.mode] <= MODE_STRICTNESS[listed.mode if listed else None]:
+            return listed
+        where = (
+            f"followed into {scope_label(toolset)}, which a person did not make"
+            if toolset is not None
+            else "followed outside every toolset"
+        )
+        return replace(floor, followed=where)
+
+    def made_by_person(self, toolset: str) -> bool:
+        makeup = self.toolsets.get(toolset)
+        return makeup is not None and makeup[0]
+
+    def _follows_here(self, toolset: str | None) -> bool:
+        """Whether what toolsets set for a tool follows it to where it is listed: anywhere but
+        in a toolset a person made."""
+        return toolset is None or not self.made_by_person(toolset)
+
+    def with_followed_pins(
+        self, tool: CatalogTool, facts: Mapping[str, HintFact], toolset: str | None
+    ) -> dict[str, HintFact]:
+        """The hint facts, where a toolset's cautious pin follows the tool here: that value,
+        relied on, in place of a laxer one."""
+        out = dict(facts)
+        pinned = self.cautious_pins.get(tool.namespaced_name)
+        if not pinned or not self._follows_here(toolset):
+            return out
+        for hint, where in pinned.items():
+            cautious = SPEC_DEFAULTS[hint]
+            if out[hint].relied(hint) != cautious:
+                out[hint] = HintFact(
+                    cautious,
+                    f"pinned ({scope_label(where)}, followed)",
+                    f"pinned by you in {scope_label(where)}, which follows the tool here",
+                    True,
+                )
+        return out
+
+    def _listed_in_force(
+        self, namespaced_name: str, server: str, toolset: str | None
+    ) -> ConfirmInForce | None:
         stored: list[tuple[str, str]] = []
         if toolset:
             stored += [(toolset, namespaced_name), (toolset, EVERY_TOOL)]
@@ -238,29 +322,47 @@ class Policy:
         for scope, name in stored:
             setting = self.modes.get((scope, name))
             if setting is not None:
-                origin = (
-                    f"every tool of {scope_label(scope)}"
-                    if name == EVERY_TOOL
-                    else f"{name} ({scope_label(scope)})"
-                )
-                return ConfirmInForce(setting.mode, setting.text, origin)
+                return _stored_in_force(scope, name, setting)
         if server in self.server_modes:
             return ConfirmInForce(self.server_modes[server], None, f"server '{server}' (configuration)")
         if self.default_mode is not None:
             return ConfirmInForce(self.default_mode, None, "every tool (configuration)")
         return None
 
+    @cached_property
+    def _floors(self) -> Mapping[str, ConfirmInForce]:
+        """Per tool, by namespacedName and by refId: the strictest mode a toolset's own modes set
+        for it (its mode for the tool; else its default, where it holds the tool). The first
+        in store order is named among equally strict ones."""
+        floors: dict[str, ConfirmInForce] = {}
+        for (scope, name), setting in self.modes.items():
+            if scope != GLOBAL and name != EVERY_TOOL:
+                _keep_stricter(floors, name, _stored_in_force(scope, name, setting))
+        for toolset, (_, refs) in self.toolsets.items():
+            default = self.modes.get((toolset, EVERY_TOOL))
+            if default is None:
+                continue
+            for ref in refs:
+                if ref.namespaced_name is not None and (toolset, ref.namespaced_name) in self.modes:
+                    continue  # the toolset's mode for the tool wins over its default
+                found = _stored_in_force(toolset, EVERY_TOOL, default)
+                for key in (ref.namespaced_name, ref.ref_id):
+                    if key is not None:
+                        _keep_stricter(floors, key, found)
+        return MappingProxyType(floors)
+
     def confirm_mode(self, tool: CatalogTool, toolset: str | None) -> tuple[ConfirmMode | None, str | None]:
         """The confirm mode in force for the tool and its text (None, None: the hints decide)."""
-        found = self.confirm_in_force(tool.namespaced_name, tool.server, toolset)
+        found = self.confirm_in_force(tool.namespaced_name, tool.server, toolset, ref_id=tool.ref_id)
         return (found.mode, found.text) if found else (None, None)
 
     # -- approval rules --------------------------------------------------------------------
 
     def rules_for(self, session: str | None) -> tuple[ScopedRule, ...]:
-        """The rules that hold in a session: the global ones and that session's own."""
+        """The rules that hold in a session: the global ones and that session's own, given in
+        this gateway process."""
         own = session_scope(session) if session else None
-        return tuple(r for r in self.rules if r.scope == GLOBAL or r.scope == own)
+        return tuple(r for r in self.rules if r.scope == GLOBAL or (r.scope == own and r.boot == self.boot))
 
     def strictest_rule(
         self, tool: CatalogTool, arguments: Mapping[str, Any], relied: Mapping[str, bool], session: str | None
@@ -290,9 +392,9 @@ class Policy:
     ) -> Verdict:
         """Allow, ask or deny this call (see the module's docstring for the order of the steps).
         `session` None: only the global rules hold (an explanation outside any session)."""
-        facts = hint_facts(resolution, effective, trusted=trusted)
+        facts = self.with_followed_pins(tool, hint_facts(resolution, effective, trusted=trusted), toolset)
         relied = {hint: fact.relied(hint) for hint, fact in facts.items()}
-        mode = self.confirm_in_force(tool.namespaced_name, tool.server, toolset)
+        mode = self.confirm_in_force(tool.namespaced_name, tool.server, toolset, ref_id=tool.ref_id)
 
         def verdict(decision: Decision, reason: str, made_by: str) -> Verdict:
             return Verdict(
@@ -349,6 +451,17 @@ class Policy:
             )
         # g. Changes things, but reliably nothing destructive.
         return verdict(Decision.ALLOW, f"reliably not destructive ({destructive.said_by})", "policy default")
+
+
+def _keep_stricter(floors: dict[str, ConfirmInForce], key: str, found: ConfirmInForce) -> None:
+    known = floors.get(key)
+    if known is None or MODE_STRICTNESS[found.mode] > MODE_STRICTNESS[known.mode]:
+        floors[key] = found
+
+
+def _stored_in_force(scope: str, name: str, setting: ConfirmSetting) -> ConfirmInForce:
+    origin = f"every tool of {scope_label(scope)}" if name == EVERY_TOOL else f"{name} ({scope_label(scope)})"
+    return ConfirmInForce(setting.mode, setting.text, origin)
 
 
 def _by_mode(mode: ConfirmMode) -> tuple[Decision, str]:

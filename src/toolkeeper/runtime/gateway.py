@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 STARTUP_GRACE_SECONDS = 15.0
 # How often the gateway looks for changes other processes (the CLI, a replica) made to the store.
 STORE_POLL_SECONDS = 1.0
+SESSIONS_END_SECONDS = 5.0  # at most, for removing this process's session rules as it stops
 
 
 @dataclass(frozen=True)
@@ -138,11 +139,21 @@ class Gateway:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Connect every server and keep the catalog and view current until cancelled."""
         if self.store is not None:
-            await self._load_state()
             await self._settle_orphaned_approvals()
+            await self._end_sessions(starting=True)
+            await self._load_state()
             # Seed 001: start in normal mode when a toolset is equipped, else in configuration mode.
             self.mode = Mode.NORMAL if self.toolset else Mode.CONFIGURATION
             self._rebuild_view()
+        try:
+            await self._run(task_status)
+        finally:
+            if self.store is not None:
+                # A stop must not hang on a store that does not answer.
+                with anyio.move_on_after(SESSIONS_END_SECONDS, shield=True):
+                    await self._end_sessions(starting=False)
+
+    async def _run(self, task_status: anyio.abc.TaskStatus[None]) -> None:
         async with anyio.create_task_group() as tg:
             await tg.start(self.relay.run)
             if self.audit_writer is not None:
@@ -477,6 +488,19 @@ class Gateway:
                 await anyio.sleep(CALLS_ENDED_POLL_SECONDS)
             return await self.pool.calls_ended(timeout)
         return False
+
+    async def _end_sessions(self, *, starting: bool) -> None:
+        """A "for this session" yes ends with its session: the gateway's own as it stops, and, as
+        it starts, those of gateway processes that are gone."""
+        assert self.services is not None
+        policy = self.services.policy
+        try:
+            ended = await (policy.drop_ended_sessions() if starting else policy.end_sessions())
+        except StoreError as exc:
+            logger.warning("cannot remove the approval rules of ended client sessions: %s", exc)
+            return
+        if ended:
+            logger.info("%d approval rule(s) given for client sessions that ended were removed", ended)
 
     async def reload_policy(self) -> None:
         """Read the confirm modes and approval rules again (after the gate or a service wrote one)."""

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,9 +35,12 @@ from toolkeeper.store.approvals import PENDING, PendingCall
 
 logger = logging.getLogger(__name__)
 
-# Who holds a pending call: this host and process. A row held by a process that is gone was
-# never answered in time, and is recorded as not run.
-HOLDER = {"host": socket.gethostname(), "pid": os.getpid()}
+# Who holds a pending call (or a "for this session" approval rule): this host and process. A row
+# held by a process that is gone was never answered in time, and is recorded as not run. `boot` is
+# drawn afresh by every process: it tells this process from an earlier one that had the same pid
+# (a container's first process has the same pid every time it starts).
+BOOT = secrets.token_hex(8)
+HOLDER: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "boot": BOOT}
 POLL_SECONDS = 0.25  # how often a waiting call looks for the person's answer in the store
 GATEWAY_STOPPED = "the gateway stopped"  # why a call waiting when its gateway stopped was not run
 GATEWAY_GONE = "its gateway stopped before an answer came"  # … when its gateway is found gone later
@@ -119,9 +124,15 @@ class ApprovalService:
             call = await self._known(conn, call_id)
             allowed = call.question.get("choices", [a.value for a in Answer])
             if answer.value not in allowed:
+                why = (
+                    "its client has no session that a yes could be kept for"
+                    if Answer.ALWAYS.value in allowed
+                    else "its confirm mode asks for every call"
+                )
+                answers = [a for a in allowed if a != "deny"]
                 raise ServiceError(
-                    f"Call {call_id} ({call.exposed_name}) can only be approved {' or '.join(allowed)}: "
-                    "its confirm mode asks for every call.",
+                    f"Call {call_id} ({call.exposed_name}) can only be approved {' or '.join(answers)}: "
+                    f"{why}.",
                     ErrorKind.INVALID,
                 )
             if call.status == PENDING and await rows.settle(
@@ -324,8 +335,7 @@ class ApprovalService:
 def _holder_gone(call: PendingCall) -> bool:
     """Whether the gateway holding a call is known to be gone: only a process of this host can be
     checked; one held on another host waits until it expires."""
-    holder = call.client.get("holder") or {}
-    return holder.get("host") == HOLDER["host"] and not _alive(holder.get("pid"))
+    return held_by_a_gone_process(call.client.get("holder") or {})
 
 
 def _decided(call: PendingCall) -> ServiceError:
@@ -360,6 +370,18 @@ def _check_id(call_id: str) -> None:
 
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def held_by_a_gone_process(holder: Mapping[str, Any]) -> bool:
+    """Whether the process a row names as its holder is known to be gone: a process of this host
+    that no longer runs, or an earlier process that had this process's pid."""
+    if holder.get("host") != HOLDER["host"]:
+        return False  # another host's processes cannot be looked at from here
+    pid = holder.get("pid")
+    if pid == HOLDER["pid"]:
+        boot = holder.get("boot")
+        return boot is not None and boot != BOOT
+    return not _alive(pid)
 
 
 def _alive(pid: Any) -> bool:

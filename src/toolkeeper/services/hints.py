@@ -3,6 +3,11 @@ and `toolkeeper hints` are thin faces over these.
 
 Pins are global unless a toolset is named; a toolset's pin wins while that toolset is equipped.
 Every request is checked in full before anything is written, and written in one transaction.
+
+The approval policy relies on a pinned hint (a person stands behind it), so what a model asks for
+(`by_person=False`) may only make a tool look riskier: a hint may be pinned to its cautious value
+(readOnlyHint false, destructiveHint true, idempotentHint false, openWorldHint true), and a pin of
+a cautious value may not be cleared. Titles and parameter descriptions spare no question.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from typing import Any
 from toolkeeper.annotations.effective import GLOBAL, Annotator, EffectiveHints, Overrides, scope_label
 from toolkeeper.annotations.hints import (
     FIELDS,
+    HINTS,
     PARAM_DESCRIPTION_MAX,
+    SPEC_DEFAULTS,
     TITLE_MAX,
     Source,
     field_name,
@@ -102,8 +109,11 @@ class HintService:
         parameters: Mapping[str, Any] | None = None,
         toolset: str | None = None,
         accept: list[str] | str | None = None,
+        *,
+        by_person: bool,
     ) -> dict[str, Any]:
-        """Pin fields (a None value clears that pin), parameter descriptions and accepted suggestions."""
+        """Pin fields (a None value clears that pin), parameter descriptions and accepted
+        suggestions. Without a person, only what makes the tool look riskier."""
         tool = self._tool(ref)
         scope = GLOBAL if toolset is None else check_toolset_name(toolset)
         changes = _checked_fields(fields or {})
@@ -119,6 +129,9 @@ class HintService:
         async with self.store.write() as conn:
             if toolset is not None:
                 await require_toolset_id(conn, scope)
+            if not by_person:
+                pinned = (await pins_rows.load(conn)).pins(tool.namespaced_name, scope).fields
+                _refuse_relaxing(tool.namespaced_name, scope, changes, pinned)
             cleared = await pins_rows.remove(
                 conn, tool.namespaced_name, scope, [k for k, v in changes.items() if v is None]
             )
@@ -141,9 +154,10 @@ class HintService:
         return result
 
     async def clear(
-        self, ref: Any, fields: list[str] | None = None, toolset: str | None = None
+        self, ref: Any, fields: list[str] | None = None, toolset: str | None = None, *, by_person: bool
     ) -> dict[str, Any]:
         """Unpin fields (every pin of the tool in that scope when none are named), to inherit again.
+        Without a person, no pin of a cautious hint value.
 
         Works with the servers offline too: a stored pin is found by its namespacedName.
         """
@@ -152,6 +166,9 @@ class HintService:
         scope = GLOBAL if toolset is None else check_toolset_name(toolset)
         keys = None if not fields else [_field_key(f) for f in fields]
         async with self.store.write() as conn:
+            if not by_person:
+                pinned = (await pins_rows.load(conn)).pins(name, scope).fields
+                _refuse_relaxing(name, scope, dict.fromkeys(keys or pinned), pinned)
             removed = await pins_rows.remove(conn, name, scope, keys)
         if removed:
             await self._changed()
@@ -204,6 +221,27 @@ def _checked_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+def _refuse_relaxing(name: str, scope: str, changes: Mapping[str, Any], pinned: Mapping[str, Any]) -> None:
+    """A hint pinned to a value that could spare a question, or a cautious pin cleared (what it
+    inherits may be laxer), relaxes how the tool's calls are decided: that needs a person."""
+    for hint in HINTS:
+        if hint not in changes:
+            continue
+        value = changes[hint]
+        if value is None and pinned.get(hint) is not None and pinned[hint] == SPEC_DEFAULTS[hint]:
+            why = f"clearing the pin {hint}={str(pinned[hint]).lower()}"
+        elif value is not None and value != SPEC_DEFAULTS[hint]:
+            why = f"pinning {hint}={str(value).lower()}"
+        else:
+            continue
+        raise HintError(
+            f"{name} ({scope_label(scope)}): {why} could let its calls run without asking, and relaxing "
+            f"how calls are confirmed needs a person. Here a hint can only be pinned to its cautious "
+            f"value ({', '.join(f'{h}={str(v).lower()}' for h, v in SPEC_DEFAULTS.items())}).",
+            ErrorKind.CONFLICT,
+        )
 
 
 def _checked_parameters(tool: CatalogTool, parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,10 @@ No MCP tool of the gateway can approve a call. So what a model asks for (`by_per
 only make confirmation stricter: a confirm mode can be raised (never < no mode < session <
 always < deny), not lowered or cleared; approval rules are written only by a person or by the
 gate when a person said yes.
+
+A "for this session" rule names the gateway process that holds the session (`HOLDER`): it holds
+there only, goes when that process stops (`end_sessions`), and a gateway starting up drops the
+ones whose process is gone (`drop_ended_sessions`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from toolkeeper.annotations.effective import GLOBAL, Annotator, scope_label
+from toolkeeper.annotations.effective import GLOBAL, Annotator, Overrides, scope_label
+from toolkeeper.annotations.hints import HINTS, SPEC_DEFAULTS
 from toolkeeper.annotations.patterns import off_loop_when_heavy
 from toolkeeper.annotations.resolve import ResolveError
 from toolkeeper.catalog import Catalog
@@ -35,9 +40,11 @@ from toolkeeper.policy.decide import (
 )
 from toolkeeper.policy.model import CONFIRM_TEXT_MAX, ConfirmMode, Decision
 from toolkeeper.policy.rules import ApprovalRuleError, parse_approval_rule, rules_work
+from toolkeeper.services.approvals import BOOT, HOLDER, held_by_a_gone_process
 from toolkeeper.services.rules import Resolver
 from toolkeeper.services.toolsets import NOT_STARTED, Change, iso, require_toolset_id
 from toolkeeper.store import Store
+from toolkeeper.store import overrides as pins_rows
 from toolkeeper.store import policy as policy_rows
 from toolkeeper.store import toolsets as toolset_rows
 from toolkeeper.toolsets.model import ToolRef, check_toolset_name, resolve
@@ -76,8 +83,18 @@ class PolicyService:
 
     async def _policy(self, conn: AsyncConnection) -> Policy:
         modes = await policy_rows.modes_by_tool(conn)
-        rules = tuple(ScopedRule(r.id, r.scope, r.rule) for r in await policy_rows.load_rules(conn))
-        return Policy.from_config(self._config, modes, rules)
+        rules = tuple(
+            ScopedRule(r.id, r.scope, r.rule, _boot_of(r.holder)) for r in await policy_rows.load_rules(conn)
+        )
+        toolsets = await toolset_rows.makers_and_members(conn)
+        return Policy.from_config(
+            self._config,
+            modes,
+            rules,
+            toolsets=toolsets,
+            boot=BOOT,
+            cautious_pins=_cautious_pins(await pins_rows.load(conn)),
+        )
 
     # -- confirm modes ---------------------------------------------------------------------
 
@@ -214,8 +231,10 @@ class PolicyService:
             raise PolicyError(
                 f"An approval rule's origin is a text of 1 to {ORIGIN_MAX} characters, got {origin!r}."
             )
+        # A session is this process's: its rule holds here only, and goes when the process does.
+        holder = HOLDER if scope != GLOBAL else None
         async with self.store.write() as conn:
-            rule_id = await policy_rows.add_rule(conn, scope, rule, origin)
+            rule_id = await policy_rows.add_rule(conn, scope, rule, origin, holder)
         await self._changed()
         return rule_id
 
@@ -245,6 +264,24 @@ class PolicyService:
         """Remove the rules of one session (when it ends); returns how many there were."""
         async with self.store.write() as conn:
             removed = await policy_rows.remove_rules(conn, scope=session_scope(session))
+        if removed:
+            await self._changed()
+        return removed
+
+    async def end_sessions(self) -> int:
+        """Remove the session rules of this gateway process (as it stops); returns how many."""
+        return await self._drop_session_rules(_held_here)
+
+    async def drop_ended_sessions(self) -> int:
+        """Remove the session rules whose gateway process is gone, or that name none (as a
+        gateway starts); returns how many. A rule of another process that still runs stays."""
+        return await self._drop_session_rules(_ended)
+
+    async def _drop_session_rules(self, ended: Callable[[Mapping[str, Any] | None], bool]) -> int:
+        async with self.store.write() as conn:
+            stored = await policy_rows.load_rules(conn)
+            ids = [r.id for r in stored if r.scope != GLOBAL and ended(r.holder)]
+            removed = await policy_rows.remove_rules(conn, ids=ids)
         if removed:
             await self._changed()
         return removed
@@ -292,7 +329,10 @@ class PolicyService:
             "toolset": toolset,
             **verdict.as_json(),
             "text": verdict.text,
-            "confirmMode": _mode_json(policy.confirm_in_force(tool.namespaced_name, tool.server, toolset)),
+            "confirmMode": _mode_json(
+                policy.confirm_in_force(tool.namespaced_name, tool.server, toolset, ref_id=tool.ref_id)
+            ),
+            "toolsetMadeBy": None if toolset is None else _maker(policy, toolset),
             "resolution": {"source": resolution.source, "detail": resolution.detail},
             "note": "Rules a person gave for one client session are not considered here.",
         }
@@ -394,12 +434,46 @@ def _tool_label(name: str) -> str:
 def _mode_json(found: ConfirmInForce | None) -> dict[str, Any] | None:
     if found is None:
         return None
-    return {"mode": found.mode.value, "setFor": found.origin, "text": found.text}
+    out: dict[str, Any] = {"mode": found.mode.value, "setFor": found.origin, "text": found.text}
+    if found.followed:
+        out["followed"] = found.followed
+    return out
+
+
+def _cautious_pins(overrides: Overrides) -> dict[str, dict[str, str]]:
+    """Per tool, the hints some toolset pins to their cautious value, with that toolset (the
+    first by name)."""
+    found: dict[str, dict[str, str]] = {}
+    for (scope, name), pins in sorted(overrides.by_tool.items()):
+        if scope == GLOBAL:
+            continue  # a global pin holds everywhere already
+        for hint in HINTS:
+            if pins.fields.get(hint) == SPEC_DEFAULTS[hint]:
+                found.setdefault(name, {}).setdefault(hint, scope)
+    return found
+
+
+def _maker(policy: Policy, toolset: str) -> str:
+    return "person" if policy.made_by_person(toolset) else "model"
+
+
+def _held_here(holder: Mapping[str, Any] | None) -> bool:
+    return _boot_of(holder) == BOOT
+
+
+def _ended(holder: Mapping[str, Any] | None) -> bool:
+    """A session rule's process is gone, or the rule names none it could hold in."""
+    return holder is None or _boot_of(holder) is None or held_by_a_gone_process(holder)
+
+
+def _boot_of(holder: Mapping[str, Any] | None) -> str | None:
+    boot = holder.get("boot") if holder is not None else None
+    return boot if isinstance(boot, str) else None
 
 
 def _rule_json(stored: policy_rows.StoredRule) -> dict[str, Any]:
     session = stored.scope[len(SESSION_PREFIX) :] if stored.scope.startswith(SESSION_PREFIX) else None
-    return {
+    out = {
         "id": stored.id,
         "scope": "global" if stored.scope == GLOBAL else f"session {session}",
         "session": session,
@@ -410,3 +484,8 @@ def _rule_json(stored: policy_rows.StoredRule) -> dict[str, Any]:
         "createdAt": iso(stored.created_at),
         "unreadable": stored.rule.unreadable,
     }
+    if session is not None:
+        holder = stored.holder or {}
+        # The gateway process whose session it is: the rule holds there, and goes with it.
+        out["gateway"] = {"host": holder.get("host"), "pid": holder.get("pid")}
+    return out

@@ -1,12 +1,18 @@
 """Argument rules, once: list, add, remove, replace, and test a resolution. The configuration
-tool `set-argument-rules` and `toolkeeper rules` are thin faces over these."""
+tool `set-argument-rules` and `toolkeeper rules` are thin faces over these.
+
+A rule's hints are relied on by the approval policy (a person stands behind them), and a rule can
+only make a call look safer than the static hints. So what a model asks for (`by_person=False`)
+may not write a hint value that could spare a question; it may remove rules (which only asks more)
+and write rules that repeat the cautious values.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from toolkeeper.annotations.hints import input_properties
+from toolkeeper.annotations.hints import SPEC_DEFAULTS, input_properties
 from toolkeeper.annotations.resolve import Resolution, ResolveError
 from toolkeeper.annotations.rules import Rule, RuleError, parse_rule
 from toolkeeper.catalog import Catalog, CatalogTool
@@ -51,15 +57,17 @@ class RuleService:
         rules = (await self.load()).get(name, ())
         return _listing(name, rules)
 
-    async def add(self, ref: Any, raw: Any) -> dict[str, Any]:
+    async def add(self, ref: Any, raw: Any, *, by_person: bool) -> dict[str, Any]:
         rule = parse_rule(raw)
+        if not by_person:
+            _refuse_relaxing(rule, 1)
         tool = self._live_tool(ref)
         warnings = _unknown_argument(tool, rule)
         async with self.store.write() as conn:
             await rule_rows.add(conn, tool.namespaced_name, rule)
         return await self._written(tool.namespaced_name, warnings)
 
-    async def replace(self, ref: Any, raws: Any) -> dict[str, Any]:
+    async def replace(self, ref: Any, raws: Any, *, by_person: bool) -> dict[str, Any]:
         """The tool's whole ordered list at once (an empty list removes every rule)."""
         if not isinstance(raws, list):
             raise RuleError("rules must be a list (empty to remove them all).")
@@ -69,6 +77,8 @@ class RuleService:
                 parsed.append(parse_rule(raw))
             except RuleError as exc:
                 raise RuleError(f"rule {i}: {exc}") from None
+            if not by_person:
+                _refuse_relaxing(parsed[-1], i)
         tool = self._live_tool(ref)
         warnings = [w for rule in parsed for w in _unknown_argument(tool, rule)]
         async with self.store.write() as conn:
@@ -121,6 +131,19 @@ def _listing(name: str, rules: tuple[Rule, ...]) -> dict[str, Any]:
             {"number": i, **rule.as_json(), "text": rule.describe()} for i, rule in enumerate(rules, 1)
         ],
     }
+
+
+def _refuse_relaxing(rule: Rule, number: int) -> None:
+    relaxing = [
+        f"{hint}={str(value).lower()}" for hint, value in rule.hints.items() if value != SPEC_DEFAULTS[hint]
+    ]
+    if relaxing:
+        raise RuleError(
+            f"rule {number}: {', '.join(relaxing)} could let calls run without asking, and relaxing how "
+            "calls are confirmed needs a person. Here a rule can only give the cautious values "
+            f"({', '.join(f'{h}={str(v).lower()}' for h, v in SPEC_DEFAULTS.items())}).",
+            ErrorKind.CONFLICT,
+        )
 
 
 def _unknown_argument(tool: CatalogTool, rule: Rule) -> list[str]:

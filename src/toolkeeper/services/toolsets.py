@@ -4,6 +4,11 @@ over these functions: they parse, call, and format; the rules live here.
 Each operation validates everything before it writes, writes in one transaction, and returns
 a JSON-ready dict. A refusal raises `ToolsetError` with its kind (not found, invalid, conflict,
 unavailable) and a message that names the thing and what to do next, in no face's words.
+
+A toolset records who made it (`by_person`): a person, or the model through the configuration
+tools. The policy lets a person's toolset keep its own confirm modes and makes a mode follow its
+tool into any other (policy/decide.py). What a model asks for may not drop a guard a person set:
+it cannot delete or replace a toolset that holds confirm modes or hint pins.
 """
 
 from __future__ import annotations
@@ -170,6 +175,8 @@ class ToolsetService:
             "name": toolset.name,
             "description": toolset.description,
             "equipped": toolset.name == equipped,
+            # A person's toolset keeps its own confirm modes; in the model's, modes follow their tool.
+            "madeBy": "person" if toolset.made_by_person else "model",
             "createdAt": iso(toolset.created_at),
             "updatedAt": iso(toolset.updated_at),
             "toolCount": len(toolset.tools),
@@ -180,7 +187,7 @@ class ToolsetService:
     # -- writing ---------------------------------------------------------------------------
 
     async def build(
-        self, name: Any, tools: Any, description: Any = "", auto_equip: bool = False
+        self, name: Any, tools: Any, description: Any = "", auto_equip: bool = False, *, by_person: bool
     ) -> dict[str, Any]:
         check_toolset_name(name)
         description = _check_description(description)
@@ -205,7 +212,7 @@ class ToolsetService:
                 refs.append(ref)
         if problems:
             raise ToolsetError("Invalid tool references:\n" + "\n".join(problems))
-        toolset = Toolset(name=name, description=description, tools=tuple(refs))
+        toolset = Toolset(name=name, description=description, tools=tuple(refs), made_by_person=by_person)
         async with self.store.write() as conn:
             await _insert_new(conn, toolset, ToolsetError(EXISTS.format(name=name), ErrorKind.CONFLICT))
             if auto_equip:
@@ -252,11 +259,14 @@ class ToolsetService:
             "message": f'Toolset "{previous}" unequipped.' if previous else "No toolset was equipped.",
         }
 
-    async def delete(self, name: str, confirm: bool = False) -> dict[str, Any]:
-        """Delete a toolset with its notes, pins and confirm modes; only when the request confirms it."""
+    async def delete(self, name: str, confirm: bool = False, *, by_person: bool) -> dict[str, Any]:
+        """Delete a toolset with its notes, pins and confirm modes; only when the request confirms
+        it, and without a person only when it holds no confirm modes or pins."""
         check_toolset_name(name)
         async with self.store.write() as conn:
             await require_toolset_id(conn, name)
+            if not by_person:
+                await _refuse_dropping_guards(conn, name, "deleting")
             if confirm is not True:
                 raise ToolsetError(
                     f'Deleting toolset "{name}" removes it and its notes for good: confirm the deletion '
@@ -383,21 +393,25 @@ class ToolsetService:
         }
 
     async def import_toolset(
-        self, document: Any, name: str | None = None, overwrite: bool = False
+        self, document: Any, name: str | None = None, overwrite: bool = False, *, by_person: bool
     ) -> dict[str, Any]:
         """Import an exported toolset (a hypertool ToolsetConfig has the same shape).
 
-        An existing toolset of the same name is replaced only when `overwrite` asks for it.
+        An existing toolset of the same name is replaced only when `overwrite` asks for it, and
+        without a person only when it holds no confirm modes or pins. The toolset is the
+        importer's: a person's, or the model's.
         """
         if name is not None:  # an empty name must not fall back to the document's
             check_toolset_name(name)
-        toolset = parse_toolset_document(document, name)
+        toolset = replace(parse_toolset_document(document, name), made_by_person=by_person)
         catalog = self._catalog()
         if catalog is not None:  # fill in the identity the document left out, where the tool is live
             toolset = replace(toolset, tools=tuple(_complete(ref, catalog) for ref in toolset.tools))
         async with self.store.write() as conn:
             replaced = False
             if overwrite and await rows.load(conn, toolset.name) is not None:
+                if not by_person:
+                    await _refuse_dropping_guards(conn, toolset.name, "replacing")
                 # The equipped state is kept by name, so an equipped toolset stays equipped.
                 await rows.delete_toolset(conn, toolset.name)
                 replaced = True
@@ -419,7 +433,9 @@ class ToolsetService:
             "equipped": is_equipped,
         }
 
-    async def import_hypertool(self, path: Path, overwrite: bool = False) -> dict[str, Any]:
+    async def import_hypertool(
+        self, path: Path, overwrite: bool = False, *, by_person: bool
+    ) -> dict[str, Any]:
         """Toolsets and notes from hypertool's `config.json`; its last equipped toolset too.
 
         hypertool's refIds hash other fields than ours, so they are dropped and references
@@ -445,7 +461,7 @@ class ToolsetService:
                 skipped.append({"name": str(key), "reason": str(exc), "kind": exc.kind})
                 continue
             warnings += [f"{toolset.name}: {d}" for d in dropped]
-            imported.append(toolset)
+            imported.append(replace(toolset, made_by_person=by_person))
         last = document.get("lastEquippedToolset")
         equip = None
         async with self.store.write() as conn:
@@ -453,6 +469,8 @@ class ToolsetService:
             written = []
             for toolset in imported:
                 if toolset.name in existing:
+                    if overwrite and not by_person:
+                        await _refuse_dropping_guards(conn, toolset.name, "replacing")
                     if not overwrite:
                         skipped.append(
                             {
@@ -559,6 +577,22 @@ async def require_toolset_id(conn: AsyncConnection, name: str) -> int:
     if name not in await rows.names(conn):
         raise await _unknown_toolset(conn, name)
     return await rows.require_id(conn, name)
+
+
+async def _refuse_dropping_guards(conn: AsyncConnection, name: str, doing: str) -> None:
+    """Deleting or replacing a toolset drops its confirm modes and pins (how a person wants its
+    tools confirmed and seen): that needs a person."""
+    modes = await policy_rows.count_modes_of(conn, name)
+    pins = await overrides.count_scope(conn, name)
+    if modes or pins:
+        held = " and ".join(
+            f"{count} {what}" for count, what in ((modes, "confirm mode(s)"), (pins, "hint pin(s)")) if count
+        )
+        raise ToolsetError(
+            f'Toolset "{name}" holds {held}; {doing} it would drop them, and that needs a person. '
+            "Build a toolset under another name instead.",
+            ErrorKind.CONFLICT,
+        )
 
 
 async def _insert_new(conn: AsyncConnection, toolset: Toolset, taken: ToolsetError) -> None:

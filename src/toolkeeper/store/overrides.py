@@ -8,7 +8,7 @@ from collections import defaultdict
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.annotations.effective import Overrides, Pins
@@ -69,6 +69,12 @@ async def remove(
     if existing:
         await conn.execute(delete(tool_overrides).where(*where))
     return sorted(existing)
+
+
+async def count_scope(conn: AsyncConnection, scope: str) -> int:
+    """How many pins a toolset holds."""
+    query = select(func.count()).select_from(tool_overrides).where(tool_overrides.c.scope == scope)
+    return int((await conn.execute(query)).scalar_one())
 
 
 async def remove_scope(conn: AsyncConnection, scope: str) -> int:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.policy.decide import ConfirmSetting
@@ -91,6 +92,12 @@ async def remove_mode(conn: AsyncConnection, namespaced_name: str, scope: str) -
     return bool(result.rowcount)
 
 
+async def count_modes_of(conn: AsyncConnection, scope: str) -> int:
+    """How many confirm modes a toolset holds."""
+    query = select(func.count()).select_from(confirm_modes).where(confirm_modes.c.scope == scope)
+    return int((await conn.execute(query)).scalar_one())
+
+
 async def remove_modes_of(conn: AsyncConnection, scope: str) -> int:
     """Drop every confirm mode of a toolset (when the toolset is deleted)."""
     result = await conn.execute(delete(confirm_modes).where(confirm_modes.c.scope == scope))
@@ -107,6 +114,9 @@ class StoredRule:
     origin: str
     rule: ApprovalRule
     created_at: datetime | None
+    # A session rule's gateway process (host, pid, boot); None for a global rule, and for a
+    # session rule from before processes were recorded.
+    holder: Mapping[str, Any] | None = None
 
 
 async def load_rules(conn: AsyncConnection) -> list[StoredRule]:
@@ -118,26 +128,57 @@ async def load_rules(conn: AsyncConnection) -> list[StoredRule]:
         rule = stored_approval_rule(row.rule)
         if rule.unreadable is not None:
             logger.error("store: approval rule %d: %s", row.id, rule.describe())
-        out.append(StoredRule(row.id, row.scope, row.origin, rule, aware(row.created_at)))
+        out.append(
+            StoredRule(row.id, row.scope, row.origin, rule, aware(row.created_at), _holder(row.holder))
+        )
     return out
 
 
-async def add_rule(conn: AsyncConnection, scope: str, rule: ApprovalRule, origin: str) -> int:
+def _holder(stored: str | None) -> Mapping[str, Any] | None:
+    if stored is None:
+        return None
+    try:
+        holder = json.loads(stored)
+    except json.JSONDecodeError:
+        holder = None
+    # Unreadable, it names no process: the rule holds nowhere, and the next start-up drops it.
+    return MappingProxyType(holder) if isinstance(holder, dict) else MappingProxyType({})
+
+
+async def add_rule(
+    conn: AsyncConnection,
+    scope: str,
+    rule: ApprovalRule,
+    origin: str,
+    holder: Mapping[str, Any] | None = None,
+) -> int:
     encoded: Any = json.dumps(rule.as_json(), ensure_ascii=False)
+    held = json.dumps(dict(holder)) if holder is not None else None
     result = await conn.execute(
-        insert(approval_rules).values(scope=scope, rule=encoded, origin=origin, created_at=now())
+        insert(approval_rules).values(scope=scope, rule=encoded, origin=origin, created_at=now(), holder=held)
     )
     key = result.inserted_primary_key
     assert key is not None  # an INSERT of one row
     return int(key[0])
 
 
-async def remove_rules(conn: AsyncConnection, *, rule_id: int | None = None, scope: str | None = None) -> int:
-    """Remove one rule by id, or every rule of a scope; returns how many were removed."""
+async def remove_rules(
+    conn: AsyncConnection,
+    *,
+    rule_id: int | None = None,
+    scope: str | None = None,
+    ids: list[int] | None = None,
+) -> int:
+    """Remove one rule by id, every rule of a scope, or the rules of these ids; returns how many
+    were removed."""
     query = delete(approval_rules)
     if rule_id is not None:
         query = query.where(approval_rules.c.id == rule_id)
     if scope is not None:
         query = query.where(approval_rules.c.scope == scope)
+    if ids is not None:
+        if not ids:
+            return 0
+        query = query.where(approval_rules.c.id.in_(ids))
     result = await conn.execute(query)
     return int(result.rowcount or 0)

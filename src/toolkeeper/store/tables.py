@@ -14,6 +14,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 
 metadata = MetaData()
@@ -26,6 +27,10 @@ toolsets = Table(
     Column("description", Text, nullable=False, default=""),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # True when a person made it (the CLI); False when the model did, through the configuration
+    # tools. A toolset a person made keeps its own confirm modes; in any other, a mode set for a
+    # tool in another toolset follows the tool (see policy/decide.py).
+    Column("made_by_person", Boolean, nullable=False, server_default=false()),
 )
 
 # A toolset's tools, in the order the person gave them. A reference keeps both identities:
@@ -100,6 +105,8 @@ confirm_modes = Table(
 
 # Approval rules, first match wins in `id` order. `scope` is '' for a rule that always holds,
 # or 'session:<id>' for one a person gave "for this session". `rule` is the rule's JSON.
+# `holder` is JSON naming the gateway process whose client session a session rule belongs to
+# (host, pid, boot): it holds in that process only and goes when the process stops.
 approval_rules = Table(
     "approval_rules",
     metadata,
@@ -108,6 +115,7 @@ approval_rules = Table(
     Column("rule", Text, nullable=False),
     Column("origin", String(200), nullable=False),  # who made it: "cli", "person via elicitation", …
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("holder", Text, nullable=True),
 )
 
 # Calls waiting for a person's answer, and what became of them. The gateway that holds the call

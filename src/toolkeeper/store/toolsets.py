@@ -93,6 +93,7 @@ async def load(conn: AsyncConnection, name: str) -> Toolset | None:
         notes=tuple(ToolNotes(ref, tuple(n)) for ref, n in grouped.values()),
         created_at=aware(row.created_at),
         updated_at=aware(row.updated_at),
+        made_by_person=bool(row.made_by_person),
     )
 
 
@@ -101,6 +102,26 @@ async def load_required(conn: AsyncConnection, name: str) -> Toolset:
     if toolset is None:
         raise await _not_found(conn, name)
     return toolset
+
+
+async def makers_and_members(conn: AsyncConnection) -> dict[str, tuple[bool, tuple[ToolRef, ...]]]:
+    """Every toolset by name: whether a person made it, and its tools (without notes)."""
+    rows = await conn.execute(
+        select(
+            toolsets.c.name,
+            toolsets.c.made_by_person,
+            toolset_tools.c.namespaced_name,
+            toolset_tools.c.ref_id,
+        )
+        .select_from(toolsets.outerjoin(toolset_tools, toolset_tools.c.toolset_id == toolsets.c.id))
+        .order_by(toolsets.c.name, toolset_tools.c.position)
+    )
+    found: dict[str, tuple[bool, list[ToolRef]]] = {}
+    for name, by_person, namespaced_name, ref_id in rows:
+        entry = found.setdefault(name, (bool(by_person), []))
+        if namespaced_name is not None or ref_id is not None:
+            entry[1].append(ToolRef(namespaced_name, ref_id))
+    return {name: (by_person, tuple(refs)) for name, (by_person, refs) in found.items()}
 
 
 async def load_all(conn: AsyncConnection) -> list[Toolset]:
@@ -123,6 +144,7 @@ async def insert_toolset(conn: AsyncConnection, toolset: Toolset) -> None:
                 description=toolset.description,
                 created_at=created,
                 updated_at=toolset.updated_at or created,
+                made_by_person=toolset.made_by_person,
             )
             .returning(toolsets.c.id)
         )

@@ -123,6 +123,9 @@ class Toolset:
     notes: tuple[ToolNotes, ...] = ()
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    # Whether a person made it (the CLI) rather than the model (the configuration tools); it is
+    # never read from an exported document, so importing one makes it the importer's.
+    made_by_person: bool = False
     # Notes by namespacedName and by refId: one dict lookup per listed tool, not a scan.
     _by_name: Mapping[str, tuple[Note, ...]] = field(init=False, repr=False, compare=False)
     _by_ref: Mapping[str, tuple[Note, ...]] = field(init=False, repr=False, compare=False)

@@ -238,8 +238,13 @@ async def _list_available(gateway: ConfigHost, args: dict[str, Any]) -> dict[str
 
 
 async def _build(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
+    # A model is not a person: its toolsets take the confirm modes a person set elsewhere.
     return await _services(gateway).toolsets.build(
-        args["name"], args["tools"], args.get("description", ""), bool(args.get("autoEquip", False))
+        args["name"],
+        args["tools"],
+        args.get("description", ""),
+        bool(args.get("autoEquip", False)),
+        by_person=False,
     )
 
 
@@ -256,7 +261,9 @@ async def _unequip(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _delete(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
-    return await _services(gateway).toolsets.delete(args["name"], confirm=args.get("confirm") is True)
+    return await _services(gateway).toolsets.delete(
+        args["name"], confirm=args.get("confirm") is True, by_person=False
+    )
 
 
 async def _active(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
@@ -277,18 +284,24 @@ async def _export(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
 
 async def _import(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     return await _services(gateway).toolsets.import_toolset(
-        args["toolset"], args.get("name"), bool(args.get("overwrite"))
+        args["toolset"], args.get("name"), bool(args.get("overwrite")), by_person=False
     )
 
 
 async def _set_hints(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
+    # A model may pin hints that make a tool look riskier, never ones that spare a question.
     return await _services(gateway).hints.set(
-        args["toolRef"], args.get("hints"), args.get("parameters"), args.get("toolset"), args.get("accept")
+        args["toolRef"],
+        args.get("hints"),
+        args.get("parameters"),
+        args.get("toolset"),
+        args.get("accept"),
+        by_person=False,
     )
 
 
 async def _set_rules(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
-    return await _services(gateway).rules.replace(args["toolRef"], args["rules"])
+    return await _services(gateway).rules.replace(args["toolRef"], args["rules"], by_person=False)
 
 
 async def _set_confirm(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
@@ -352,7 +365,8 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         "Build Toolset",
         "Build and save a toolset: a named selection of tools. Each tool is given by namespacedName or "
         "refId (see list-available-tools). With autoEquip: true the new toolset is equipped at once and "
-        "the gateway returns to normal mode. Example: {name: 'dev-essentials', tools: "
+        "the gateway returns to normal mode. A tool confirmed in another toolset is confirmed at least as "
+        "strictly in this one. Example: {name: 'dev-essentials', tools: "
         "[{namespacedName: 'git.status'}], autoEquip: true}",
         {
             "name": {
@@ -417,7 +431,7 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         "delete-toolset",
         "Delete Toolset",
         "Delete a saved toolset and its notes. Requires confirm: true. Deleting the equipped toolset "
-        "unequips it.",
+        "unequips it. A toolset that holds confirm modes or hint pins cannot be deleted here.",
         {
             "name": {**TOOLSET_NAME, "description": "Name of the toolset to delete"},
             "confirm": {"type": "boolean", "description": "Must be true to actually delete"},
@@ -481,7 +495,8 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         "import-toolset",
         "Import Toolset",
         "Import a toolset from JSON as produced by export-toolset (a hypertool toolset also works). "
-        "Refuses an existing name unless overwrite is true.",
+        "Refuses an existing name unless overwrite is true; a toolset that holds confirm modes or hint "
+        "pins cannot be replaced here.",
         {
             "toolset": {
                 "type": "object",
@@ -505,7 +520,9 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         "Pin a tool's behaviour hints, title or parameter descriptions, overriding what its server "
         "declared; null clears a pin so the tool inherits again. Pins are global unless a toolset is "
         "given (then they hold while it is equipped). 'accept' pins the gateway's inferred suggestions "
-        "(see list-available-tools). Example: {toolRef: {namespacedName: 'notes.update_note'}, hints: "
+        "(see list-available-tools). Here a hint can only be pinned to its cautious value (readOnlyHint "
+        "false, destructiveHint true, idempotentHint false, openWorldHint true), and such a pin cannot be "
+        "cleared. Example: {toolRef: {namespacedName: 'notes.update_note'}, hints: "
         "{readOnlyHint: false, destructiveHint: true}}",
         {
             "toolRef": TOOL_REF,
@@ -564,9 +581,10 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         "Set Argument Rules",
         "Replace a tool's argument rules: ordered conditions over its arguments and the hints that hold "
         "when one matches (first match wins; no match: the static hints). Clients get these through "
-        "tools/resolve and tools/annotations. A rule may not be riskier than the static hints. An empty "
-        "list removes them all. Example: {toolRef: {namespacedName: 'files.manage_files'}, rules: [{when: "
-        "{argument: 'action', equals: 'read'}, hints: {readOnlyHint: true}}]}",
+        "tools/resolve and tools/annotations. A rule may not be riskier than the static hints, and here "
+        "it may only give the cautious values (readOnlyHint false, destructiveHint true, idempotentHint "
+        "false, openWorldHint true): a rule that spares a question is a person's to write. An empty "
+        "list removes them all. Example: {toolRef: {namespacedName: 'files.manage_files'}, rules: []}",
         {
             "toolRef": TOOL_REF,
             "rules": {
