@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,10 +22,10 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import PY, ROOT, controllable, gateway_params, write_config
+from conftest import PY, controllable, gateway_params, write_config
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from test_auth import client_with, gateway, new_key, url_of
+from test_auth import client_with, gateway, new_key, tk, url_of
 
 pytestmark = pytest.mark.anyio
 
@@ -37,19 +36,6 @@ MENU_ON = {"TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU": "true"}
 def _policy_on(monkeypatch: pytest.MonkeyPatch) -> None:
     # The other tests run every call without asking; these are about asking.
     monkeypatch.delenv("TOOLKEEPER_CONFIRM", raising=False)
-
-
-def tk(config: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [PY, "-m", "toolkeeper", *args, "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"},
-    )
-    if ok:
-        assert done.returncode == 0, done.stdout + done.stderr
-    return done
 
 
 class DecliningUser:

@@ -126,12 +126,12 @@ def lone_surrogate_at(value: Any) -> str | None:
     while stack:
         item, path = stack.pop()
         if isinstance(item, str):
-            if not _has_utf8_form(item):
+            if not has_utf8_form(item):
                 return path or "the message"
         elif isinstance(item, dict):
             for key, child in item.items():
                 where = f"{path}.{_printable(key)}" if path else _printable(key)
-                if not _has_utf8_form(key):
+                if not has_utf8_form(key):
                     return where
                 stack.append((child, where))
         elif isinstance(item, list):
@@ -139,7 +139,9 @@ def lone_surrogate_at(value: Any) -> str | None:
     return None
 
 
-def _has_utf8_form(text: str) -> bool:
+def has_utf8_form(text: str) -> bool:
+    """Whether the text can be written as UTF-8 (a lone surrogate, such as a command line's
+    escape of a byte that is not UTF-8, cannot)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -28,6 +28,7 @@ import anyio
 
 from toolkeeper.config.model import DEFAULT_RETRY_WINDOW
 from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.jsonwire import has_utf8_form
 from toolkeeper.policy.model import Answer
 from toolkeeper.store import Store, StoreError
 from toolkeeper.store import approvals as rows
@@ -180,7 +181,7 @@ class ApprovalService:
 
     async def deny(self, call_id: str, *, by: str, channel: str, reason: str | None = None) -> dict[str, Any]:
         _check_id(call_id)
-        if reason is not None and not _has_utf8_form(reason):
+        if reason is not None and not has_utf8_form(reason):
             raise ServiceError(
                 "The reason holds text with no UTF-8 form (bytes that are not UTF-8); give it as UTF-8 text.",
                 ErrorKind.INVALID,
@@ -345,18 +346,10 @@ def _decided(call: PendingCall) -> ServiceError:
     )
 
 
-def _has_utf8_form(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _check_id(call_id: str) -> None:
     """An approval ID is text a person copies from a listing; bytes that are not UTF-8 (a
     command line's surrogate escapes) name no call, and cannot even be looked up."""
-    if not _has_utf8_form(call_id):
+    if not has_utf8_form(call_id):
         try:  # the bytes as given, where the command line escaped them
             shown = call_id.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
         except UnicodeEncodeError:
