@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import threading
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from itertools import count
@@ -52,6 +53,16 @@ KILL_GRACE_SECONDS = 2.0
 _EXIT_POLL_SECONDS = 0.02
 
 _early: dict[str, subprocess.Popen[bytes]] = {}
+# The last lines each server wrote to stderr, whichever of its processes wrote them: what
+# `toolkeeper doctor` shows of a server that exits at once.
+STDERR_LINES_KEPT = 20
+_stderr_tails: dict[str, deque[str]] = {}
+
+
+def recent_stderr(server: str) -> tuple[str, ...]:
+    """The last lines (at most STDERR_LINES_KEPT) the server's processes wrote to stderr, oldest
+    first, as written: the caller removes the configuration's secrets before showing them."""
+    return tuple(_stderr_tails.get(server, ()))
 
 
 def child_environment(config: ServerConfig) -> dict[str, str]:
@@ -64,10 +75,12 @@ def child_environment(config: ServerConfig) -> dict[str, str]:
 
 
 def _pump_stderr(server: str, fd: int) -> None:
+    tail = _stderr_tails.setdefault(server, deque(maxlen=STDERR_LINES_KEPT))
     with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as stream:
         for line in stream:
             line = line.rstrip()
             if line:
+                tail.append(line)
                 child_logger.info("[%s] %s", server, line)
 
 

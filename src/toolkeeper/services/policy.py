@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from toolkeeper.annotations.effective import GLOBAL, Annotator, Overrides, scope_label
 from toolkeeper.annotations.hints import HINTS, SPEC_DEFAULTS
 from toolkeeper.annotations.patterns import off_loop_when_heavy
-from toolkeeper.annotations.resolve import ResolveError
+from toolkeeper.annotations.resolve import Resolution, ResolveError, static_hints
 from toolkeeper.catalog import Catalog
 from toolkeeper.config.model import Config, GatewaySettings
 from toolkeeper.errors import ErrorKind, ServiceError
@@ -336,6 +336,50 @@ class PolicyService:
             "resolution": {"source": resolution.source, "detail": resolution.detail},
             "note": "Rules a person gave for one client session are not considered here.",
         }
+
+    async def without_arguments(self) -> list[dict[str, Any]]:
+        """For every available tool of the live catalog, what the policy decides for a call with no
+        arguments from the tool's static hints, outside any client session: what `explain` says of
+        a tool whose hints do not depend on its arguments. `dependsOnArguments` marks a tool whose
+        hints a rule or its server refines per call, for which a call's arguments may change it."""
+        catalog = self._catalog()
+        if catalog is None:
+            raise PolicyError(NOT_STARTED, ErrorKind.UNAVAILABLE)
+        async with self.store.read() as conn:
+            toolset = await toolset_rows.get_equipped(conn)
+            policy = await self._policy(conn)
+        annotator = self._annotator()
+        rules = tuple(r.rule for r in policy.rules_for(None))
+        found: list[dict[str, Any]] = []
+        for tool in catalog.tools:
+            if not tool.available:
+                continue
+            effective = annotator.effective(tool, toolset, explain=False)
+            static = Resolution(static_hints(effective), "static", "the tool's static hints")
+            decide = partial(
+                policy.decide,
+                tool,
+                {},
+                static,
+                effective,
+                trusted=annotator.policy(tool.server).trusted,
+                toolset=toolset,
+                session=None,
+                retry_approved=False,
+            )
+            work = rules_work(rules, {}, server=tool.server, tool=tool.name)
+            verdict = await off_loop_when_heavy(work, decide)
+            found.append(
+                {
+                    "tool": tool.namespaced_name,
+                    "server": tool.server,
+                    "decision": verdict.decision.value,
+                    "madeBy": verdict.made_by,
+                    "reason": verdict.reason,
+                    "dependsOnArguments": annotator.refinable(tool),
+                }
+            )
+        return found
 
     async def _changed(self) -> None:
         if self._on_change is not None:
