@@ -310,7 +310,8 @@ async def check_store(config: Config) -> tuple[Store | None, list[Finding]]:
     try:
         await store.open()
         async with store.write(bump_revision=False) as conn:
-            await conn.execute(update(store_revision).values(value=store_revision.c.value))
+            # A real change, so the database takes its write lock and checks it may write; undone.
+            await conn.execute(update(store_revision).values(value=store_revision.c.value + 1))
             raise _RolledBack
     except _RolledBack:
         return store, [Finding("store", Level.OK, store.label, "reachable and writable")]
@@ -345,7 +346,8 @@ def check_port(config: Config) -> list[Finding]:
                 address,
                 f"in use or not available ({why}): `toolkeeper serve --transport http` "
                 "cannot listen there (a toolkeeper already serving there is fine)",
-                "stop what listens there, or choose another port: --port N or toolkeeper.httpPort",
+                "stop what listens there, or choose another port: --port N, or http.port under toolkeeper "
+                "(TOOLKEEPER_HTTP_PORT)",
             )
         ]
     return [Finding("port", Level.OK, address, "free for `toolkeeper serve --transport http`")]
