@@ -71,7 +71,7 @@ def _print(finding: Finding) -> None:
         soft_wrap=True,
     )
     for line in finding.details:
-        out.print(styled(("          │ ", "dim"), line), soft_wrap=True)
+        out.print(styled((f"{'':<16}│ ", "dim"), line), soft_wrap=True)
     if finding.next:
         lead = "see" if finding.level in (Level.OK, Level.SKIPPED) else "fix"
         out.print(styled((f"{'':<18}{lead}: ", "dim"), finding.next), soft_wrap=True)

@@ -214,11 +214,12 @@ def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
 
 def check_commands(config: Config) -> list[Finding]:
     findings: list[Finding] = []
-    for server in config.servers:
-        if not isinstance(server, ServerConfig) or server.transport != "stdio" or not server.command:
+    for entry in config.servers:
+        server = _stdio_server(entry)
+        if server is None:
             continue
-        found = command_path(server.command, child_environment(server).get("PATH"), server.cwd)
-        shown = server.redact(server.command)
+        found = _where_command_runs(server)
+        shown = server.redact(server.command or "")
         if found is None:
             findings.append(
                 Finding(
@@ -236,6 +237,17 @@ def check_commands(config: Config) -> list[Finding]:
     for name, reason in config.skipped.items():
         findings.append(Finding("command", Level.PROBLEM, name, f"not started: {reason}"))
     return findings
+
+
+def _stdio_server(config: object) -> ServerConfig | None:
+    """The server's configuration when it is a command toolkeeper starts."""
+    if isinstance(config, ServerConfig) and config.transport == "stdio" and config.command:
+        return config
+    return None
+
+
+def _where_command_runs(server: ServerConfig) -> str | None:
+    return command_path(server.command or "", child_environment(server).get("PATH"), server.cwd)
 
 
 def command_path(command: str, path: str | None, cwd: str | None = None) -> str | None:
@@ -357,8 +369,11 @@ def check_port(config: Config) -> list[Finding]:
 
 
 async def check_servers_answer(live: Live) -> list[Finding]:
+    """Each server whose command was found: ready, or its last error and stderr lines."""
     findings: list[Finding] = []
     for downstream in live.pool:
+        if _command_missing(downstream.config):
+            continue  # the command check said so, with its fix
         if downstream.state is State.READY:
             findings.append(
                 Finding("server", Level.OK, downstream.name, f"answers: {len(downstream.tools)} tool(s)")
@@ -376,6 +391,11 @@ async def check_servers_answer(live: Live) -> list[Finding]:
             )
         )
     return findings
+
+
+def _command_missing(config: object) -> bool:
+    server = _stdio_server(config)
+    return server is not None and _where_command_runs(server) is None
 
 
 def _how_to_see_why(downstream: Downstream) -> str:
