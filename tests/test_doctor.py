@@ -18,8 +18,12 @@ import anyio
 import pytest
 
 from tests.conftest import ROOT, controllable, free_port, write_config
+from toolkeeper.cli.common import running_gateway
 from toolkeeper.config import load_config
+from toolkeeper.config.loader import demo_config_path
+from toolkeeper.downstreams.kinds import KINDS
 from toolkeeper.services.doctor import Finding, Level, check_store, clients_pointing_nowhere
+from toolkeeper.store import Store
 
 
 @pytest.fixture(autouse=True)
@@ -234,3 +238,29 @@ def test_a_client_pointing_at_a_toolkeeper_that_is_gone(tmp_path: Path) -> None:
     )
     assert [(f.subject, f.level) for f in found] == [("claude-desktop", Level.PROBLEM), ("cursor", Level.OK)]
     assert str(gone) in found[0].message and found[0].next == "toolkeeper install claude-desktop"
+
+
+@pytest.mark.anyio
+async def test_counting_without_arguments_decides_as_policy_explain_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For every demo tool whose hints do not depend on its arguments, the count's decision is
+    the one `policy explain TOOL` gives; the one that depends on them is marked so."""
+    monkeypatch.delenv("TOOLKEEPER_CONFIRM")
+    config = load_config(demo_config_path(), kinds=KINDS.entries)
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    async with await store.open(), running_gateway(config, 30.0, store) as gateway:
+        assert gateway.services is not None
+        counted = await gateway.services.policy.without_arguments()
+        assert {v["tool"] for v in counted} == {t.namespaced_name for t in gateway.catalog.tools}
+        for verdict in counted:
+            if verdict["dependsOnArguments"]:
+                assert verdict["tool"] == "files.manage_files"
+                continue
+            explained = await gateway.services.policy.explain(verdict["tool"], {})
+            assert (verdict["decision"], verdict["madeBy"], verdict["reason"]) == (
+                explained["decision"],
+                explained["madeBy"],
+                explained["reason"],
+            ), verdict["tool"]
+    assert {v["decision"] for v in counted} == {"ask", "allow"}
