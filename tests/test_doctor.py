@@ -128,6 +128,21 @@ def test_a_store_that_cannot_be_written_is_a_problem(tmp_path: Path) -> None:
     assert store["level"] == "problem" and why in store["message"]
     assert "TOOLKEEPER_HOME" in store["next"]
     assert not home.exists()
+    (asked,) = of(findings, "approvals", "steer")
+    assert asked["message"].endswith(
+        "; by the configuration alone, without the store's confirm modes and rules"
+    )
+
+
+def test_an_unreachable_database_is_a_problem_named_by_its_address(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, {"steer": controllable()}, databaseUrl="postgresql://postgres:secret@127.0.0.1:1/test"
+    )
+    done = tk("doctor", "--config", str(config), code=1)
+    assert "Traceback" not in done.stderr and "secret" not in done.stdout
+    (store,) = of(doctor("--config", str(config), code=1), "store")
+    assert store["level"] == "problem" and "127.0.0.1:1" in store["message"]
+    assert "databaseUrl" in store["next"]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes to a read-only file")

@@ -119,7 +119,7 @@ async def examine(how: Examination) -> list[Finding]:
     """Run every check in order (see the module's docstring)."""
     config, findings = check_config(how.explicit, demo=how.demo)
     if config is None:
-        findings.append(_skipped("the rest", "the configuration could not be read"))
+        findings.append(_skipped("checks", "the others need a configuration that can be read"))
         return findings
     findings += check_variables(config.path, how.environ)
     findings += check_commands(config)
@@ -127,6 +127,7 @@ async def examine(how: Examination) -> list[Finding]:
     store, store_findings = await check_store(config)
     findings += store_findings
     findings += check_port(config)
+    stored_policy = store is not None or not has_problem(store_findings)
     with tempfile.TemporaryDirectory(prefix="toolkeeper-doctor-") as scratch:
         if store is None:
             # The policy as configured, with no stored modes or rules: what a store not made yet
@@ -135,7 +136,7 @@ async def examine(how: Examination) -> list[Finding]:
         try:
             async with how.connect(config, store=store) as live:
                 findings += await check_servers_answer(live)
-                findings += await check_asked(live, how.command_options)
+                findings += await check_asked(live, how.command_options, stored_policy=stored_policy)
         finally:
             await store.close()
     return findings
@@ -330,6 +331,10 @@ async def check_store(config: Config) -> tuple[Store | None, list[Finding]]:
     except StoreError as exc:
         await store.close()
         return None, [Finding("store", Level.PROBLEM, store.label, f"not usable: {exc}", fix)]
+    except Exception as exc:  # a database driver that is not installed, a URL it cannot read
+        await store.close()
+        why = f"{type(exc).__name__}: {exc}"
+        return None, [Finding("store", Level.PROBLEM, store.label, f"not usable: {why}", fix)]
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -419,10 +424,11 @@ async def _stderr_of(downstream: Downstream) -> tuple[str, ...]:
 # -- 8. what the approval policy asks about --------------------------------------------------
 
 
-async def check_asked(live: Live, command_options: str) -> list[Finding]:
+async def check_asked(live: Live, command_options: str, *, stored_policy: bool = True) -> list[Finding]:
     """Per server that answers: how many of its tools a call with no arguments is asked about
     (from the tools' static hints, as `policy explain` decides), and the command that explains
-    one of them."""
+    one of them. Without `stored_policy` (the store could not be used) the counts say they hold
+    the configuration's policy alone."""
     services = live.services
     if services is None:
         return [_skipped("approvals", "no store to read the approval policy from")]
@@ -443,6 +449,8 @@ async def check_asked(live: Live, command_options: str) -> list[Finding]:
         refined = [v for v in asked if v["dependsOnArguments"]]
         if refined:
             message += f" ({len(refined)} of them may not be, depending on a call's arguments)"
+        if not stored_policy:
+            message += "; by the configuration alone, without the store's confirm modes and rules"
         example = _example(asked or own)
         command = f"toolkeeper policy explain {shlex.quote(example['tool'])}"
         if example["dependsOnArguments"]:
