@@ -193,6 +193,8 @@ def test_vscode_jsonc_with_inputs_becomes_variable_references(home: Path) -> Non
       "env": {"PERPLEXITY_API_KEY": "${input:perplexity-key}", "HOME_DIR": "${env:HOME}"}, /* trailing, */
       "envFile": "${workspaceFolder}/.env",
     },
+    "docs": {"type": "stdio", "command": "docs-server", "args": ["${workspaceFolder}/docs"]},
+    "my server": {"type": "http", "url": "https://example.com/mcp"},
   },
 }
 """,
@@ -207,6 +209,8 @@ def test_vscode_jsonc_with_inputs_becomes_variable_references(home: Path) -> Non
     }
     assert "set PERPLEXITY_KEY" in done.stderr and "Perplexity API Key" in done.stderr
     assert "envFile" in done.stderr  # dropped, and said so
+    assert "docs: ${workspaceFolder} is filled in by the client" in done.stderr
+    assert "my server: not imported" in done.stderr
     assert "plain text" not in done.stderr  # a reference is no literal secret
 
 

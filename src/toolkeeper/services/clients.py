@@ -31,7 +31,7 @@ import platformdirs
 
 from toolkeeper.config import ConfigError, parse_config_text
 from toolkeeper.config.entries import COMMON_KEYS, ENV_REFERENCE
-from toolkeeper.config.loader import user_config_path
+from toolkeeper.config.loader import SERVER_NAME, user_config_path
 from toolkeeper.config.mcp import PROTOCOL_KEYS, REMOTE_KEYS, STDIO_KEYS, starts_toolkeeper
 from toolkeeper.config.model import CREDENTIAL_NAME
 from toolkeeper.downstreams.kinds import KINDS
@@ -41,6 +41,8 @@ TOOLKEEPER_ENTRY = "toolkeeper"
 KNOWN_ENTRY_KEYS = COMMON_KEYS | STDIO_KEYS | REMOTE_KEYS | PROTOCOL_KEYS
 VSCODE_INPUT = re.compile(r"\$\{input:([^}]+)\}")
 VSCODE_ENV = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+# What VS Code fills in itself; toolkeeper would read them as environment variables.
+VSCODE_PREDEFINED = re.compile(r"\$\{(workspaceFolder\w*|userHome|pathSeparator|cwd|/)\}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -322,6 +324,11 @@ def _looks_secret(key: str, value: str) -> bool:
 def _referenced(value: Any, name: str, inputs: Mapping[str, str], notes: list[str]) -> Any:
     if isinstance(value, str):
         value = VSCODE_ENV.sub(lambda m: f"${{{m.group(1)}}}", value)
+        for predefined in VSCODE_PREDEFINED.finditer(value):
+            notes.append(
+                f"{name}: {predefined.group(0)} is filled in by the client, not by toolkeeper; "
+                "write the path it stands for instead."
+            )
 
         def to_variable(match: re.Match[str]) -> str:
             variable = variable_for_input(match.group(1))
@@ -459,6 +466,12 @@ def import_servers(
     notes: list[str] = []
     disabled: list[str] = []
     for name, conversion in converted.items():
+        if not SERVER_NAME.match(name):
+            notes.append(
+                f"{name}: not imported; toolkeeper's server names use letters, digits, '_' and '-' "
+                "(at most 64). Rename it in the client and import again."
+            )
+            continue
         if name in servers:
             (unchanged if servers[name] == conversion.entry else clashes).append(name)
             continue
