@@ -14,7 +14,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.conftest import ROOT, STORE_ENV, controllable
-from toolkeeper.services.clients import CLIENTS, Place, client_file, strip_jsonc
+from toolkeeper.errors import ServiceError
+from toolkeeper.services.clients import CLIENTS, Place, client_file, strip_jsonc, write_atomically
 
 pytestmark = pytest.mark.anyio
 
@@ -98,6 +99,25 @@ def test_jsonc_comments_and_trailing_commas_go_but_strings_stay() -> None:
     assert strip_jsonc(text).count("\n") == text.count("\n")  # errors still point at the right line
 
 
+def test_a_write_that_fails_half_way_leaves_the_file_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = write(tmp_path / "mcp.json", '{"mcpServers": {}}')
+    target.chmod(0o640)
+
+    def fail(source: object, destination: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(ServiceError, match=r"cannot be written .*No space left on device.*unchanged"):
+        write_atomically(target, b'{"half": ')
+    assert target.read_text() == '{"mcpServers": {}}'
+    assert [p.name for p in tmp_path.iterdir()] == ["mcp.json"]  # no temporary file left behind
+    monkeypatch.undo()
+    write_atomically(target, b"{}")
+    assert target.read_bytes() == b"{}" and target.stat().st_mode & 0o777 == 0o640
+
+
 def test_import_into_an_empty_configuration(home: Path) -> None:
     write(
         claude_desktop_file(home),
@@ -111,6 +131,7 @@ def test_import_into_an_empty_configuration(home: Path) -> None:
                 },
                 "old": {"command": "old-server", "disabled": True},
                 "toolkeeper": {"command": "/opt/tk/bin/toolkeeper", "args": ["serve"]},
+                "later": {"command": "later-server", "env": {"KEY": "${TK_TEST_UNSET_VARIABLE}"}},
             }
         },
     )
@@ -125,9 +146,12 @@ def test_import_into_an_empty_configuration(home: Path) -> None:
                 "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_literal"},
             },
             "old": {"command": "old-server", "disabled": True},
+            "later": {"command": "later-server", "env": {"KEY": "${TK_TEST_UNSET_VARIABLE}"}},
         }
     }
-    assert "Imported 3 server(s)" in done.stdout
+    assert "Imported 4 server(s)" in done.stdout
+    assert "later: toolkeeper will skip it until this is fixed: env.KEY: environment variable" in done.stderr
+    assert "WARNING" not in done.stderr
     assert "toolkeeper: skipped" in done.stderr
     assert "GITHUB_PERSONAL_ACCESS_TOKEN" in done.stderr and "plain text" in done.stderr
     assert "imported disabled, as they were: old" in done.stderr

@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -482,10 +483,19 @@ def import_servers(
             disabled.append(name)
     merged = {**data, "mcpServers": servers} if data else {"mcpServers": servers}
     after_text = json.dumps(merged, indent=2, ensure_ascii=False) + "\n"
+    # The loader logs each server it skips; here they are told to the person as notes instead.
+    loader_log = logging.getLogger("toolkeeper.config.loader")
+    level = loader_log.level
+    loader_log.setLevel(logging.ERROR)
     try:
-        parse_config_text(after_text, config, environ={}, kinds=KINDS.entries)
+        loaded = parse_config_text(after_text, config, kinds=KINDS.entries)
     except ConfigError as exc:
         raise ServiceError(f"The merged configuration would not load: {exc}") from None
+    finally:
+        loader_log.setLevel(level)
+    for name in added:
+        if name in loaded.skipped:
+            notes.append(f"{name}: toolkeeper will skip it until this is fixed: {loaded.skipped[name]}.")
     diff = "".join(
         difflib.unified_diff(
             before_text.splitlines(keepends=True),
