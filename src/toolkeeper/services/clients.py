@@ -294,7 +294,7 @@ def convert_entry(name: str, entry: Mapping[str, Any], inputs: Mapping[str, str]
         if key == "serverUrl" and "url" not in entry:
             conversion.entry["url"] = value
         elif key in KNOWN_ENTRY_KEYS:
-            conversion.entry[key] = _referenced(value, name, inputs, conversion.notes)
+            conversion.entry[key] = _referenced(value, name=name, inputs=inputs, notes=conversion.notes)
         else:
             dropped.append(key)
     if dropped:
@@ -313,6 +313,7 @@ def convert_entry(name: str, entry: Mapping[str, Any], inputs: Mapping[str, str]
                     f"keeps it in plain text. Consider writing ${{{key.upper().replace('-', '_')}}} "
                     "and setting that variable instead."
                 )
+    conversion.notes = list(dict.fromkeys(conversion.notes))  # an input used twice is told once
     return conversion
 
 
@@ -322,30 +323,30 @@ def _looks_secret(key: str, value: str) -> bool:
     return bool(CREDENTIAL_NAME.fullmatch(key)) or value.lower().startswith(("bearer ", "basic "))
 
 
-def _referenced(value: Any, name: str, inputs: Mapping[str, str], notes: list[str]) -> Any:
-    if isinstance(value, str):
-        value = VSCODE_ENV.sub(lambda m: f"${{{m.group(1)}}}", value)
-        for predefined in VSCODE_PREDEFINED.finditer(value):
-            notes.append(
-                f"{name}: {predefined.group(0)} is filled in by the client, not by toolkeeper; "
-                "write the path it stands for instead."
-            )
-
-        def to_variable(match: re.Match[str]) -> str:
-            variable = variable_for_input(match.group(1))
-            described = inputs.get(match.group(1))
-            notes.append(
-                f"{name}: VS Code input {match.group(1)!r}"
-                + (f" ({described})" if described else "")
-                + f" is now ${{{variable}}}: set {variable} in the environment toolkeeper runs in."
-            )
-            return f"${{{variable}}}"
-
-        return VSCODE_INPUT.sub(to_variable, value)
+def _referenced(value: Any, *, name: str, inputs: Mapping[str, str], notes: list[str]) -> Any:
+    """`value` (a string, or a list or object of them) with the client's variables as
+    toolkeeper's `${VAR}`; each input replaced, and each variable only the client fills, noted."""
     if isinstance(value, list):
-        return [_referenced(item, name, inputs, notes) for item in value]
+        return [_referenced(item, name=name, inputs=inputs, notes=notes) for item in value]
     if isinstance(value, dict):
-        return {key: _referenced(item, name, inputs, notes) for key, item in value.items()}
+        return {key: _referenced(item, name=name, inputs=inputs, notes=notes) for key, item in value.items()}
+    if not isinstance(value, str):
+        return value
+    value = VSCODE_ENV.sub(r"${\1}", value)
+    for predefined in VSCODE_PREDEFINED.finditer(value):
+        notes.append(
+            f"{name}: {predefined.group(0)} is filled in by the client, not by toolkeeper; "
+            "write the path it stands for instead."
+        )
+    for input_id in dict.fromkeys(VSCODE_INPUT.findall(value)):
+        variable = variable_for_input(input_id)
+        described = inputs.get(input_id)
+        notes.append(
+            f"{name}: VS Code input {input_id!r}"
+            + (f" ({described})" if described else "")
+            + f" is now ${{{variable}}}: set {variable} in the environment toolkeeper runs in."
+        )
+        value = value.replace(f"${{input:{input_id}}}", f"${{{variable}}}")
     return value
 
 
