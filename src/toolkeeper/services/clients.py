@@ -30,11 +30,11 @@ from typing import Any
 
 import platformdirs
 
-from toolkeeper.config import ConfigError, parse_config_text
+from toolkeeper.config import Config, ConfigError, parse_config_text
 from toolkeeper.config.entries import COMMON_KEYS, ENV_REFERENCE
 from toolkeeper.config.loader import SERVER_NAME, user_config_path
 from toolkeeper.config.mcp import PROTOCOL_KEYS, REMOTE_KEYS, STDIO_KEYS, starts_toolkeeper
-from toolkeeper.config.model import CREDENTIAL_NAME
+from toolkeeper.config.model import CREDENTIAL_NAME, DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT
 from toolkeeper.downstreams.kinds import KINDS
 from toolkeeper.errors import ErrorKind, ServiceError
 
@@ -404,6 +404,18 @@ def _read_toolkeeper_config(path: Path) -> tuple[str, dict[str, Any]]:
     return text, data
 
 
+def quietly_parsed(text: str, path: Path) -> Config:
+    """The configuration `text` holds, read as the gateway would; the servers it would skip are
+    in `skipped`, not in the log (a command tells them to the person in its own words)."""
+    loader_log = logging.getLogger("toolkeeper.config.loader")
+    level = loader_log.level
+    loader_log.setLevel(logging.ERROR)
+    try:
+        return parse_config_text(text, path, kinds=KINDS.entries)
+    finally:
+        loader_log.setLevel(level)
+
+
 @dataclass(frozen=True)
 class ImportResult:
     config: Path
@@ -484,16 +496,10 @@ def import_servers(
             disabled.append(name)
     merged = {**data, "mcpServers": servers} if data else {"mcpServers": servers}
     after_text = json.dumps(merged, indent=2, ensure_ascii=False) + "\n"
-    # The loader logs each server it skips; here they are told to the person as notes instead.
-    loader_log = logging.getLogger("toolkeeper.config.loader")
-    level = loader_log.level
-    loader_log.setLevel(logging.ERROR)
     try:
-        loaded = parse_config_text(after_text, config, kinds=KINDS.entries)
+        loaded = quietly_parsed(after_text, config)
     except ConfigError as exc:
         raise ServiceError(f"The merged configuration would not load: {exc}") from None
-    finally:
-        loader_log.setLevel(level)
     for name in added:
         if name in loaded.skipped:
             notes.append(f"{name}: toolkeeper will skip it until this is fixed: {loaded.skipped[name]}.")
@@ -611,8 +617,9 @@ class InstallResult:
     already: bool
 
 
-def _toolkeeper_entry(client: Client, *, transport: str, config: Path, url: str) -> dict[str, Any]:
+def _toolkeeper_entry(client: Client, *, transport: str, config: Path) -> dict[str, Any]:
     if transport == "http":
+        url = _served_url(config)
         if client.remote_url_key is None:
             raise ServiceError(
                 f"{client.title}'s file starts local (stdio) servers only; install with the stdio transport."
@@ -628,10 +635,10 @@ def _toolkeeper_entry(client: Client, *, transport: str, config: Path, url: str)
 
 def _served_url(config: Path) -> str:
     try:
-        loaded = parse_config_text(config.read_text(encoding="utf-8"), config, kinds=KINDS.entries)
+        loaded = quietly_parsed(config.read_text(encoding="utf-8"), config)
         host, port = loaded.settings.http_host, loaded.settings.http_port
     except (OSError, ConfigError):
-        host, port = "127.0.0.1", 8765
+        host, port = DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}/mcp"
@@ -649,7 +656,7 @@ def install(
 ) -> InstallResult:
     """Point a client at toolkeeper.
 
-    1. toolkeeper's file must exist and load (import first), else refused;
+    1. toolkeeper's file must exist and be a JSON object (import first), else refused;
     2. Claude Code: the `claude mcp` commands to run are returned and nothing is edited;
     3. the client's file is read (a missing one is created if its folder exists, so the client is
        there; else refused, as an invalid one is);
@@ -669,7 +676,7 @@ def install(
             ErrorKind.NOT_FOUND,
         )
     tk_servers: dict[str, Any] = tk_data.get("mcpServers", {})
-    entry = _toolkeeper_entry(client, transport=transport, config=config, url=_served_url(config))
+    entry = _toolkeeper_entry(client, transport=transport, config=config)
     path = client_file(client, place)
     document = read_client_file(path, jsonc=client.jsonc, missing_ok=path.parent.is_dir())
     data: dict[str, Any] = dict(document.data) if document else {}
