@@ -231,14 +231,30 @@ def test_the_demo_servers_ask_counts_agree_with_policy_explain(monkeypatch: pyte
 
 def test_a_clean_configuration_exits_0(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"steer": controllable()})
-    done = tk("doctor", "--config", str(config))
+    home = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config")}
+    done = tk("doctor", "--config", str(config), env=home)
     assert "problem" not in done.stdout
-    findings = doctor("--config", str(config))
+    findings = doctor("--config", str(config), env=home)
     assert {f["level"] for f in findings} <= {"ok", "skipped"}
     assert of(findings, "server", "steer")[0]["message"].startswith("answers: ")
     assert of(findings, "approvals", "steer")[0]["next"].startswith("toolkeeper policy explain steer.")
     (clients,) = of(findings, "clients")
-    assert clients["message"] == "skipped: client files are read by `toolkeeper import`"
+    assert clients["message"] == "no client's file starts toolkeeper yet"
+
+
+def test_a_client_file_starting_a_toolkeeper_that_is_gone_is_a_problem(tmp_path: Path) -> None:
+    """Read from the client's own file at its place under HOME, as `toolkeeper install` wrote it."""
+    config = write_config(tmp_path, {"steer": controllable()})
+    gone = tmp_path / "old-venv" / "bin" / "toolkeeper"
+    settings = tmp_path / ".config" / "Claude" / "claude_desktop_config.json"
+    settings.parent.mkdir(parents=True)
+    entry = {"command": str(gone), "args": ["serve", "--config", str(config)]}
+    settings.write_text(json.dumps({"mcpServers": {"toolkeeper": entry}}))
+    home = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config")}
+    findings = doctor("--config", str(config), code=1, env=home)
+    (clients,) = of(findings, "clients")
+    assert clients["level"] == "problem" and str(gone) in clients["message"], clients
+    assert clients["next"] == "toolkeeper install claude-desktop"
 
 
 def test_a_client_pointing_at_a_toolkeeper_that_is_gone(tmp_path: Path) -> None:

@@ -430,6 +430,7 @@ def import_hypertool(
 from toolkeeper.cli import approvals as _approvals  # noqa: E402, F401
 from toolkeeper.cli import audit as _audit  # noqa: E402, F401
 from toolkeeper.cli import backup as _backup  # noqa: E402, F401
+from toolkeeper.cli import clients as _clients  # noqa: E402, F401
 from toolkeeper.cli import doctor as _doctor  # noqa: E402, F401
 from toolkeeper.cli import hints as _hints  # noqa: E402, F401
 from toolkeeper.cli import keys as _keys  # noqa: E402, F401

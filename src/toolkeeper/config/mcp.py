@@ -56,7 +56,7 @@ def parse_mcp_entry(entry: ServerEntry) -> ServerConfig:
         ):
             raise EntryError("'args' must be a list of strings")
         expanded_args = tuple(expand(str(a), entry.env, f"args[{i}]", hidden) for i, a in enumerate(args))
-        if _starts_toolkeeper(command, expanded_args):
+        if starts_toolkeeper(command, expanded_args):
             # A client config reused as toolkeeper's own usually lists toolkeeper itself.
             raise EntryError("this entry starts toolkeeper itself; a gateway in front of itself recurses")
         return ServerConfig(
@@ -109,7 +109,7 @@ def _written_command(command: str, args: list[Any]) -> str:
     return mask_credentials(" ".join(words).strip())
 
 
-def _starts_toolkeeper(command: str, args: tuple[str, ...]) -> bool:
+def starts_toolkeeper(command: str, args: tuple[str, ...]) -> bool:
     words = [Path(command).name, *args]
     if words[0] == "toolkeeper":
         return "serve" in words[1:2]

@@ -21,8 +21,6 @@ not.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import os
 import shlex
@@ -47,6 +45,7 @@ from toolkeeper.downstreams.base import Downstream, State
 from toolkeeper.downstreams.kinds import KINDS
 from toolkeeper.downstreams.stdio import child_environment, recent_stderr
 from toolkeeper.services import Services
+from toolkeeper.services.clients import toolkeeper_entries
 from toolkeeper.store import Store, StoreError
 from toolkeeper.store.db import store_url
 from toolkeeper.store.tables import store_revision
@@ -55,7 +54,6 @@ STDERR_LINES_SHOWN = 10
 # A child that exits at once has written its stderr by the time its connection fails; the thread
 # that reads it may lag a moment behind.
 STDERR_GRACE_SECONDS = 1.0
-CLIENTS_MODULE = "toolkeeper.services.clients"
 
 
 class Level(StrEnum):
@@ -267,14 +265,20 @@ ClientEntry = tuple[str, Path, str]  # the client's name, its configuration file
 
 
 def check_clients() -> list[Finding]:
-    """The clients' toolkeeper entries, as `toolkeeper.services.clients.toolkeeper_entries()`
-    reads them from their files, checked by `clients_pointing_nowhere`."""
-    if importlib.util.find_spec(CLIENTS_MODULE) is None:
-        return [_skipped("clients", "client files are read by `toolkeeper import`")]
-    entries = getattr(importlib.import_module(CLIENTS_MODULE), "toolkeeper_entries", None)
-    if entries is None:
-        return [_skipped("clients", f"{CLIENTS_MODULE} has no toolkeeper_entries() yet")]
-    return clients_pointing_nowhere(entries())
+    """The clients whose files start toolkeeper (as `toolkeeper install` writes them), checked by
+    `clients_pointing_nowhere`."""
+    found = clients_pointing_nowhere(toolkeeper_entries())
+    if not found:
+        return [
+            Finding(
+                "clients",
+                Level.OK,
+                "clients",
+                "no client's file starts toolkeeper yet",
+                "toolkeeper install CLIENT",
+            )
+        ]
+    return found
 
 
 def clients_pointing_nowhere(entries: Iterable[ClientEntry]) -> list[Finding]:
