@@ -149,6 +149,17 @@ def wheel_venv(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return new_venv(tmp_path_factory.mktemp("from-wheel") / "venv", dist.wheel)
 
 
+def imports_its_own_copy(bin_dir: Path, cwd: Path) -> bool:
+    """The venv's Python imports the installed package, not this checkout's source (the
+    gateway's children, the demo servers, run that Python too)."""
+    where = run(
+        [bin_dir / "python", "-c", "import toolkeeper; print(toolkeeper.__file__)"],
+        env=installed_env(),
+        cwd=cwd,
+    ).stdout.strip()
+    return Path(where).resolve().is_relative_to(bin_dir.parent.resolve())
+
+
 def demo_tools_listed(toolkeeper: list[str | Path], home: Path) -> set[str]:
     """`toolkeeper tools --demo --json`: the tools the gateway reached through the demo servers."""
     listed = run(
@@ -205,22 +216,24 @@ async def test_the_installed_wheel_serves_the_demo_to_a_real_client(wheel_venv: 
     toolkeeper = wheel_venv / "toolkeeper"
     version = run([toolkeeper, "--version"], env=installed_env(), cwd=tmp_path).stdout.strip()
     assert version == f"toolkeeper {__version__}"
-    # The installed package, not this checkout: the gateway's children run the venv's Python.
-    where = run(
-        [wheel_venv / "python", "-c", "import toolkeeper; print(toolkeeper.__file__)"],
-        env=installed_env(),
-        cwd=tmp_path,
-    ).stdout
-    assert Path(where).resolve().is_relative_to(wheel_venv.parent.resolve())
+    assert imports_its_own_copy(wheel_venv, tmp_path)
     names, server_version = await served_over_stdio(toolkeeper, home=tmp_path)
     assert names >= DEMO_TOOLS
     assert server_version == __version__
 
 
 @pytest.mark.anyio
-async def test_the_installed_sdist_serves_the_demo_to_a_real_client(dist: Dist, tmp_path: Path) -> None:
-    """pip builds the sdist itself here, so what the sdist leaves out is missing from the install."""
-    venv = new_venv(tmp_path / "venv", dist.sdist)
+async def test_the_installed_sdist_serves_the_demo_to_a_real_client(
+    packaging_tools: Path, dist: Dist, tmp_path: Path
+) -> None:
+    """The installer builds the sdist itself here, so what the sdist leaves out is missing from
+    the install. uv's venv and installer: pip's path is the wheel's test, and uv's is quicker
+    for the same fresh environment."""
+    uv, env = packaging_tools / "uv", installed_env(UV_PYTHON_DOWNLOADS="never")
+    run([uv, "venv", "--python", sys.executable, tmp_path / "venv"], env=env, cwd=tmp_path)
+    venv = tmp_path / "venv" / "bin"
+    run([uv, "pip", "install", "--python", venv / "python", dist.sdist], env=env, cwd=tmp_path)
+    assert imports_its_own_copy(venv, tmp_path)
     version = run([venv / "toolkeeper", "--version"], env=installed_env(), cwd=tmp_path).stdout.strip()
     assert version == f"toolkeeper {__version__}"
     names, server_version = await served_over_stdio(venv / "toolkeeper", home=tmp_path)
