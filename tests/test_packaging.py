@@ -168,14 +168,20 @@ def demo_tools_listed(toolkeeper: list[str | Path], home: Path) -> set[str]:
     return {row["name"] for row in json.loads(listed.stdout) if row["available"]}
 
 
-async def served_over_stdio(command: Path, *args: str, home: Path) -> tuple[set[str], str | None]:
+async def served_over_stdio(
+    command: Path, *args: str, home: Path, uv_env: dict[str, str] | None = None
+) -> tuple[set[str], str | None]:
     """`serve --demo` over stdio to a real MCP client: the tools it lists (the configuration menu
     off: the downstream tools beside the configuration tools) and the version the gateway names
     in its serverInfo."""
     params = StdioServerParameters(
         command=str(command),
         args=[*args, "serve", "--demo"],
-        env=installed_env(TOOLKEEPER_HOME=home, TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU="false"),
+        env={
+            **(uv_env or installed_env()),
+            "TOOLKEEPER_HOME": str(home),
+            "TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU": "false",
+        },
         cwd=str(home),
     )
     async with Client(params, mode="legacy") as client:
@@ -256,7 +262,7 @@ async def test_uv_tool_install_and_uvx_run_the_wheel(
     packaging_tools: Path, dist: Dist, tmp_path: Path
 ) -> None:
     """`uv tool install` puts a `toolkeeper` on the tool bin folder; `uvx --from WHEEL toolkeeper
-    serve --demo` (uv tool run) serves a real client without installing anything."""
+    serve --demo` serves a real client without installing anything."""
     uv = packaging_tools / "uv"
     env = installed_env(
         UV_TOOL_DIR=tmp_path / "uv-tools",
@@ -269,7 +275,7 @@ async def test_uv_tool_install_and_uvx_run_the_wheel(
     assert run([toolkeeper, "--version"], env=env, cwd=tmp_path).stdout.strip() == f"toolkeeper {__version__}"
     assert demo_tools_listed([toolkeeper], tmp_path) == DEMO_TOOLS
     names, server_version = await served_over_stdio(
-        uv, "tool", "run", "--from", str(dist.wheel), "toolkeeper", home=tmp_path
+        packaging_tools / "uvx", "--from", str(dist.wheel), "toolkeeper", home=tmp_path, uv_env=env
     )
     assert names >= DEMO_TOOLS
     assert server_version == __version__
