@@ -78,6 +78,7 @@ def test_tools_and_servers_print_the_answer_without_the_start_up_log(tmp_path: P
     assert READY_LINE not in tools.stderr and " INFO " not in tools.stderr, tools.stderr
     assert "notes__search_notes" in tools.stdout
     assert STATUS not in tools.stderr  # stderr is not a terminal: no status line either
+    assert tools.stderr == ""
     servers = toolkeeper(tmp_path, "servers", "--demo")
     assert READY_LINE not in servers.stderr and " INFO " not in servers.stderr, servers.stderr
     assert "notes" in servers.stdout and "ready" in servers.stdout
@@ -112,8 +113,10 @@ def test_a_server_that_fails_still_shows_its_warning(tmp_path: Path) -> None:
     assert "WARNING" in done.stderr and "server 'broken':" in done.stderr, done.stderr
     assert "server 'absent': command not found" in done.stderr, done.stderr
     assert READY_LINE not in done.stderr and "boom on stderr" not in done.stderr  # INFO, hidden
+    assert "`toolkeeper -v COMMAND` shows the whole log" in done.stderr  # how to see it
     loud = toolkeeper(tmp_path / "home", "-v", "servers", "--config", str(config), "--json", "--wait", "30")
     assert "boom on stderr" in loud.stderr and "server 'works': ready (" in loud.stderr, loud.stderr
+    assert "toolkeeper -v COMMAND" not in loud.stderr
 
 
 def test_json_is_only_json(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 from toolkeeper.annotations.effective import Annotator, policies_from
-from toolkeeper.cli.status import COMMAND_LINE, command_log_level, connecting_status
+from toolkeeper.cli.status import COMMAND_LINE, command_log_level, connecting_status, hint_when_not_ready
 from toolkeeper.config import Config, ConfigError, load_config
 from toolkeeper.config.loader import demo_config_path
 from toolkeeper.display import visible, visible_line
@@ -110,6 +110,7 @@ async def running_gateway(config: Config, wait: float, store: Store | None = Non
             if status is not None:
                 await status.follow()
             await gateway.started.wait()
+        hint_when_not_ready(err, list(gateway.pool))
         try:
             yield gateway
         finally:

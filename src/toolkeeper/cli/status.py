@@ -104,3 +104,16 @@ def connecting_status(
         line = ConnectingStatus(downstreams, status)
         status.update(line.text)
         yield line
+
+
+NOT_READY_HINT = (
+    "Not every server is ready: `toolkeeper -v COMMAND` shows the whole log, each server's own "
+    "stderr included."
+)
+
+
+def hint_when_not_ready(console: Any, downstreams: list[Downstream]) -> None:
+    """Without -v a server's own stderr (where it says why it stopped) is not shown: when one is
+    not ready, say once how to see it."""
+    if COMMAND_LINE.verbose == 0 and any(downstream.state is not State.READY for downstream in downstreams):
+        console.print(NOT_READY_HINT, markup=False, highlight=False)
