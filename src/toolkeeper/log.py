@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from typing import TextIO
 
 _FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
@@ -64,11 +65,28 @@ def redact_every_handler() -> None:
                 handler.addFilter(_REDACT_SECRETS)
 
 
+class CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is when a line is written, not when the handler was made:
+    a status line on the terminal (the CLI's) stands in for stderr while it shows, and prints each
+    line above itself rather than through it."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: TextIO) -> None:
+        pass  # always the current stderr
+
+
 def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = CurrentStderr()
     handler.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))
     handler.addFilter(_REDACT_SECRETS)
     root.addHandler(handler)

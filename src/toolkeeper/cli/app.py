@@ -32,6 +32,7 @@ from toolkeeper.cli.common import (
     styled,
     with_gateway,
 )
+from toolkeeper.cli.status import COMMAND_LINE, command_log_level
 from toolkeeper.errors import ErrorKind
 from toolkeeper.log import setup_logging
 from toolkeeper.services.inspect import HINTS, server_rows, tool_rows
@@ -54,8 +55,17 @@ class TransportChoice(StrEnum):
 def _root(
     ctx: typer.Context,
     version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+    verbose: int = typer.Option(
+        0,
+        "--verbose",
+        "-v",
+        count=True,
+        help="Show the log's INFO lines (-vv: DEBUG) on stderr; without it, warnings and errors only "
+        "(or the level $TOOLKEEPER_LOG_LEVEL names). `serve` always logs at the configured level.",
+    ),
 ) -> None:
-    setup_logging("WARNING")
+    COMMAND_LINE.verbose = verbose
+    setup_logging(command_log_level(None))
     if ctx.invoked_subcommand != "serve":
         gc.enable()  # off while importing (toolkeeper/__main__.py); serve turns it on once up
     if version:
@@ -74,7 +84,7 @@ def serve(
     port: int | None = typer.Option(None, "--port", help="HTTP port (default from config, 8765)."),
 ) -> None:
     """Run the gateway: over stdio for a client that starts it, or over streamable HTTP at /mcp."""
-    loaded = load(config, demo)
+    loaded = load(config, demo, serving=True)
     # The children boot while the gateway imports the rest of itself and opens its store.
     from toolkeeper.downstreams.stdio import spawn_early, stop_early
 

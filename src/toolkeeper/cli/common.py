@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 from toolkeeper.annotations.effective import Annotator, policies_from
+from toolkeeper.cli.status import COMMAND_LINE, command_log_level, connecting_status, hint_when_not_ready
 from toolkeeper.config import Config, ConfigError, load_config
 from toolkeeper.config.loader import demo_config_path
 from toolkeeper.display import visible, visible_line
@@ -66,20 +67,25 @@ ConfigOption = typer.Option(
     show_default=False,
 )
 DemoOption = typer.Option(False, "--demo", help="Use the bundled demo configuration.")
-JsonOption = typer.Option(False, "--json", help="Print JSON for machines instead of a table.")
+JsonOption = typer.Option(
+    False, "--json", help="Print JSON for machines instead of a table.", callback=COMMAND_LINE.note_json
+)
 
 WaitOption = typer.Option(15.0, "--wait", help="Seconds to wait for servers to connect.")
 ToolsetOption = typer.Option(None, "--toolset", help="Toolset to change (default: the equipped one).")
 
 
-def load(config_path: Path | None, demo: bool) -> Config:
+def load(config_path: Path | None, demo: bool, *, serving: bool = False) -> Config:
+    """The configuration, with the log set up: as configured for `serve`, quietly for the other
+    commands (`command_log_level`)."""
     try:
         config = load_config(demo_config_path() if demo else config_path, kinds=KINDS.entries)
     except ConfigError as exc:
         # Plain text: a path or key may contain [brackets], and file:line:col must not wrap.
         err.print(styled(f"configuration error: {exc}"), soft_wrap=True)
         raise typer.Exit(2) from None
-    setup_logging(config.settings.log_level)
+    level = config.settings.log_level
+    setup_logging(level if serving else command_log_level(level))
     return config
 
 
@@ -97,8 +103,14 @@ async def running_gateway(config: Config, wait: float, store: Store | None = Non
     gateway = Gateway(config, store, menu=ConfigMenu)
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
-        with anyio.move_on_after(wait):
+        with (
+            connecting_status(err, list(gateway.pool), shown=not COMMAND_LINE.json) as status,
+            anyio.move_on_after(wait),
+        ):
+            if status is not None:
+                await status.follow()
             await gateway.started.wait()
+        hint_when_not_ready(err, list(gateway.pool))
         try:
             yield gateway
         finally:

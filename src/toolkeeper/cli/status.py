@@ -1,0 +1,119 @@
+"""How loud a command is: its log level, and the status line a person sees while the servers
+connect. `serve` has neither: it keeps the configured log and prints nothing to a terminal."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from toolkeeper.config.loader import SETTINGS
+from toolkeeper.downstreams.base import Downstream, State
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from rich.status import Status
+
+# The environment variables that name the log level (the configuration's `logLevel` setting).
+LOG_LEVEL_VARIABLES = next(setting.env for setting in SETTINGS if setting.field == "log_level")
+_MORE_VERBOSE_FIRST = ("DEBUG", "INFO")
+
+
+@dataclass
+class CommandLine:
+    """What the command line asked of the output: how many times -v was given (set by the app's
+    callback) and whether the answer is JSON (set by the --json option as it is read)."""
+
+    verbose: int = 0
+    json: bool = False
+
+    def note_json(self, value: bool) -> bool:
+        self.json = value
+        return value
+
+
+COMMAND_LINE = CommandLine()
+
+
+def command_log_level(configured: str | None) -> str:
+    """The log level of a command other than `serve`, `configured` being the configuration's
+    (None before it is read). In order: -vv shows DEBUG; -v shows INFO, or the configured level
+    if that says more; a level the environment names for this run is kept; otherwise WARNING,
+    so that the answer is not preceded by the servers' start-up log."""
+    if COMMAND_LINE.verbose >= 2:
+        return "DEBUG"
+    if COMMAND_LINE.verbose == 1:
+        return "DEBUG" if (configured or "").upper() == "DEBUG" else "INFO"
+    named = next((os.environ[name] for name in LOG_LEVEL_VARIABLES if os.environ.get(name)), None)
+    if named is not None:
+        # The environment wins over the file when the configuration is read, so `configured`
+        # (when known) is this value already checked.
+        return configured or named
+    return "WARNING"
+
+
+class ConnectingStatus:
+    """One line on a terminal's stderr while the servers connect: "Connecting to 3 servers…",
+    then how many are ready as each first attempt ends. Never on stdout, never when stderr is not
+    a terminal; the line is gone once the answer is printed."""
+
+    def __init__(self, downstreams: list[Downstream], status: Status) -> None:
+        self._downstreams = downstreams
+        self._status = status
+        self._tried = 0
+        self._ready = 0
+
+    @property
+    def text(self) -> str:
+        total = len(self._downstreams)
+        text = f"Connecting to {total} server{'s' if total != 1 else ''}…"
+        if self._tried:
+            text += f" {self._ready} of {total} ready"
+            failed = self._tried - self._ready
+            if failed:
+                text += f", {failed} failed"
+        return text
+
+    async def follow(self) -> None:
+        """Update the line as each server's first attempt ends; return once all have."""
+        async with anyio.create_task_group() as tg:
+            for downstream in self._downstreams:
+                tg.start_soon(self._await_first_attempt, downstream)
+
+    async def _await_first_attempt(self, downstream: Downstream) -> None:
+        await downstream.first_attempt_done.wait()
+        self._tried += 1
+        self._ready += downstream.state is State.READY
+        self._status.update(self.text)
+
+
+@contextmanager
+def connecting_status(
+    console: Any, downstreams: list[Downstream], *, shown: bool
+) -> Iterator[ConnectingStatus | None]:
+    """A `ConnectingStatus` on `console` (the stderr console) while the block runs, when `shown`
+    and the console is a terminal; else None."""
+    if not (shown and downstreams and console.is_terminal):
+        yield None
+        return
+    with console.status("") as status:
+        line = ConnectingStatus(downstreams, status)
+        status.update(line.text)
+        yield line
+
+
+NOT_READY_HINT = (
+    "Not every server is ready: `toolkeeper -v COMMAND` shows the whole log, each server's own "
+    "stderr included."
+)
+
+
+def hint_when_not_ready(console: Any, downstreams: list[Downstream]) -> None:
+    """Without -v a server's own stderr (where it says why it stopped) is not shown: when one is
+    not ready, say once how to see it."""
+    if COMMAND_LINE.verbose == 0 and any(downstream.state is not State.READY for downstream in downstreams):
+        console.print(NOT_READY_HINT, markup=False, highlight=False)
