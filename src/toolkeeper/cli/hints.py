@@ -28,6 +28,7 @@ from toolkeeper.cli.common import (
     styled,
     with_gateway,
 )
+from toolkeeper.cli.status import command_log_level
 from toolkeeper.config import Config
 from toolkeeper.config.model import GatewaySettings, ServerConfig
 from toolkeeper.log import setup_logging
@@ -231,9 +232,9 @@ def _lint_target(
                 )
             )
             raise typer.Exit(2)
-        setup_logging("WARNING")
+        setup_logging(command_log_level(None))
         return replace(loaded, servers=tuple(chosen), skipped={}, disabled=())
-    setup_logging("WARNING")
+    setup_logging(command_log_level(None))
     if url is not None:
         target = ServerConfig(name="server", transport="http", url=url)
     else:
@@ -319,7 +320,7 @@ def lint_command(
         err.print("error: lint one thing: --server NAME, --url URL, --builtin, or -- COMMAND ARGS…")
         raise typer.Exit(2)
     if builtin:
-        setup_logging("WARNING")
+        setup_logging(command_log_level(None))
         target, tools = "toolkeeper configuration tools", _builtin_tools()
     else:
         target_config = _lint_target(command or [], server, url, config, demo)

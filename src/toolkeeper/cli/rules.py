@@ -30,6 +30,7 @@ from toolkeeper.cli.common import (
     run_service,
     styled,
 )
+from toolkeeper.cli.status import command_log_level
 from toolkeeper.downstreams.connection import ToolResolution
 from toolkeeper.downstreams.preflight import PreflightError, preflight
 from toolkeeper.log import setup_logging
@@ -141,7 +142,7 @@ def resolve_command(
 
     Example: toolkeeper resolve --demo files__manage_files '{"path": "a", "action": "read"}'"""
     parsed = json_argument(arguments, "the arguments")
-    setup_logging("WARNING")
+    setup_logging(command_log_level(None))
     if command and command[0] == "--":  # after TOOL and ARGS, click keeps the separator
         command = command[1:]
     if url:
