@@ -70,6 +70,9 @@ def import_command(
 
 
 APPROVAL_HINT = (
+    "What your client sees first: until a toolset is equipped, toolkeeper lists only its "
+    "configuration tools; ask the model to build and equip a toolset of the tools you need, or "
+    "`toolkeeper toolsets build NAME SERVER.TOOL... --equip`.\n"
     "How toolkeeper asks: before a call that may be destructive (or whose server does not say), "
     "toolkeeper asks you, in your client if it supports elicitation, else while the call waits for "
     '`toolkeeper approvals watch` in a terminal. A server you trust: add "trust": "trusted" to its '

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from toolkeeper.config.model import ServerConfig
 from toolkeeper.downstreams.base import RAW
 from toolkeeper.downstreams.http import binds_headers
+from toolkeeper.protocol import METHOD_NOT_FOUND
 from toolkeeper.sdk_private import send_unvalidated
 
 logger = logging.getLogger(__name__)
@@ -148,7 +149,10 @@ class ServerLists:
         except MCPError as exc:
             if exc.error.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
                 raise
-            log = logger.warning if kind not in self._unanswered_logged else logger.debug
+            # Not answering a list at all (-32601) is common and harmless, so it is information;
+            # any other error is worth a person's look, once.
+            first = logger.info if exc.error.code == METHOD_NOT_FOUND else logger.warning
+            log = first if kind not in self._unanswered_logged else logger.debug
             self._unanswered_logged.add(kind)
             log(
                 "server %r did not answer %s (error %d: %s); it is taken as empty",
