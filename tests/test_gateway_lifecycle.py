@@ -157,7 +157,8 @@ def test_no_orphans_after_the_http_gateway_stops(tmp_path, how):
 def test_child_stderr_goes_to_the_log_prefixed_with_the_server_name(tmp_path):
     config = write_config(tmp_path, {"chatty": controllable()})
     result = subprocess.run(
-        [PY, "-m", "toolkeeper", "servers", "--config", str(config), "--json", "--wait", "20"],
+        # -v: the children's stderr is in the log at INFO, which a command shows only when asked.
+        [PY, "-m", "toolkeeper", "-v", "servers", "--config", str(config), "--json", "--wait", "20"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
