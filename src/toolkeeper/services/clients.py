@@ -23,7 +23,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -748,19 +748,20 @@ def install(
     )
     if document is not None and document.had_comments and not already:
         notes.append(f"{path}: its comments are not kept in the new file; the backup keeps them.")
+    unwritten = InstallResult(
+        client=client.name,
+        file=path,
+        backup=None,
+        moved=list(moved),
+        kept=kept,
+        notes=notes,
+        commands=[],
+        diff=diff,
+        written=False,
+        already=already,
+    )
     if already or dry_run:
-        return InstallResult(
-            client=client.name,
-            file=path,
-            backup=None,
-            moved=list(moved),
-            kept=kept,
-            notes=notes,
-            commands=[],
-            diff=diff,
-            written=False,
-            already=already,
-        )
+        return unwritten
     moment = now or datetime.now()
     backup = back_up(path, before, moment) if document else None
     if record is None:
@@ -776,18 +777,7 @@ def install(
     record["entry"] = entry
     write_atomically(path, after)
     write_atomically(_record_path(path), json.dumps(record, indent=2).encode("utf-8"))
-    return InstallResult(
-        client=client.name,
-        file=path,
-        backup=backup,
-        moved=list(moved),
-        kept=kept,
-        notes=notes,
-        commands=[],
-        diff=diff,
-        written=True,
-        already=False,
-    )
+    return replace(unwritten, backup=backup, written=True)
 
 
 def _claude_code_commands(
