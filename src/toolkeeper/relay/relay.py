@@ -553,16 +553,11 @@ class Relay:
         2. else as a warning log message from logger "toolkeeper", which a modern client gets
            only if it opted in at that level on this request (the SDK drops it otherwise), and
            a handshake-era client unless it asked for fewer with `logging/setLevel`."""
-        meta = params.get("_meta")
-        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        token = _progress_token(params)
         if isinstance(token, str | int) and not isinstance(token, bool):
-            await ctx.session.send_progress_notification(
-                token,
-                progress,
-                total,
-                text,
-                related_request_id=ctx.request_id,  # type: ignore[arg-type]
-            )
+            report = _progress_reporter(ctx, params)
+            assert report is not None  # the call carries a token
+            await report(progress, total, text)
             return
         level = self._levels_for(ctx) if not is_modern(ctx) else None
         if level is None or _admits(level, WAITING_LOG_LEVEL):
@@ -788,10 +783,15 @@ class _RawResult(types.Result):
     model_config = types.Result.model_config | {"extra": "allow"}
 
 
+def _progress_token(params: dict[str, Any]) -> Any:
+    """The `progressToken` a request's `_meta` carries, if any."""
+    meta = params.get("_meta")
+    return meta.get("progressToken") if isinstance(meta, dict) else None
+
+
 def _progress_reporter(ctx: ServerRequestContext[Any], params: dict[str, Any]) -> ProgressCallback | None:
     """Progress of the downstream call, passed on to the client under the token it chose."""
-    meta = params.get("_meta")
-    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    token = _progress_token(params)
     if token is None:
         return None
 
