@@ -54,6 +54,7 @@ class AuditLog:
         outcome, detail = _outcome(call)
         principal = call.client.principal
         return {
+            "kind": "call",
             "at": time.time() - elapsed,
             "client_name": call.client.name,
             "client_version": call.client.version,

@@ -171,6 +171,26 @@ audit_log = Table(
     # OAuth client it came through. The client_* columns are what the client said of itself.
     Column("principal", String(200), nullable=True, index=True),
     Column("principal_client", String(200), nullable=True),
+    # What the record is: a call, a gap (records that had to be dropped) or an anchor (records
+    # retention deleted). A call whose outcome is "started" was recorded before it ran and has not
+    # been completed (its gateway stopped or died meanwhile).
+    Column("kind", String(10), nullable=False, server_default="call"),
+    Column("facts", Text, nullable=True),  # JSON: what a gap or an anchor says, as values
+    # The record's places in the audit chain (store/audit_chain.py): its first entry, and for a
+    # call recorded before it ran, the entry that completed it. None before the chain existed.
+    Column("seq", BigInteger, nullable=True, unique=True),
+    Column("mac", String(64), nullable=True),
+    Column("done_seq", BigInteger, nullable=True, unique=True),
+    Column("done_mac", String(64), nullable=True),
+)
+
+# The head of the audit chain: the last entry's place and MAC, locked by each append.
+audit_chain = Table(
+    "audit_chain",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("mac", String(64), nullable=False),
 )
 
 # The keys HTTP clients authenticate with. Only the SHA-256 of a token is kept: the token itself
