@@ -49,6 +49,7 @@ class InProcessDownstream:
         self.connected_since: float | None = None
         self.connects = 0
         self.first_attempt_done = anyio.Event()
+        self.known_hints: dict[str, Any] = {}
         self.calls: list[tuple[str, Any]] = []
         self._listener = listener
 

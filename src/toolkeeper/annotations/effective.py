@@ -2,8 +2,10 @@
 
 1. the person's pin (a pin for the equipped toolset wins over a global one);
 2. what the server declared (an untrusted server's safety claim is marked, optionally sanitized);
-3. inference, emitted only where configuration says `inferHints: "apply"`;
-4. absent: the spec default applies, and nothing is emitted.
+3. what the gateway knows for itself (an HTTP operation's method; the source `method`), which
+   the policy relies on whatever the server's trust;
+4. inference, emitted only where configuration says `inferHints: "apply"`;
+5. absent: the spec default applies, and nothing is emitted.
 
 The source of every value is kept, so the CLI, the configuration tools and the dashboard can
 say why, and the approval policy can tell a vouched-for "read-only" from a mere claim.
@@ -32,6 +34,7 @@ from toolkeeper.annotations.infer import Inference, Suggestion, describe_paramet
 from toolkeeper.annotations.rules import Rule
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.config.model import Config
+from toolkeeper.downstreams.base import KnownHint
 from toolkeeper.protocol import ANNOTATIONS_METHOD, RESOLUTION_EXTENSION, RESOLVE_METHOD
 
 logger = logging.getLogger(__name__)
@@ -200,8 +203,9 @@ def compute(
     toolset: str | None = None,
     *,
     with_suggestions: bool = True,
+    known: Mapping[str, KnownHint] = _EMPTY,
 ) -> EffectiveHints:
-    """The effective hints of one tool."""
+    """The effective hints of one tool; `known`: what the gateway knows of it for itself."""
     declared = read_declared(declared_tool)
     inference = infer(declared_tool) if (with_suggestions or policy.apply_inferred) else Inference(None, None)
     scope = toolset or GLOBAL
@@ -223,6 +227,12 @@ def compute(
         if declared_value is not None:
             fields[name] = _from_declared(name, declared_value, server, policy, suggestion)
             rewrites = rewrites or fields[name].sanitized
+            continue
+        if name in known:
+            fields[name] = FieldHint(
+                known[name].value, Source.METHOD, known[name].reason, True, True, None, suggestion
+            )
+            rewrites = True
             continue
         if suggestion is not None and policy.apply_inferred:
             reliable = name == "title" or SAFETY_CLAIMS.get(name) != suggestion.value
@@ -331,6 +341,7 @@ class Annotator:
         policy = self.policy(tool.server)
         if (
             not policy.apply_inferred
+            and not tool.known_hints
             and not self.overrides.pins(tool.namespaced_name)
             and not (toolset and self.overrides.pins(tool.namespaced_name, toolset))
             and _passes_unchanged(tool.declared, policy)
@@ -350,6 +361,7 @@ class Annotator:
             self.overrides.pins(tool.namespaced_name, toolset) if toolset else NO_PINS,
             toolset,
             with_suggestions=explain,
+            known=tool.known_hints,
         )
         if result.problems:
             _warn_once(tool, result.problems)

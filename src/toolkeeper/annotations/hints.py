@@ -37,6 +37,8 @@ class Source(StrEnum):
     PINNED = "pinned"  # the person set it
     DECLARED = "declared"  # the server said so
     DECLARED_UNTRUSTED = "declared-untrusted"  # an untrusted server claims it is safe
+    # The gateway knows it for itself (an HTTP operation's method): reliable whatever the trust.
+    METHOD = "method"
     INFERRED = "inferred"  # guessed from the name and description, applied by configuration
     DEFAULT = "default"  # absent: the spec default applies
 

@@ -6,12 +6,15 @@ The gateway reads it on every request without locking: swapping the reference is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from toolkeeper.catalog.identity import assign_exposed_names, namespaced_name, ref_id
+from toolkeeper.downstreams.base import KnownHint, KnownHints
+
+_NOTHING_KNOWN: Mapping[str, KnownHint] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +25,8 @@ class ServerTools:
     prefix: str
     available: bool
     tools: Sequence[dict[str, Any]]
+    # What the gateway knows for itself of some tools (the downstream's `known_hints`).
+    known_hints: KnownHints = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,8 @@ class CatalogTool:
     ref_id: str
     declared: MappingProxyType[str, Any]  # the tool as the server declared it, never mutated
     available: bool
+    # Hints the gateway knows for itself (an HTTP operation's method), never read from `declared`.
+    known_hints: Mapping[str, KnownHint] = field(default_factory=lambda: _NOTHING_KNOWN)
 
     def listed(self) -> dict[str, Any]:
         """The tool as clients see it: unchanged except the name (a fresh dict each time)."""
@@ -65,6 +72,7 @@ def build_catalog(servers: Iterable[ServerTools]) -> Catalog:
                     ref_id=ref_id(s.server, declared),
                     declared=MappingProxyType(declared),
                     available=s.available,
+                    known_hints=s.known_hints.get(tool_name, _NOTHING_KNOWN),
                 )
             )
     return Catalog(

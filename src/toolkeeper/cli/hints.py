@@ -49,6 +49,7 @@ SOURCE_STYLE = {
     "pinned": "bold cyan",
     "declared": "green",
     "declared-untrusted": "yellow",
+    "method": "green",
     "inferred": "magenta",
     "default": "dim",
 }

@@ -9,6 +9,8 @@ where this sits in the flow.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,6 +50,21 @@ class State(StrEnum):
     STOPPED = "stopped"
 
 
+@dataclass(frozen=True)
+class KnownHint:
+    """A hint the gateway knows for itself about a source's tool, not one the source declared:
+    an HTTP operation's method says whether it only reads. It reaches the catalog as a Python
+    value set by the kind of source, never from anything a source sends, so no MCP server can
+    claim one."""
+
+    value: bool
+    reason: str  # why it holds, in a sentence: "the HTTP method GET only reads"
+
+
+# Tool name -> hint -> what the gateway knows.
+KnownHints = Mapping[str, Mapping[str, KnownHint]]
+
+
 class Unavailable(Exception):
     """The downstream cannot take calls right now; the message says why and what happens next."""
 
@@ -79,6 +96,9 @@ class Downstream(Protocol):
     connected_since: float | None
     connects: int
     first_attempt_done: anyio.Event
+    # Hints the gateway knows for itself about some of the tools (see KnownHint); an MCP
+    # server has none.
+    known_hints: KnownHints
 
     @property
     def config(self) -> SourceConfig: ...

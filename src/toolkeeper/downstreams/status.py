@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import anyio
 
 from toolkeeper.config.model import SourceConfig
-from toolkeeper.downstreams.base import State
+from toolkeeper.downstreams.base import KnownHints, State
 from toolkeeper.downstreams.calls import InFlightCalls
 
 
@@ -29,6 +30,9 @@ class SourceStatus:
         self.connects = 0
         self.first_attempt_done = anyio.Event()
         self._calls = InFlightCalls(config.name)
+        # Set only by a kind that knows hints for itself (an OpenAPI source's methods), never
+        # from what a source sends.
+        self.known_hints: KnownHints = MappingProxyType({})
 
     @property
     def available(self) -> bool:

@@ -189,6 +189,10 @@ def _fact(hint: str, resolution: Resolution, effective: EffectiveHints, trusted:
             reliable,
             claimed=None if reliable else value,
         )
+    if static.source is Source.METHOD:
+        # The gateway's own knowledge (an HTTP operation's method), not the server's word:
+        # relied on like a trusted declaration, whatever the server's trust.
+        return HintFact(value, "method (the gateway's own, reliable)", static.reason, True)
     if static.source is Source.INFERRED:
         return HintFact(
             value,

@@ -193,7 +193,7 @@ class Gateway:
 
     def _rebuild(self) -> None:
         self.catalog = build_catalog(
-            (ServerTools(u.name, u.config.prefix, u.available, u.tools) for u in self.pool),
+            (ServerTools(u.name, u.config.prefix, u.available, u.tools, u.known_hints) for u in self.pool),
         )
         self._server_offerings = tuple(
             ServerOfferings(
