@@ -133,13 +133,13 @@ def test_an_unknown_type_is_refused_naming_the_server_and_the_known_types(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="toolkeeper")
     config = parse_config_text(
-        canned_config({"odd": {"type": "openapi", "url": "https://a/spec.json"}}),
+        canned_config({"odd": {"type": "graphql", "url": "https://a/graphql"}}),
         environ={},
         kinds=WITH_CANNED.entries,
     )
     reason = (
-        "unknown transport 'openapi'; use 'stdio' (with 'command') or 'http' / 'sse' (with 'url')"
-        " or 'canned' (with 'greeting')"
+        "unknown transport 'graphql'; use 'stdio' (with 'command') or 'http' / 'sse' (with 'url')"
+        " or 'openapi' (with 'spec') or 'canned' (with 'greeting')"
     )
     assert config.servers == ()
     assert config.skipped == {"odd": reason}

@@ -16,8 +16,10 @@ from typing import Any, Generic, TypeVar
 from toolkeeper.config.entries import EntryKind
 from toolkeeper.config.mcp import MCP_ENTRIES
 from toolkeeper.config.model import ServerConfig, SourceConfig
+from toolkeeper.config.openapi import OPENAPI_ENTRIES, OpenApiConfig
 from toolkeeper.downstreams.base import Downstream, DownstreamListener
 from toolkeeper.downstreams.connection import McpConnection
+from toolkeeper.downstreams.openapi.source import OpenApiSource
 
 ConfigT = TypeVar("ConfigT", bound=SourceConfig)
 
@@ -65,4 +67,5 @@ class Kinds:
 
 
 MCP = Kind(entries=MCP_ENTRIES, config_type=ServerConfig, connect=McpConnection)
-KINDS = Kinds(MCP)
+OPENAPI = Kind(entries=OPENAPI_ENTRIES, config_type=OpenApiConfig, connect=OpenApiSource)
+KINDS = Kinds(MCP, OPENAPI)

@@ -1,0 +1,320 @@
+"""One tool call of an OpenAPI operation as one HTTP request, and its response as a tool result.
+
+Arguments go where the operation's parameters say (path, query, header, cookie, JSON body), in
+each parameter's `style` and `explode`; a path value is URL-encoded whole, so it never adds a
+path segment. A response is read up to the source's `maxResponseBytes`, and a redirect is
+followed only within the origin the request went to.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+import jsonschema  # type: ignore[import-untyped]
+
+from toolkeeper.config.openapi import Credential
+from toolkeeper.downstreams.openapi.operations import Operation, Parameter, SecurityScheme
+
+MAX_REDIRECTS = 5
+ERROR_EXCERPT_CHARS = 500
+# Values in a query, header or cookie: what stays unescaped in each (RFC 3986 `unreserved`).
+UNRESERVED = "-._~"
+
+
+class CallRefused(Exception):
+    """The call cannot be sent as asked (the message says why); nothing was sent."""
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    method: str
+    url: str
+    params: tuple[tuple[str, str], ...] = ()
+    headers: Mapping[str, str] = field(default_factory=dict)
+    cookies: Mapping[str, str] = field(default_factory=dict)
+    json_body: Any = None
+    has_body: bool = False
+
+    @property
+    def shown(self) -> str:
+        """The request as messages name it: method and URL, without the query (it may hold a key)."""
+        return f"{self.method} {self.url}"
+
+
+def prepare(
+    operation: Operation,
+    arguments: Mapping[str, Any],
+    *,
+    base_url: str,
+    headers: Mapping[str, str],
+    credentials: Sequence[tuple[SecurityScheme, Credential]],
+) -> PreparedRequest:
+    """The HTTP request for one call with `arguments` (already checked against the input schema)."""
+    path = operation.path
+    query: list[tuple[str, str]] = []
+    sent_headers: dict[str, str] = dict(headers)
+    cookies: dict[str, str] = {}
+    for parameter in operation.parameters:
+        if parameter.argument not in arguments:
+            continue
+        value = arguments[parameter.argument]
+        if parameter.content_type is not None:  # described by `content`: sent in its media type
+            value = json.dumps(value, separators=(",", ":"))
+        if parameter.location == "path":
+            path = path.replace("{" + parameter.name + "}", _path_value(parameter, value))
+        elif parameter.location == "query":
+            query.extend(_query_pairs(parameter, value))
+        elif parameter.location == "header":
+            sent_headers[parameter.name] = _simple(value, explode=parameter.explode)
+        else:
+            cookies[parameter.name] = _simple(value, explode=False)
+    for scheme, credential in credentials:
+        _authorize(scheme, credential, query=query, headers=sent_headers, cookies=cookies)
+    body, has_body = _body(operation, arguments)
+    media_type = operation.body_media_type
+    if has_body and media_type and "*" not in media_type:
+        sent_headers["Content-Type"] = media_type
+    return PreparedRequest(
+        method=operation.method,
+        url=base_url.rstrip("/") + path,
+        params=tuple(query),
+        headers=sent_headers,
+        cookies=cookies,
+        json_body=body,
+        has_body=has_body,
+    )
+
+
+def _path_value(parameter: Parameter, value: Any) -> str:
+    """A path parameter in its style (`simple`, `label` or `matrix`), every value URL-encoded."""
+    encoded = _encoded(value)
+    style = parameter.style
+    if style == "label":
+        return "." + _joined(encoded, parameter.explode, "." if parameter.explode else ",")
+    if style == "matrix":
+        if isinstance(encoded, dict):
+            if parameter.explode:
+                return "".join(f";{k}={v}" for k, v in encoded.items())
+            return f";{parameter.name}=" + ",".join(f"{k},{v}" for k, v in encoded.items())
+        if isinstance(encoded, list):
+            if parameter.explode:
+                return "".join(f";{parameter.name}={v}" for v in encoded)
+            return f";{parameter.name}=" + ",".join(encoded)
+        return f";{parameter.name}={encoded}"
+    return _joined(encoded, parameter.explode, ",")
+
+
+def _encoded(value: Any) -> Any:
+    """The value with every scalar as URL-encoded text (nothing left that adds a path segment)."""
+    if isinstance(value, dict):
+        return {quote(str(k), safe=UNRESERVED): quote(_scalar(v), safe=UNRESERVED) for k, v in value.items()}
+    if isinstance(value, list):
+        return [quote(_scalar(v), safe=UNRESERVED) for v in value]
+    return quote(_scalar(value), safe=UNRESERVED)
+
+
+def _joined(value: Any, explode: bool, separator: str) -> str:
+    if isinstance(value, dict):
+        if explode:
+            return separator.join(f"{k}={v}" for k, v in value.items())
+        return ",".join(f"{k},{v}" for k, v in value.items())
+    if isinstance(value, list):
+        return separator.join(value)
+    return str(value)
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def _simple(value: Any, *, explode: bool) -> str:
+    """A header or cookie value: arrays comma-joined, objects as `k,v` or (exploded) `k=v` pairs."""
+    if isinstance(value, dict):
+        if explode:
+            return ",".join(f"{k}={_scalar(v)}" for k, v in value.items())
+        return ",".join(f"{k},{_scalar(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ",".join(_scalar(v) for v in value)
+    return _scalar(value)
+
+
+def _query_pairs(parameter: Parameter, value: Any) -> list[tuple[str, str]]:
+    """A query parameter in its style: `form` (the default), `spaceDelimited`, `pipeDelimited` or
+    `deepObject`. httpx encodes the pairs."""
+    name, style, explode = parameter.name, parameter.style, parameter.explode
+    if isinstance(value, dict):
+        if style == "deepObject":
+            return [(f"{name}[{k}]", _scalar(v)) for k, v in value.items()]
+        if explode:
+            return [(str(k), _scalar(v)) for k, v in value.items()]
+        return [(name, ",".join(f"{k},{_scalar(v)}" for k, v in value.items()))]
+    if isinstance(value, list):
+        if style == "spaceDelimited" and not explode:
+            return [(name, " ".join(_scalar(v) for v in value))]
+        if style == "pipeDelimited" and not explode:
+            return [(name, "|".join(_scalar(v) for v in value))]
+        if explode:
+            return [(name, _scalar(v)) for v in value]
+        return [(name, ",".join(_scalar(v) for v in value))]
+    return [(name, _scalar(value))]
+
+
+def _authorize(
+    scheme: SecurityScheme,
+    credential: Credential,
+    *,
+    query: list[tuple[str, str]],
+    headers: dict[str, str],
+    cookies: dict[str, str],
+) -> None:
+    value = credential.value
+    if value is None:  # never a placeholder: a scheme without a value sends nothing
+        return
+    if scheme.type == "apiKey" and scheme.parameter:
+        if scheme.location == "query":
+            query.append((scheme.parameter, value))
+        elif scheme.location == "cookie":
+            cookies[scheme.parameter] = value
+        else:
+            headers[scheme.parameter] = value
+    elif scheme.type == "http" and (scheme.scheme or "").lower() == "basic":
+        token = value if ":" not in value else base64.b64encode(value.encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    elif scheme.type == "http":
+        headers["Authorization"] = f"Bearer {value}"
+
+
+def _body(operation: Operation, arguments: Mapping[str, Any]) -> tuple[Any, bool]:
+    """The JSON body, and whether one is sent (an empty object when the body is required)."""
+    if operation.body_arguments is not None:
+        body = {prop: arguments[arg] for arg, prop in operation.body_arguments.items() if arg in arguments}
+        return body, bool(body) or operation.body_required
+    if operation.body_argument is not None and operation.body_argument in arguments:
+        return arguments[operation.body_argument], True
+    return None, False
+
+
+async def send(
+    client: httpx.AsyncClient,
+    request: PreparedRequest,
+    *,
+    max_bytes: int,
+    output_schema: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Send `request`, following redirects within its origin, and make the response a tool result
+    (its JSON as `structuredContent` where `output_schema` allows)."""
+    method, url = request.method, request.url
+    params: list[tuple[str, str]] = list(request.params)
+    body_sent = request.has_body
+    for _ in range(MAX_REDIRECTS + 1):
+        built = client.build_request(
+            method,
+            url,
+            params=tuple(params) or None,
+            headers=dict(request.headers),
+            cookies=dict(request.cookies) or None,
+            json=request.json_body if body_sent else None,
+        )
+        response = await client.send(built, stream=True)
+        try:
+            if not response.is_redirect:
+                body, cut = await _read_capped(response, max_bytes)
+                shown = f"{method} {url}"
+                result, parsed = _result(response, body, cut=cut, max_bytes=max_bytes, shown=shown)
+                return _with_structured(result, parsed, output_schema)
+            target = response.next_request
+        finally:
+            await response.aclose()
+        if target is None:
+            break
+        if _origin(str(target.url)) != _origin(url):
+            return error(
+                f"{method} {url} redirected to {_origin(str(target.url))}, another origin; "
+                "toolkeeper follows redirects only within the API's own origin"
+            )
+        method, url = target.method, str(target.url.copy_with(query=None))
+        params = target.url.params.multi_items()
+        body_sent = body_sent and method not in ("GET", "HEAD")
+    return error(f"{request.shown} redirected more than {MAX_REDIRECTS} times; not followed further")
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+async def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
+    """At most `max_bytes` of the body, and whether there was more."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_bytes:
+            return b"".join(chunks)[:max_bytes], True
+    return b"".join(chunks), False
+
+
+def _result(
+    response: httpx.Response, body: bytes, *, cut: bool, max_bytes: int, shown: str
+) -> tuple[dict[str, Any], Any]:
+    """The tool result, and the body's JSON (None when it has none)."""
+    text = body.decode(response.encoding or "utf-8", errors="replace")
+    if not response.is_success:
+        excerpt = text[:ERROR_EXCERPT_CHARS] + ("…" if len(text) > ERROR_EXCERPT_CHARS or cut else "")
+        reason = response.reason_phrase or "no reason given"
+        message = f"{shown} answered {response.status_code} {reason}"
+        return error(f"{message}: {excerpt}" if excerpt.strip() else message), None
+    if cut:
+        note = (
+            f"[the response was cut at {max_bytes} bytes (the server's maxResponseBytes); "
+            "ask for less, e.g. with a smaller page or a filter]"
+        )
+        return {"content": [{"type": "text", "text": f"{text}\n{note}"}]}, None
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
+    if _is_json(response) and text.strip():
+        try:
+            return result, json.loads(text)
+        except ValueError:
+            pass
+    return result, None
+
+
+def _is_json(response: httpx.Response) -> bool:
+    kind = str(response.headers.get("content-type", "")).split(";")[0].strip().lower()
+    return kind == "application/json" or kind.endswith("+json")
+
+
+def _with_structured(
+    result: dict[str, Any], parsed: Any, output_schema: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The result with its JSON as `structuredContent` where MCP allows it: an object, and one
+    that matches the tool's `outputSchema` when it declares one (clients check it)."""
+    if not isinstance(parsed, dict):
+        return result
+    if output_schema is not None:
+        try:
+            jsonschema.validate(parsed, dict(output_schema))
+        except jsonschema.ValidationError:
+            return result
+        except jsonschema.SchemaError:
+            return result
+    result["structuredContent"] = parsed
+    return result
+
+
+def error(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}

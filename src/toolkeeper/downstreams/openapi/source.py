@@ -1,0 +1,342 @@
+"""An OpenAPI source: a REST API whose operations the gateway serves as tools.
+
+The spec is loaded and converted in a worker thread (a large spec never holds up the event
+loop), then its tools are served with what the gateway knows of each for itself: the hints of
+its HTTP method, and `openWorldHint` from the entry's `openWorld`. Those travel as the source's
+`known_hints`, a Python value, never in the tools' wire form, so no MCP server can claim them.
+A local spec's files are watched: an edit serves the new tools, and clients hear of it as any
+tool-list change. A spec that cannot be loaded leaves this source stopped with the reason,
+while the rest of the gateway serves; a fixed file brings it back.
+
+Each call is one HTTP request from one connection pool per source (`requests.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from types import MappingProxyType
+from typing import Any
+
+import anyio
+import httpx
+import jsonschema  # type: ignore[import-untyped]
+from mcp.shared.exceptions import MCPError
+
+from toolkeeper.config.openapi import Credential, OpenApiConfig, OperationFilter, is_web_url
+from toolkeeper.downstreams.base import DownstreamListener, KnownHint, State
+from toolkeeper.downstreams.openapi.operations import (
+    Conversion,
+    Operation,
+    SecurityScheme,
+    Selection,
+    convert,
+)
+from toolkeeper.downstreams.openapi.requests import CallRefused, error, prepare, send
+from toolkeeper.downstreams.openapi.spec import SpecError, load_spec
+from toolkeeper.downstreams.source import ToolSource
+from toolkeeper.protocol import INVALID_PARAMS
+
+logger = logging.getLogger(__name__)
+
+# How often a local spec's files are checked for changes: one stat per file.
+WATCH_INTERVAL = 1.0
+# A spec at a URL that could not be loaded is tried again after this long.
+RETRY_INTERVAL = 30.0
+HINT_NAMES = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+# The inner deadline of a request, before the call's own (the entry's `timeout`), so a slow API
+# is answered with the URL it did not hear from.
+REQUEST_DEADLINE_SHARE = 0.95
+
+Stamps = dict[str, tuple[int, int] | None]
+# What each method means, as the method table has it (for the reason a hint shows).
+METHOD_MEANING = {
+    "GET": "only reads",
+    "HEAD": "only reads",
+    "OPTIONS": "only reads",
+    "POST": "may change things and is not idempotent",
+    "PATCH": "may change things and is not idempotent",
+    "PUT": "replaces a resource: idempotent, not destructive",
+    "DELETE": "deletes: destructive, idempotent",
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    """What a call of one tool needs: its operation, where it goes, how it is authorized."""
+
+    operation: Operation
+    base_url: str
+    credentials: tuple[tuple[SecurityScheme, Credential], ...]
+    validator: Any  # a jsonschema validator of the tool's inputSchema
+
+
+class OpenApiSource(ToolSource):
+    def __init__(self, config: OpenApiConfig, listener: DownstreamListener) -> None:
+        super().__init__(config, listener)
+        self.openapi = config
+        self.capabilities = {"tools": {"listChanged": True}}
+        self._routes: Mapping[str, Route] = MappingProxyType({})
+        self._client: httpx.AsyncClient | None = None
+        self._reload = anyio.Event()
+
+    def reload(self) -> None:
+        """Load the spec again now (a person asked for it), whether or not a file changed."""
+        self._reload.set()
+
+    # -- learning the tools --------------------------------------------------------------------
+    async def run(self, connect_slots: anyio.CapacityLimiter) -> None:
+        timeout = httpx.Timeout(self.openapi.timeout)
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+            self._client = client
+            try:
+                while True:
+                    async with connect_slots:
+                        stamps = await self._load()
+                    await self._until_changed(stamps)
+            finally:
+                self._client = None
+                self.state = State.STOPPED
+
+    async def _load(self) -> Stamps:
+        """Load and convert the spec, and serve its tools; or stop with the reason. The stamps of
+        the local files to watch."""
+        config = self.openapi
+        self._reload = anyio.Event()
+        watched = [] if is_web_url(config.spec) else [config.spec]
+        try:
+            loaded = await anyio.to_thread.run_sync(
+                partial(_load_and_convert, config), abandon_on_cancel=True
+            )
+        except SpecError as exc:
+            self._stop(f"{exc}; fix the spec (this server is skipped until then)")
+            return _stamps(watched)
+        files, conversion = loaded
+        try:
+            base_url = _base_url(config, conversion)
+        except SpecError as exc:
+            self._stop(str(exc))
+            return _stamps(list(files) or watched)
+        self._report(conversion)
+        self._routes = MappingProxyType(self._make_routes(conversion, base_url))
+        tools = [_served_tool(route.operation) for route in self._routes.values()]
+        self.known_hints = MappingProxyType(
+            {name: _known_hints(route.operation, config) for name, route in self._routes.items()}
+        )
+        logger.info("server %r: %d operations of %s served as tools", self.name, len(tools), config.written)
+        self.serve(tools)
+        return _stamps(list(files) or watched)
+
+    def _stop(self, reason: str) -> None:
+        self.last_error = reason
+        logger.error("server %r skipped: %s", self.name, self.last_error)
+        self._routes = MappingProxyType({})
+        self.known_hints = MappingProxyType({})
+        self.tools = []
+        self.state = State.STOPPED
+        self.listener.downstream_changed(self)
+        self.first_attempt_done.set()
+
+    async def _until_changed(self, stamps: Stamps) -> None:
+        """Return when a watched file changed or a reload was asked for (a spec at a URL that
+        failed is also tried again after a while)."""
+        retry_at = anyio.current_time() + RETRY_INTERVAL if self.state is State.STOPPED else None
+        reload = self._reload
+        while True:
+            with anyio.move_on_after(WATCH_INTERVAL):
+                await reload.wait()
+                return
+            if stamps and _stamps(list(stamps)) != stamps:
+                return
+            if retry_at is not None and not stamps and anyio.current_time() >= retry_at:
+                return
+
+    def _report(self, conversion: Conversion) -> None:
+        """Say at start what will not work as the person may expect: skipped operations,
+        security schemes without a value."""
+        if conversion.skipped:
+            listed = "; ".join(f"{s.method.upper()} {s.path}: {s.reason}" for s in conversion.skipped[:20])
+            more = f" (and {len(conversion.skipped) - 20} more)" if len(conversion.skipped) > 20 else ""
+            logger.warning(
+                "server %r: %d operations skipped: %s%s", self.name, len(conversion.skipped), listed, more
+            )
+        for warning in conversion.warnings:
+            logger.warning("server %r: %s", self.name, warning)
+        for credential in self.openapi.missing_credentials:
+            logger.warning(
+                "server %r: security scheme %r has no value: environment variable %s is not set; "
+                "calls needing it are sent without it",
+                self.name,
+                credential.scheme,
+                credential.variable,
+            )
+        for credential in self.openapi.credentials:
+            if credential.scheme not in conversion.security_schemes:
+                known = ", ".join(conversion.security_schemes) or "none"
+                logger.warning(
+                    "server %r: 'auth' names security scheme %r, which the spec does not define (it has: %s)",
+                    self.name,
+                    credential.scheme,
+                    known,
+                )
+
+    def _make_routes(self, conversion: Conversion, base_url: str) -> dict[str, Route]:
+        schemes = conversion.security_schemes
+        usable = tuple(
+            (schemes[c.scheme], c) for c in self.openapi.credentials if c.scheme in schemes and c.value
+        )
+        routes: dict[str, Route] = {}
+        for operation in conversion.operations:
+            schema = dict(operation.tool.get("inputSchema") or {"type": "object"})
+            validator_type = jsonschema.validators.validator_for(
+                schema, default=jsonschema.Draft202012Validator
+            )
+            routes[operation.tool_name] = Route(
+                operation=operation,
+                base_url=base_url,
+                credentials=_credentials_for(operation, usable),
+                validator=validator_type(schema),
+            )
+        return routes
+
+    # -- answering a call ----------------------------------------------------------------------
+    async def answer(self, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        route = self._routes.get(name)
+        if route is None or self._client is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name}")
+        given = arguments or {}
+        problem = next(iter(sorted(route.validator.iter_errors(given), key=lambda e: list(e.path))), None)
+        if problem is not None:
+            where = "/".join(str(p) for p in problem.absolute_path) or "arguments"
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"Invalid arguments for {name}: {where}: {problem.message}. Nothing was sent.",
+            )
+        config = self.openapi
+        try:
+            request = prepare(
+                route.operation,
+                given,
+                base_url=route.base_url,
+                headers=config.headers,
+                credentials=route.credentials,
+            )
+        except CallRefused as exc:
+            raise MCPError(code=INVALID_PARAMS, message=f"{name}: {exc}") from None
+        with anyio.move_on_after(config.timeout * REQUEST_DEADLINE_SHARE):
+            try:
+                result = await send(
+                    self._client,
+                    request,
+                    max_bytes=config.max_response_bytes,
+                    output_schema=route.operation.tool.get("outputSchema"),
+                )
+            except httpx.HTTPError as exc:
+                cause = str(exc) or type(exc).__name__
+                return error(config.redact(f"{request.shown} failed: {cause}"))
+            return _redacted(result, config) if result.get("isError") else result
+        return error(
+            config.redact(
+                f"{request.shown} did not answer within {config.timeout:g}s (the server's 'timeout' setting)"
+            )
+        )
+
+
+def _load_and_convert(config: OpenApiConfig) -> tuple[tuple[str, ...], Conversion]:
+    """In a worker thread: the spec's local files and its operations as tools."""
+    spec = load_spec(config.spec, timeout=config.timeout)
+    conversion = convert(
+        spec,
+        include=_selection(config.include),
+        exclude=_selection(config.exclude),
+        open_world=config.open_world,
+    )
+    return spec.files, conversion
+
+
+def _selection(written: OperationFilter | None) -> Selection | None:
+    if written is None:
+        return None
+    return Selection(operation_ids=written.operation_ids, tags=written.tags, methods=written.methods)
+
+
+def _base_url(config: OpenApiConfig, conversion: Conversion) -> str:
+    if config.base_url:
+        return config.base_url
+    if not conversion.servers:
+        raise SpecError(f"{config.written}: the spec names no server; set 'baseUrl' in the server entry")
+    url = conversion.servers[0]
+    if not is_web_url(url):
+        raise SpecError(
+            f"{config.written}: its server {url!r} is not an http:// or https:// URL; "
+            "toolkeeper sends HTTP requests only (set 'baseUrl' to the API's http(s) address)"
+        )
+    return url.rstrip("/")
+
+
+def _credentials_for(
+    operation: Operation, usable: tuple[tuple[SecurityScheme, Credential], ...]
+) -> tuple[tuple[SecurityScheme, Credential], ...]:
+    """The credentials a call of `operation` sends: those of the first of its security
+    requirements all of whose schemes have a value (one that needs no scheme comes last);
+    none when it needs none. Nothing is sent for a scheme without a value."""
+    by_name = {scheme.name: (scheme, credential) for scheme, credential in usable}
+    for requirement in sorted(operation.security, key=lambda names: not names):
+        if all(name in by_name for name in requirement):
+            return tuple(by_name[name] for name in requirement)
+    return ()
+
+
+def _served_tool(operation: Operation) -> dict[str, Any]:
+    """The tool as clients get it: its annotations only what the spec itself declares
+    (`x-mcp-annotations`); what the method says reaches the listing as the source `method`."""
+    tool = dict(operation.tool)
+    tool["name"] = operation.tool_name
+    written = tool.get("annotations")
+    annotations = {k: v for k, v in (written or {}).items() if k not in HINT_NAMES}
+    annotations.update({k: v for k, v in operation.declared_hints.items() if k in HINT_NAMES})
+    if annotations:
+        tool["annotations"] = annotations
+    else:
+        tool.pop("annotations", None)
+    return tool
+
+
+def _known_hints(operation: Operation, config: OpenApiConfig) -> Mapping[str, KnownHint]:
+    """What the method says of the operation, and the entry's `openWorld`."""
+    method = operation.method.upper()
+    meaning = METHOD_MEANING.get(method, "an HTTP method")
+    reason = f"the HTTP method {method} {meaning} (the gateway's own knowledge, whatever the server's trust)"
+    known = {
+        hint: KnownHint(bool(value), reason)
+        for hint, value in operation.method_hints.items()
+        if hint in HINT_NAMES and hint != "openWorldHint"
+    }
+    setting = "true, the default" if config.open_world else "false"
+    known["openWorldHint"] = KnownHint(
+        config.open_world, f"the 'openWorld' setting of server '{config.name}' ({setting})"
+    )
+    return MappingProxyType(known)
+
+
+def _stamps(paths: list[str]) -> Stamps:
+    out: Stamps = {}
+    for path in paths:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            out[path] = None
+        else:
+            out[path] = (stat.st_mtime_ns, stat.st_size)
+    return out
+
+
+def _redacted(result: dict[str, Any], config: OpenApiConfig) -> dict[str, Any]:
+    """An error result without the source's secrets (an API may echo a key back)."""
+    return {
+        **result,
+        "content": [{**part, "text": config.redact(str(part.get("text", "")))} for part in result["content"]],
+    }
