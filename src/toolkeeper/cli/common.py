@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 from toolkeeper.annotations.effective import Annotator, policies_from
 from toolkeeper.cli.status import COMMAND_LINE, command_log_level, connecting_status, hint_when_not_ready
 from toolkeeper.config import Config, ConfigError, load_config
-from toolkeeper.config.loader import demo_config_path
+from toolkeeper.config.loader import demo_config_path, find_config
 from toolkeeper.display import visible, visible_line
 from toolkeeper.downstreams.kinds import KINDS
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
@@ -78,6 +78,8 @@ ToolsetOption = typer.Option(None, "--toolset", help="Toolset to change (default
 def load(config_path: Path | None, demo: bool, *, serving: bool = False) -> Config:
     """The configuration, with the log set up: as configured for `serve`, quietly for the other
     commands (`command_log_level`)."""
+    if demo or find_config(config_path)[0] == demo_config_path():
+        _start_demo_api()
     try:
         config = load_config(demo_config_path() if demo else config_path, kinds=KINDS.entries)
     except ConfigError as exc:
@@ -87,6 +89,16 @@ def load(config_path: Path | None, demo: bool, *, serving: bool = False) -> Conf
     level = config.settings.log_level
     setup_logging(level if serving else command_log_level(level))
     return config
+
+
+def _start_demo_api() -> None:
+    """The demo configuration's REST API, before the configuration naming its URL is read."""
+    from toolkeeper.cli.demo_api import DemoApiError, ensure_demo_api
+
+    try:
+        ensure_demo_api()
+    except DemoApiError as exc:
+        err.print(styled(f"warning: {exc}; the demo's 'bookmarks' server is skipped"), soft_wrap=True)
 
 
 async def open_store(config: Config) -> Store:

@@ -64,7 +64,10 @@ def tool_rows(gateway: Inspectable, include_unavailable: bool = True) -> list[di
     for tool in gateway.catalog.tools:
         if not tool.available and not include_unavailable:
             continue
-        annotations = tool.declared.get("annotations") or {}
+        # What the server declared, and where it declared nothing what the gateway knows for
+        # itself (an HTTP operation's method).
+        known = {hint: fact.value for hint, fact in tool.known_hints.items()}
+        annotations = {**known, **(tool.declared.get("annotations") or {})}
         rows.append(
             {
                 "name": tool.exposed_name,

@@ -59,8 +59,8 @@ METHOD_MEANING = {
     "OPTIONS": "only reads",
     "POST": "may change things and is not idempotent",
     "PATCH": "may change things and is not idempotent",
-    "PUT": "replaces a resource: idempotent, not destructive",
-    "DELETE": "deletes: destructive, idempotent",
+    "PUT": "replaces a resource (idempotent, not destructive)",
+    "DELETE": "deletes (destructive, idempotent)",
 }
 
 
@@ -309,7 +309,7 @@ def _known_hints(operation: Operation, config: OpenApiConfig) -> Mapping[str, Kn
     """What the method says of the operation, and the entry's `openWorld`."""
     method = operation.method.upper()
     meaning = METHOD_MEANING.get(method, "an HTTP method")
-    reason = f"the HTTP method {method} {meaning} (the gateway's own knowledge, whatever the server's trust)"
+    reason = f"known from the HTTP method {method}, which {meaning}; reliable whatever the server's trust"
     known = {
         hint: KnownHint(bool(value), reason)
         for hint, value in operation.method_hints.items()
