@@ -19,6 +19,12 @@ DEMO_TOOLS = {
     "notes.delete_note",
     "notes.list_categories",
     "files.manage_files",
+    "bookmarks.listBookmarks",
+    "bookmarks.createBookmark",
+    "bookmarks.getBookmark",
+    "bookmarks.replaceBookmark",
+    "bookmarks.updateBookmark",
+    "bookmarks.deleteBookmark",
     "time.get_current_time",
     "time.convert_time",
 }
@@ -58,6 +64,11 @@ def test_hints_show_explains_every_hint_of_every_demo_tool() -> None:
     assert (
         by_name["time.get_current_time"]["fields"]["readOnlyHint"]["source"] == "declared"
     )  # a trusted server
+    # The demo REST API's hints come from the HTTP method, reliable though its source is untrusted.
+    listed = by_name["bookmarks.listBookmarks"]["fields"]["readOnlyHint"]
+    assert (listed["value"], listed["source"], listed["reliable"]) == (True, "method", True)
+    deleting = by_name["bookmarks.deleteBookmark"]["fields"]["destructiveHint"]
+    assert (deleting["value"], deleting["source"], deleting["reliable"]) == (True, "method", True)
     category = by_name["notes.create_note"]["parameters"]["category"]
     assert category == {"description": None, "source": "missing", "suggested": "Category"}
     table = tk("hints", "show", "--demo").stdout

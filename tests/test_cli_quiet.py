@@ -14,7 +14,7 @@ from pathlib import Path
 from conftest import PY, ROOT, controllable, write_config
 
 READY_LINE = "ready ("
-STATUS = "Connecting to 3 servers…"
+STATUS = "Connecting to 4 servers…"
 
 
 def environment(home: Path, **extra: str) -> dict[str, str]:
@@ -131,7 +131,7 @@ def test_json_is_only_json(tmp_path: Path) -> None:
 def test_a_terminal_sees_a_status_line_then_the_answer(tmp_path: Path) -> None:
     screen = on_a_terminal(tmp_path, "tools", "--demo")
     assert STATUS in screen, screen
-    assert "3 of 3 ready" in screen, screen
+    assert "4 of 4 ready" in screen, screen
     assert screen.index(STATUS) < screen.index("notes__search_notes")
     assert READY_LINE not in screen
 

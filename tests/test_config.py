@@ -12,6 +12,8 @@ import pytest
 
 from toolkeeper.config import Config, ConfigError, GatewaySettings, ServerConfig, load_config
 from toolkeeper.config.loader import demo_config_path, find_config, parse_config_file, parse_config_text
+from toolkeeper.config.openapi import OpenApiConfig
+from toolkeeper.downstreams.kinds import KINDS
 
 NO_ENV: dict[str, str] = {}
 
@@ -762,15 +764,18 @@ def test_load_config_follows_the_lookup(tmp_path, monkeypatch, isolated_lookup):
 
 
 def test_bundled_demo_config_parses(isolated_lookup):
-    config = load_config(environ={"TOOLKEEPER_DEMO_DIR": "/demo"})
+    environ = {"TOOLKEEPER_DEMO_DIR": "/demo", "TOOLKEEPER_DEMO_API": "http://127.0.0.1:9"}
+    config = load_config(environ=environ, kinds=KINDS.entries)
     assert config.path == demo_config_path()
     assert config.skipped == {} and config.disabled == ()
     assert [(s.name, s.transport, s.trust, s.prefix) for s in config.servers] == [
         ("notes", "stdio", "untrusted", "notes"),
         ("files", "stdio", "trusted", "files"),
+        ("bookmarks", "openapi", "untrusted", "bookmarks"),
         ("time", "stdio", "trusted", "time"),
     ]
-    notes, files, time_server = config.servers
+    notes, files, bookmarks, time_server = config.servers
+    assert isinstance(bookmarks, OpenApiConfig) and bookmarks.spec == "http://127.0.0.1:9/openapi.json"
     assert notes.command == sys.executable
     assert notes.args == ("-m", "toolkeeper.demo.notes", "--db", "/demo/notes.sqlite")
     assert files.args == ("-m", "toolkeeper.demo.files", "--root", "/demo/files")

@@ -42,6 +42,12 @@ DEMO_TOOLS = {
     "notes__delete_note",
     "notes__list_categories",
     "files__manage_files",
+    "bookmarks__listBookmarks",
+    "bookmarks__createBookmark",
+    "bookmarks__getBookmark",
+    "bookmarks__replaceBookmark",
+    "bookmarks__updateBookmark",
+    "bookmarks__deleteBookmark",
     "time__get_current_time",
     "time__convert_time",
 }

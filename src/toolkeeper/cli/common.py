@@ -78,8 +78,7 @@ ToolsetOption = typer.Option(None, "--toolset", help="Toolset to change (default
 def load(config_path: Path | None, demo: bool, *, serving: bool = False) -> Config:
     """The configuration, with the log set up: as configured for `serve`, quietly for the other
     commands (`command_log_level`)."""
-    if demo or find_config(config_path)[0] == demo_config_path():
-        _start_demo_api()
+    start_demo_api_if_used(config_path, demo)
     try:
         config = load_config(demo_config_path() if demo else config_path, kinds=KINDS.entries)
     except ConfigError as exc:
@@ -91,8 +90,11 @@ def load(config_path: Path | None, demo: bool, *, serving: bool = False) -> Conf
     return config
 
 
-def _start_demo_api() -> None:
-    """The demo configuration's REST API, before the configuration naming its URL is read."""
+def start_demo_api_if_used(config_path: Path | None, demo: bool) -> None:
+    """The demo configuration's REST API, when the bundled demo is the configuration to read:
+    started before it is read, as it names the API's URL."""
+    if not demo and find_config(config_path)[0] != demo_config_path():
+        return
     from toolkeeper.cli.demo_api import DemoApiError, ensure_demo_api
 
     try:

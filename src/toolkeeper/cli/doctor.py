@@ -18,6 +18,7 @@ from toolkeeper.cli.common import (
     out,
     print_json,
     running_gateway,
+    start_demo_api_if_used,
     styled,
 )
 from toolkeeper.services.doctor import Examination, Finding, Level, examine, has_problem
@@ -40,6 +41,7 @@ def doctor(
     """Check what a new setup gets wrong (the configuration, its ${VAR}s, each server's command
     and start, the clients, the store, the HTTP port) with the fix for each, and how many of each
     server's tools the approval policy would ask about."""
+    start_demo_api_if_used(config, demo)
     if demo:
         options = "--demo"
     elif config is not None:
