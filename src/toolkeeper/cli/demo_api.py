@@ -29,7 +29,7 @@ def ensure_demo_api() -> str:
     known = os.environ.get(DEMO_API_VARIABLE)
     if known:
         return known
-    demo_dir = builtin_variable("TOOLKEEPER_DEMO_DIR") or "."
+    demo_dir = os.environ.get("TOOLKEEPER_DEMO_DIR") or builtin_variable("TOOLKEEPER_DEMO_DIR") or "."
     process = subprocess.Popen(
         [sys.executable, "-m", "toolkeeper.demo.bookmarks", "--data", str(Path(demo_dir) / "bookmarks.json")],
         stdin=subprocess.PIPE,
