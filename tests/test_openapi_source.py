@@ -247,6 +247,10 @@ async def test_arguments_that_fail_the_schema_are_refused_before_any_request(
         with pytest.raises(MCPError) as missing:
             await client.call_tool("api__getItem", {})
         assert "'item_id' is a required property" in missing.value.error.message
+        with pytest.raises(MCPError) as empty:
+            await client.call_tool("api__echo", {"name": ""})
+        assert empty.value.error.code == INVALID_PARAMS
+        assert "the path parameter 'name' is empty" in empty.value.error.message
     assert len(api.received) == before
 
 

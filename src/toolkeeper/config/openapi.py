@@ -20,8 +20,9 @@ DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024
 
 @dataclass(frozen=True)
 class OperationFilter:
-    """Which operations an `include` or `exclude` names: operationId globs, tags, methods. An
-    operation is named when any of the lists names it."""
+    """Which operations an `include` or `exclude` names: operationId globs, tags, methods. What
+    each means is the converter's (`Selection`): an included operation matches every list given,
+    an excluded one any."""
 
     operation_ids: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()

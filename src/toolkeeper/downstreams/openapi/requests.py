@@ -67,6 +67,8 @@ def prepare(
         if parameter.content_type is not None:  # described by `content`: sent in its media type
             value = json.dumps(value, separators=(",", ":"))
         if parameter.location == "path":
+            if value == "" or value == [] or value == {}:
+                raise CallRefused(f"the path parameter '{parameter.argument}' is empty; nothing was sent")
             path = path.replace("{" + parameter.name + "}", _path_value(parameter, value))
         elif parameter.location == "query":
             query.extend(_query_pairs(parameter, value))
@@ -74,6 +76,9 @@ def prepare(
             sent_headers[parameter.name] = _simple(value, explode=parameter.explode)
         else:
             cookies[parameter.name] = _simple(value, explode=False)
+    for parameter in operation.parameters:
+        if parameter.location == "path" and ("{" + parameter.name + "}" in path):
+            raise CallRefused(f"the path parameter '{parameter.argument}' has no value; nothing was sent")
     for scheme, credential in credentials:
         _authorize(scheme, credential, query=query, headers=sent_headers, cookies=cookies)
     body, has_body = _body(operation, arguments)

@@ -108,27 +108,18 @@ class OpenApiSource(ToolSource):
         self._reload = anyio.Event()
         watched = [] if is_web_url(config.spec) else [config.spec]
         try:
-            loaded = await anyio.to_thread.run_sync(
-                partial(_load_and_convert, config), abandon_on_cancel=True
-            )
+            ready = await anyio.to_thread.run_sync(partial(_ready, config), abandon_on_cancel=True)
         except SpecError as exc:
             self._stop(f"{exc}; fix the spec (this server is skipped until then)")
             return _stamps(watched)
-        files, conversion = loaded
-        try:
-            base_url = _base_url(config, conversion)
-        except SpecError as exc:
-            self._stop(str(exc))
-            return _stamps(list(files) or watched)
-        self._report(conversion)
-        self._routes = MappingProxyType(self._make_routes(conversion, base_url))
-        tools = [_served_tool(route.operation) for route in self._routes.values()]
-        self.known_hints = MappingProxyType(
-            {name: _known_hints(route.operation, config) for name, route in self._routes.items()}
+        self._report(ready.conversion)
+        self._routes = ready.routes
+        self.known_hints = ready.known_hints
+        logger.info(
+            "server %r: %d operations of %s served as tools", self.name, len(ready.tools), config.written
         )
-        logger.info("server %r: %d operations of %s served as tools", self.name, len(tools), config.written)
-        self.serve(tools)
-        return _stamps(list(files) or watched)
+        self.serve(ready.tools)
+        return _stamps(list(ready.files) or watched)
 
     def _stop(self, reason: str) -> None:
         self.last_error = reason
@@ -183,25 +174,6 @@ class OpenApiSource(ToolSource):
                     known,
                 )
 
-    def _make_routes(self, conversion: Conversion, base_url: str) -> dict[str, Route]:
-        schemes = conversion.security_schemes
-        usable = tuple(
-            (schemes[c.scheme], c) for c in self.openapi.credentials if c.scheme in schemes and c.value
-        )
-        routes: dict[str, Route] = {}
-        for operation in conversion.operations:
-            schema = dict(operation.tool.get("inputSchema") or {"type": "object"})
-            validator_type = jsonschema.validators.validator_for(
-                schema, default=jsonschema.Draft202012Validator
-            )
-            routes[operation.tool_name] = Route(
-                operation=operation,
-                base_url=base_url,
-                credentials=_credentials_for(operation, usable),
-                validator=validator_type(schema),
-            )
-        return routes
-
     # -- answering a call ----------------------------------------------------------------------
     async def answer(self, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
         route = self._routes.get(name)
@@ -245,8 +217,19 @@ class OpenApiSource(ToolSource):
         )
 
 
-def _load_and_convert(config: OpenApiConfig) -> tuple[tuple[str, ...], Conversion]:
-    """In a worker thread: the spec's local files and its operations as tools."""
+@dataclass(frozen=True)
+class Ready:
+    """What a loaded spec gives the source: everything it serves, made off the event loop."""
+
+    files: tuple[str, ...]
+    conversion: Conversion
+    routes: Mapping[str, Route]
+    tools: list[dict[str, Any]]
+    known_hints: Mapping[str, Mapping[str, KnownHint]]
+
+
+def _ready(config: OpenApiConfig) -> Ready:
+    """In a worker thread: load and convert the spec, and make what serving it takes."""
     spec = load_spec(config.spec, timeout=config.timeout)
     conversion = convert(
         spec,
@@ -254,7 +237,30 @@ def _load_and_convert(config: OpenApiConfig) -> tuple[tuple[str, ...], Conversio
         exclude=_selection(config.exclude),
         open_world=config.open_world,
     )
-    return spec.files, conversion
+    routes = _routes(config, conversion, _base_url(config, conversion))
+    return Ready(
+        files=spec.files,
+        conversion=conversion,
+        routes=MappingProxyType(routes),
+        tools=[_served_tool(route.operation) for route in routes.values()],
+        known_hints=MappingProxyType({name: _known_hints(r.operation, config) for name, r in routes.items()}),
+    )
+
+
+def _routes(config: OpenApiConfig, conversion: Conversion, base_url: str) -> dict[str, Route]:
+    schemes = conversion.security_schemes
+    usable = tuple((schemes[c.scheme], c) for c in config.credentials if c.scheme in schemes and c.value)
+    routes: dict[str, Route] = {}
+    for operation in conversion.operations:
+        schema = dict(operation.tool.get("inputSchema") or {"type": "object"})
+        validator_type = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        routes[operation.tool_name] = Route(
+            operation=operation,
+            base_url=base_url,
+            credentials=_credentials_for(operation, usable),
+            validator=validator_type(schema),
+        )
+    return routes
 
 
 def _selection(written: OperationFilter | None) -> Selection | None:
@@ -267,7 +273,11 @@ def _base_url(config: OpenApiConfig, conversion: Conversion) -> str:
     if config.base_url:
         return config.base_url
     if not conversion.servers:
-        raise SpecError(f"{config.written}: the spec names no server; set 'baseUrl' in the server entry")
+        why = f" ({'; '.join(conversion.warnings)})" if conversion.warnings else ""
+        raise SpecError(
+            f"{config.written}: the spec names no http(s) server to send requests to{why}; "
+            "set 'baseUrl' in the server entry"
+        )
     url = conversion.servers[0]
     if not is_web_url(url):
         raise SpecError(
