@@ -153,6 +153,18 @@ def document(server_url: str) -> dict[str, Any]:
             "/huge": {"get": {"operationId": "huge", "responses": text}},
             "/redirect/same": {"get": {"operationId": "redirectSame", "responses": text}},
             "/redirect/away": {"get": {"operationId": "redirectAway", "responses": text}},
+            "/drift": {
+                "get": {
+                    "operationId": "drift",
+                    "responses": json_response(
+                        {
+                            "type": "object",
+                            "properties": {"count": {"type": "integer"}},
+                            "required": ["count"],
+                        }
+                    ),
+                }
+            },
         },
     }
 
@@ -196,6 +208,7 @@ class RestApi:
             Route("/api/huge", recorded(self._huge)),
             Route("/api/redirect/same", recorded(self._redirect_same)),
             Route("/api/redirect/away", recorded(self._redirect_away)),
+            Route("/api/drift", recorded(self._drift)),
         ]
 
     async def _openapi(self, request: Request) -> Response:
@@ -267,6 +280,10 @@ class RestApi:
 
     async def _redirect_same(self, request: Request) -> Response:
         return RedirectResponse("/api/ping", status_code=302)
+
+    async def _drift(self, request: Request) -> Response:
+        # Real APIs drift from their documents: this one says `count` is an integer.
+        return JSONResponse({"count": "many"})
 
     async def _redirect_away(self, request: Request) -> Response:
         return RedirectResponse("http://example.invalid/steal", status_code=302)

@@ -225,6 +225,22 @@ async def test_errors_timeouts_big_responses_and_redirects_are_results(tmp_path:
     assert away.is_error and "http://example.invalid:80, another origin" in text_of(away)
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_response_unlike_the_declared_output_is_an_error_holding_it(
+    tmp_path: Path, api: RestApi, mode: str
+) -> None:
+    async with serving(tmp_path, {"items": entry(api)}, mode) as (client, _):
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert tools["api__drift"].output_schema is not None
+        drifted = await client.call_tool("api__drift", {})  # the SDK client checks structured output
+    assert drifted.is_error and drifted.structured_content is None
+    assert text_of(drifted) == (
+        f"GET {api.url}/api/drift answered, but the response does not match the spec's schema at count: "
+        "'many' is not of type 'integer', so it is not this tool's output as declared:\n"
+        '{"count":"many"}'
+    )
+
+
 async def test_an_api_that_is_not_there_is_an_error_naming_the_url(tmp_path: Path, api: RestApi) -> None:
     closed = f"http://127.0.0.1:{free_port()}/api"
     async with serving(tmp_path, {"items": entry(api, baseUrl=closed)}, "legacy") as (client, _):

@@ -216,10 +216,11 @@ async def send(
     request: PreparedRequest,
     *,
     max_bytes: int,
-    output_schema: Mapping[str, Any] | None = None,
+    output: Any | None = None,
 ) -> dict[str, Any]:
     """Send `request`, following redirects within its origin, and make the response a tool result
-    (its JSON as `structuredContent` where `output_schema` allows)."""
+    (its JSON as `structuredContent` where `output`, the validator of the tool's outputSchema,
+    allows)."""
     method, url = request.method, request.url
     params: list[tuple[str, str]] = list(request.params)
     body_sent = request.has_body
@@ -238,7 +239,7 @@ async def send(
                 body, cut = await _read_capped(response, max_bytes)
                 shown = f"{method} {url}"
                 result, parsed = _result(response, body, cut=cut, max_bytes=max_bytes, shown=shown)
-                return _with_structured(result, parsed, output_schema)
+                return _with_structured(result, parsed, output, shown=shown)
             target = response.next_request
         finally:
             await response.aclose()
@@ -304,21 +305,34 @@ def _is_json(response: httpx.Response) -> bool:
 
 
 def _with_structured(
-    result: dict[str, Any], parsed: Any, output_schema: Mapping[str, Any] | None
+    result: dict[str, Any], parsed: Any, output: Any | None, *, shown: str
 ) -> dict[str, Any]:
-    """The result with its JSON as `structuredContent` where MCP allows it: an object, and one
-    that matches the tool's `outputSchema` when it declares one (clients check it)."""
-    if not isinstance(parsed, dict):
+    """The result with its JSON as `structuredContent` where MCP allows it: an object, and, for
+    a tool with an `outputSchema` (`output`, its validator), one that matches it. Such a tool
+    must return matching structured content (clients check it), so a response that does not is
+    an error result that says why and still holds the response."""
+    if result.get("isError"):
         return result
-    if output_schema is not None:
-        try:
-            jsonschema.validate(parsed, dict(output_schema))
-        except jsonschema.ValidationError:
-            return result
-        except jsonschema.SchemaError:
-            return result
-    result["structuredContent"] = parsed
-    return result
+    if output is None:
+        if isinstance(parsed, dict):
+            result["structuredContent"] = parsed
+        return result
+    problem = _mismatch(parsed, output)
+    if problem is None:
+        result["structuredContent"] = parsed
+        return result
+    text = result["content"][0]["text"]
+    return error(f"{shown} answered, but {problem}, so it is not this tool's output as declared:\n{text}")
+
+
+def _mismatch(parsed: Any, output: Any) -> str | None:
+    if not isinstance(parsed, dict):
+        return "the response is not a whole JSON object"
+    best = jsonschema.exceptions.best_match(output.iter_errors(parsed))
+    if best is None:
+        return None
+    where = "/".join(str(p) for p in best.absolute_path) or "the top"
+    return f"the response does not match the spec's schema at {where}: {best.message}"
 
 
 def error(text: str) -> dict[str, Any]:

@@ -72,6 +72,7 @@ class Route:
     base_url: str
     credentials: tuple[tuple[SecurityScheme, Credential], ...]
     validator: Any  # a jsonschema validator of the tool's inputSchema
+    output: Any | None  # one of its outputSchema, when it declares one
 
 
 class OpenApiSource(ToolSource):
@@ -204,7 +205,7 @@ class OpenApiSource(ToolSource):
                     self._client,
                     request,
                     max_bytes=config.max_response_bytes,
-                    output_schema=route.operation.tool.get("outputSchema"),
+                    output=route.output,
                 )
             except httpx.HTTPError as exc:
                 cause = str(exc) or type(exc).__name__
@@ -252,13 +253,13 @@ def _routes(config: OpenApiConfig, conversion: Conversion, base_url: str) -> dic
     usable = tuple((schemes[c.scheme], c) for c in config.credentials if c.scheme in schemes and c.value)
     routes: dict[str, Route] = {}
     for operation in conversion.operations:
-        schema = dict(operation.tool.get("inputSchema") or {"type": "object"})
-        validator_type = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        output = operation.tool.get("outputSchema")
         routes[operation.tool_name] = Route(
             operation=operation,
             base_url=base_url,
             credentials=_credentials_for(operation, usable),
-            validator=validator_type(schema),
+            validator=_validator(operation.tool.get("inputSchema") or {"type": "object"}),
+            output=_validator(output) if output is not None else None,
         )
     return routes
 
@@ -285,6 +286,12 @@ def _base_url(config: OpenApiConfig, conversion: Conversion) -> str:
             "toolkeeper sends HTTP requests only (set 'baseUrl' to the API's http(s) address)"
         )
     return url.rstrip("/")
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    """A validator of `schema`: JSON Schema 2020-12 unless it names another draft."""
+    validator_type = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return validator_type(dict(schema))
 
 
 def _credentials_for(
