@@ -82,7 +82,9 @@ def preview(
 def _print_tools(result: dict[str, Any]) -> None:
     from rich.table import Column  # Rich on first use (common.new_table)
 
-    table = new_table(
+    from toolkeeper.cli.tables import SafeTable
+
+    table = SafeTable(
         Column("tool", overflow="fold"),
         "title",
         "method",
