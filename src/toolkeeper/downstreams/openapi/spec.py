@@ -265,6 +265,7 @@ class _Reader:
     def _parse(self, data: bytes, uri: str) -> tuple[Any, bytes]:
         """The document's contents as plain JSON data, and JSON text to find its `$ref`s in."""
         shown = _shown_uri(uri)
+        shown = "the document" if shown == self.shown else shown
         looks_json = data.lstrip()[:1] in (b"{", b"[") or uri.endswith(".json")
         if looks_json:
             try:
