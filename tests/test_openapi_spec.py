@@ -330,6 +330,7 @@ def test_long_duplicate_and_missing_operation_ids_make_valid_unique_names(tmp_pa
             },
             "/c/{id}/sub-items.json": {"get": {"responses": ok(), "parameters": [_path_param("id")]}},
             "/d": {"get": {"operationId": "list things (v2)!", "responses": ok()}},
+            "x-generated-by": {"tool": "an extension, not a path"},
         }
     )
     conversion = load(tmp_path, document)
@@ -734,8 +735,16 @@ def _bad(tmp_path: Path, name: str, text: str) -> str:
 @pytest.mark.parametrize(
     ("name", "text", "problem"),
     [
-        ("a.yaml", "openapi: 3.0.0\ninfo: [unclosed\n", r": the document is not valid YAML \(line 3, column 1: "),
-        ("a.json", '{"openapi": "3.0.0",}', r": the document is not valid JSON \(line 1, column 20: trailing comma"),
+        (
+            "a.yaml",
+            "openapi: 3.0.0\ninfo: [unclosed\n",
+            r": the document is not valid YAML \(line 3, column 1: ",
+        ),
+        (
+            "a.json",
+            '{"openapi": "3.0.0",}',
+            r": the document is not valid JSON \(line 1, column 20: trailing comma",
+        ),
         ("a.yaml", "swagger: '2.0'\n", r": swagger: Swagger 2\.0 is not supported"),
         ("a.yaml", "info: {title: t}\npaths: {}\n", r": openapi: required$"),
         ("a.yaml", "openapi: 4.0.0\n", r": openapi: version '4\.0\.0' is not supported"),
@@ -747,8 +756,8 @@ def _bad(tmp_path: Path, name: str, text: str) -> str:
         ),
         (
             "a.yaml",
-            "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /p:\n    get:\n      parameters: [{name: q}]\n"
-            "      responses: {}\n",
+            "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /p:\n    get:\n"
+            "      parameters: [{name: q}]\n      responses: {}\n",
             r": paths\./p\.get\.parameters\.0\.in: must be one of path, query, header, cookie$",
         ),
         (

@@ -272,6 +272,8 @@ def _operations_of(spec: LoadedSpec) -> list[_Found]:
     paths = spec.document.get("paths") or {}
     found: list[_Found] = []
     for path, written in paths.items():
+        if not path.startswith("/"):  # an `x-` extension
+            continue
         item, item_base = spec.resolve(written, spec.uri)
         for method in item:
             if method not in HTTP_METHODS:

@@ -362,6 +362,8 @@ class _Checker:
             return
         paths, _ = self.mapping(root["paths"], base, ("paths",))
         for path, item in paths.items():
+            if path.startswith("x-"):  # an extension, not a path
+                continue
             if not path.startswith("/"):
                 raise self.fail(("paths", path), "a path must start with /")
             self.check_path_item(item, base, ("paths", path))
