@@ -444,6 +444,7 @@ from toolkeeper.cli import clients as _clients  # noqa: E402, F401
 from toolkeeper.cli import doctor as _doctor  # noqa: E402, F401
 from toolkeeper.cli import hints as _hints  # noqa: E402, F401
 from toolkeeper.cli import keys as _keys  # noqa: E402, F401
+from toolkeeper.cli import openapi as _openapi  # noqa: E402, F401
 from toolkeeper.cli import policy as _policy  # noqa: E402, F401
 from toolkeeper.cli import rules as _rules  # noqa: E402, F401
 

@@ -29,10 +29,13 @@ JSON body is one argument, `body`. An operation whose request body has no JSON f
 (multipart uploads, forms, binary) is skipped, with its media types in the reason.
 
 Schemas. Every `$ref` is inlined, resolved with `referencing` through the spec's registry, so a
-tool's schemas stand alone. A reference is expanded at most once along any one path from the
-top of a schema (a cycle unfolds once), at most `MAX_REF_DEPTH` references deep, and at most
-`SCHEMA_BUDGET` schema objects are built for one operation; a reference not expanded for any
-of these reasons is replaced by an empty schema (any value) whose description says why. So a
+tool's schemas stand alone. References that form a cycle (a schema that contains itself, or
+schemas that contain each other) are cut at depth one: such a schema is expanded where it is
+first reached from outside its cycle, and inside it every reference back into the cycle is cut.
+Other references are expanded at most `MAX_REF_DEPTH` (10) references deep, and an operation's
+schemas hold at most `SCHEMA_BUDGET` (5,000) schema objects: a reference that would go past it
+is expanded less deep, and cut when even one level does not fit. A reference cut for any of
+these reasons is replaced by an empty schema (any value) whose description says why. So a
 circular or enormous spec costs bounded time, never a `RecursionError`. `allOf`, `oneOf` and
 `anyOf` are kept, each branch resolved. OpenAPI 3.0's `nullable: true` becomes `null` among the
 `type`s (or an `anyOf` with `{"type": "null"}` when there is no `type`), and its boolean
@@ -75,8 +78,8 @@ ParameterLocation = Literal["path", "query", "header", "cookie"]
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NAME_MAX = 64
 SUFFIX_DIGITS = 8
-MAX_REF_DEPTH = 16
-SCHEMA_BUDGET = 20_000
+MAX_REF_DEPTH = 10
+SCHEMA_BUDGET = 5_000
 HINT_NAMES = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 META_KEY = "toolkeeper/openapi"
 
@@ -269,6 +272,8 @@ def _operations_of(spec: LoadedSpec) -> list[_Found]:
     paths = spec.document.get("paths") or {}
     found: list[_Found] = []
     for path, written in paths.items():
+        if not path.startswith("/"):  # an `x-` extension
+            continue
         item, item_base = spec.resolve(written, spec.uri)
         for method in item:
             if method not in HTTP_METHODS:
@@ -575,76 +580,178 @@ def _security_of(requirements: Any) -> tuple[tuple[str, ...], ...]:
 
 
 class _Expander:
-    """Inlines a schema's `$ref`s, by the rule in the module's docstring. What a reference
-    expands to is kept and reused when nothing under it was cut (it then does not depend on
-    the path that led to it)."""
+    """Inlines a schema's `$ref`s, by the rule in the module's docstring.
+
+    What a reference expands to depends only on the reference and how many references deep it
+    may still go, so each (reference, depth) is expanded once per spec and shared; its size
+    (schema objects and lists, counted as if copied out) is kept beside it, so an operation's
+    budget is checked without walking what was shared.
+
+    Cycles: references are grouped into strongly connected components (Tarjan's algorithm over
+    the graph of which schema refers to which). A schema whose group is a cycle is expanded
+    where it is reached from outside its group; inside that expansion every reference into the
+    same group is cut. So a cycle unfolds once, whatever path led to it.
+    """
 
     def __init__(self, spec: LoadedSpec) -> None:
         self.spec = spec
         self.is_30 = spec.is_30
-        self._expanded: dict[str, Any] = {}
+        self._expanded: dict[tuple[str, int], tuple[Any, int]] = {}
+        self._edges: dict[str, tuple[str, ...]] = {}
+        self._group: dict[str, int] = {}
+        self._cyclic: set[int] = set()
+        self._groups_made = 0
         self._budget = SCHEMA_BUDGET
 
     def start_operation(self) -> None:
         self._budget = SCHEMA_BUDGET
 
     def schema(self, node: Any, base: str) -> Any:
-        return self._schema(node, base, ())[0]
+        """`node` (one of the operation's own schemas) with its references inlined."""
+        return self._schema(node, base, depth=MAX_REF_DEPTH, home=None, top=True)[0]
 
-    def _schema(self, node: Any, base: str, stack: tuple[str, ...]) -> tuple[Any, bool]:
+    def _schema(self, node: Any, base: str, *, depth: int, home: int | None, top: bool) -> tuple[Any, int]:
         if not isinstance(node, Mapping):
-            return node, False
+            return node, 1
         ref = node.get("$ref")
         if isinstance(ref, str):
-            return self._follow(node, ref, base, stack)
-        self._budget -= 1
-        cut = False
+            return self._follow(node, ref, base, depth=depth, home=home, top=top)
+        size = 1
         out: dict[str, Any] = {}
         for key, value in node.items():
             if key in _SCHEMA_MAP and isinstance(value, Mapping):
                 expanded: dict[str, Any] = {}
                 for name, sub in value.items():
-                    expanded[name], sub_cut = self._schema(sub, base, stack)
-                    cut |= sub_cut
+                    expanded[name], count = self._schema(sub, base, depth=depth, home=home, top=top)
+                    size += count
                 out[key] = expanded
             elif (key in _SCHEMA_LIST or key == "items") and isinstance(value, list):
                 items: list[Any] = []
                 for sub in value:
-                    expanded_item, sub_cut = self._schema(sub, base, stack)
-                    items.append(expanded_item)
-                    cut |= sub_cut
+                    item, count = self._schema(sub, base, depth=depth, home=home, top=top)
+                    items.append(item)
+                    size += count
                 out[key] = items
             elif key in _SCHEMA_ONE:
-                out[key], sub_cut = self._schema(value, base, stack)
-                cut |= sub_cut
+                out[key], count = self._schema(value, base, depth=depth, home=home, top=top)
+                size += count
             else:
                 out[key] = value
-        return (_from_30(out) if self.is_30 else out), cut
+        return (_from_30(out) if self.is_30 else out), size
 
     def _follow(
-        self, node: Mapping[str, Any], ref: str, base: str, stack: tuple[str, ...]
-    ) -> tuple[Any, bool]:
-        absolute = urljoin(base, ref)
-        cut = True
-        if absolute in stack:
-            result: Any = _cut(ref, "it refers back to a schema that contains it")
-        elif len(stack) >= MAX_REF_DEPTH:
-            result = _cut(ref, f"it is more than {MAX_REF_DEPTH} references deep")
-        elif self._budget <= 0:
-            result = _cut(ref, f"the operation's schemas reached {SCHEMA_BUDGET} objects")
-        elif absolute in self._expanded:
-            result, cut = self._expanded[absolute], False
+        self, node: Mapping[str, Any], ref: str, base: str, *, depth: int, home: int | None, top: bool
+    ) -> tuple[Any, int]:
+        absolute = self.spec.join(base, ref)[0]
+        result: Any
+        if home is not None and self._group_of(absolute) == home:
+            result, size = _cut(ref, "it refers back to a schema that contains it (a cycle)"), 1
+        elif depth <= 0:
+            result, size = _cut(ref, f"it is more than {MAX_REF_DEPTH} references deep"), 1
+        elif top:
+            result, size = self._fitted(absolute, ref, depth)
         else:
-            target = self.spec.lookup(absolute)
-            result, cut = self._schema(target, urldefrag(absolute).url, (*stack, absolute))
-            if not cut:
-                self._expanded[absolute] = result
+            result, size = self._expand_ref(absolute, depth)
         siblings = {key: value for key, value in node.items() if key != "$ref"}
         if not siblings:
-            return result, cut
-        extra, extra_cut = self._schema(siblings, base, stack)
+            return result, size
+        extra, count = self._schema(siblings, base, depth=depth, home=home, top=top)
         merged = {**result, **extra} if isinstance(result, Mapping) else extra
-        return merged, cut or extra_cut
+        return merged, size + count
+
+    def _fitted(self, absolute: str, ref: str, depth: int) -> tuple[Any, int]:
+        """The reference expanded as deep as the operation's budget allows."""
+        for allowed in range(depth, 0, -1):
+            result, size = self._expand_ref(absolute, allowed)
+            if size <= self._budget:
+                self._budget -= size
+                return result, size
+        return _cut(ref, f"expanding it would take the tool's schemas past {SCHEMA_BUDGET} objects"), 1
+
+    def _expand_ref(self, absolute: str, depth: int) -> tuple[Any, int]:
+        key = (absolute, depth)
+        if key not in self._expanded:
+            group = self._group_of(absolute)
+            target = self.spec.lookup(absolute)
+            home = group if group in self._cyclic else None
+            document = self.spec.join(absolute, "")[1]
+            self._expanded[key] = self._schema(target, document, depth=depth - 1, home=home, top=False)
+        return self._expanded[key]
+
+    # -- which references form cycles -------------------------------------------------------------
+
+    def _group_of(self, absolute: str) -> int:
+        if absolute not in self._group:
+            self._find_groups(absolute)
+        return self._group[absolute]
+
+    def _edges_of(self, absolute: str) -> tuple[str, ...]:
+        """The references a referenced schema makes itself (not those of what it refers to)."""
+        if absolute not in self._edges:
+            found: list[str] = []
+            _collect_refs(self.spec.lookup(absolute), urldefrag(absolute).url, found)
+            self._edges[absolute] = tuple(found)
+        return self._edges[absolute]
+
+    def _find_groups(self, start: str) -> None:
+        """Tarjan's strongly connected components, iteratively, from `start` over the references
+        not grouped yet."""
+        index: dict[str, int] = {start: 0}
+        low: dict[str, int] = {start: 0}
+        stack, on_stack = [start], {start}
+        work = [(start, iter(self._edges_of(start)))]
+        while work:
+            node, edges = work[-1]
+            for following in edges:
+                if following in self._group:
+                    continue
+                if following not in index:
+                    index[following] = low[following] = len(index)
+                    stack.append(following)
+                    on_stack.add(following)
+                    work.append((following, iter(self._edges_of(following))))
+                    break
+                if following in on_stack:
+                    low[node] = min(low[node], index[following])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    self._close_group(node, stack, on_stack)
+
+    def _close_group(self, root: str, stack: list[str], on_stack: set[str]) -> None:
+        self._groups_made += 1
+        group = self._groups_made
+        members = []
+        while True:
+            member = stack.pop()
+            on_stack.discard(member)
+            members.append(member)
+            self._group[member] = group
+            if member == root:
+                break
+        if len(members) > 1 or root in self._edges_of(root):
+            self._cyclic.add(group)
+
+
+def _collect_refs(node: Any, base: str, found: list[str]) -> None:
+    """The absolute references in a schema's schema positions, not following them."""
+    if not isinstance(node, Mapping):
+        return
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        found.append(urljoin(base, ref))
+    for key, value in node.items():
+        if key in _SCHEMA_MAP and isinstance(value, Mapping):
+            for sub in value.values():
+                _collect_refs(sub, base, found)
+        elif (key in _SCHEMA_LIST or key == "items") and isinstance(value, list):
+            for sub in value:
+                _collect_refs(sub, base, found)
+        elif key in _SCHEMA_ONE:
+            _collect_refs(value, base, found)
 
 
 def _cut(ref: str, why: str) -> dict[str, Any]:
