@@ -241,7 +241,9 @@ class RestApi:
     async def _ping(self, request: Request) -> Response:
         if request.method == "OPTIONS":
             return Response(status_code=204, headers={"Allow": "GET, HEAD, OPTIONS"})
-        return Response(status_code=200, headers={"X-Up": "yes"})
+        response = Response(status_code=200, headers={"X-Up": "yes"})
+        response.set_cookie("tracker", "set-by-the-api")  # must not ride along on later requests
+        return response
 
     async def _echo(self, request: Request) -> Response:
         return JSONResponse(
@@ -252,7 +254,7 @@ class RestApi:
                 "ids": request.query_params.getlist("ids"),
                 "flags": request.query_params.get("flags"),
                 "mode": request.headers.get("x-mode"),
-                "pref": request.cookies.get("pref"),
+                "cookies": dict(request.cookies),
             }
         )
 

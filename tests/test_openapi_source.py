@@ -172,17 +172,22 @@ async def test_arguments_go_to_path_query_header_and_cookie_in_their_style(
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         properties = tools["api__echo"].input_schema["properties"]
         assert set(properties) == {"name", "ids", "flags", "X-Mode", "pref"}
+        assert not (await client.call_tool("api__redirectSame", {})).is_error  # the API sets a cookie
         result = await client.call_tool(
             "api__echo",
-            {"name": "a/b c?d", "ids": [1, 2], "flags": ["x", "y"], "X-Mode": "fast", "pref": "dark"},
+            {"name": "a/b c?d", "ids": [1, 2], "flags": ["x", "y"], "X-Mode": "fast", "pref": "dark; x=1"},
         )
+        without_cookie = await client.call_tool("api__echo", {"name": "plain"})
+    assert json.loads(text_of(without_cookie))["cookies"] == {}
     assert not result.is_error, result
     echoed = json.loads(text_of(result))
     # The path value is encoded whole: its slash and question mark add no segment nor query.
     assert echoed["raw_path"] == "/api/echo/a%2Fb%20c%3Fd"
     assert echoed["ids"] == ["1", "2"]  # form, exploded: ids=1&ids=2
     assert echoed["flags"] == "x,y"  # form, not exploded
-    assert (echoed["mode"], echoed["pref"]) == ("fast", "dark")
+    assert echoed["mode"] == "fast"
+    # Only the call's own cookie, its value encoded whole; none the API set on an earlier call.
+    assert echoed["cookies"] == {"pref": "dark%3B%20x%3D1"}
 
 
 async def test_auth_by_header_and_by_query_from_the_environment(tmp_path: Path, api: RestApi) -> None:

@@ -225,12 +225,16 @@ async def send(
     params: list[tuple[str, str]] = list(request.params)
     body_sent = request.has_body
     for _ in range(MAX_REDIRECTS + 1):
+        headers = dict(request.headers)
+        if request.cookies:
+            headers["Cookie"] = "; ".join(
+                f"{name}={quote(value, safe=UNRESERVED)}" for name, value in request.cookies.items()
+            )
         built = client.build_request(
             method,
             url,
             params=tuple(params) or None,
-            headers=dict(request.headers),
-            cookies=dict(request.cookies) or None,
+            headers=headers,
             json=request.json_body if body_sent else None,
         )
         response = await client.send(built, stream=True)

@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from types import MappingProxyType
 from typing import Any
 
@@ -91,7 +92,10 @@ class OpenApiSource(ToolSource):
     # -- learning the tools --------------------------------------------------------------------
     async def run(self, connect_slots: anyio.CapacityLimiter) -> None:
         timeout = httpx.Timeout(self.openapi.timeout)
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+        # Every client of the gateway calls through this one pool: a cookie one call's response
+        # sets must never ride along on another's request, so none is kept.
+        no_cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, cookies=no_cookies) as client:
             self._client = client
             try:
                 while True:
