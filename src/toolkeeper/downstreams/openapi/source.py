@@ -117,6 +117,10 @@ class OpenApiSource(ToolSource):
         except SpecError as exc:
             self._stop(f"{exc}; fix the spec (this server is skipped until then)")
             return _stamps(watched)
+        except Exception as exc:  # a spec the converter fails on must not take the gateway down
+            logger.exception("server %r: converting %s failed", self.name, config.written)
+            self._stop(f"{config.written}: cannot be converted ({type(exc).__name__}: {exc})")
+            return _stamps(watched)
         self._report(ready.conversion)
         self._routes = ready.routes
         self.known_hints = ready.known_hints
@@ -211,7 +215,7 @@ class OpenApiSource(ToolSource):
                     max_bytes=config.max_response_bytes,
                     output=route.output,
                 )
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
                 cause = str(exc) or type(exc).__name__
                 return error(config.redact(f"{request.shown} failed: {cause}"))
             return _redacted(result, config) if result.get("isError") else result
