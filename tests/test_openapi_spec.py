@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from jsonschema import Draft202012Validator
 
 from toolkeeper.downstreams.openapi.operations import (
     METHOD_HINTS,
@@ -51,6 +52,12 @@ def load(tmp_path: Path, document: dict[str, Any], name: str = "api.yaml", **opt
 
 
 def by_name(conversion: Conversion) -> dict[str, Operation]:
+    """The operations by tool name; every tool's schemas are valid JSON Schema (2020-12), as the
+    gateway checks arguments against them."""
+    for operation in conversion.operations:
+        Draft202012Validator.check_schema(operation.tool["inputSchema"])
+        if "outputSchema" in operation.tool:
+            Draft202012Validator.check_schema(operation.tool["outputSchema"])
     return {operation.tool_name: operation for operation in conversion.operations}
 
 
@@ -493,6 +500,15 @@ def test_openapi_30_schemas_become_json_schema(tmp_path: Path) -> None:
                             "schema": {"type": "string", "enum": ["a"], "nullable": True},
                         },
                         {"name": "r", "in": "query", "schema": {"$ref": "#/components/schemas/R"}},
+                        {
+                            "name": "old",
+                            "in": "query",
+                            # `required: true` inside a property: Swagger's habit, not JSON Schema.
+                            "schema": {
+                                "type": "object",
+                                "properties": {"a": {"type": "string", "required": True}},
+                            },
+                        },
                     ],
                     "responses": ok(),
                 }
@@ -502,8 +518,10 @@ def test_openapi_30_schemas_become_json_schema(tmp_path: Path) -> None:
             "schemas": {"R": {"allOf": [{"type": "string"}], "nullable": True, "example": "2020-01-01"}}
         },
     )
-    properties = load(tmp_path, document).operations[0].tool["inputSchema"]["properties"]
+    (operation,) = by_name(load(tmp_path, document)).values()
+    properties = operation.tool["inputSchema"]["properties"]
     assert properties["n"] == {"type": ["integer", "null"], "exclusiveMinimum": 0}
+    assert properties["old"] == {"type": "object", "properties": {"a": {"type": "string"}}}
     assert properties["e"] == {"type": ["string", "null"], "enum": ["a", None]}
     assert properties["r"] == {
         "anyOf": [{"allOf": [{"type": "string"}], "example": "2020-01-01"}, {"type": "null"}]
