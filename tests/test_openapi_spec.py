@@ -818,3 +818,33 @@ def test_a_dangling_reference_in_another_file_names_that_file(tmp_path: Path) ->
 def test_an_unreadable_spec_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"^spec .*nowhere\.yaml: cannot read .*nowhere\.yaml: No such file"):
         load_spec(str(tmp_path / "nowhere.yaml"))
+
+
+def test_yaml_numbers_as_keys_dates_and_aliases_read_as_json_would(tmp_path: Path) -> None:
+    text = """
+openapi: 3.0.3
+info: {title: t, version: 1}
+paths:
+  /events:
+    get:
+      operationId: events
+      parameters:
+        - &since {name: since, in: query, schema: {type: string, format: date, example: 2024-05-01}}
+      responses:
+        200:
+          description: ok
+          content:
+            application/json:
+              schema: {type: object, properties: {since: *since}}
+"""
+    path = tmp_path / "api.yaml"
+    path.write_text(text)
+    loaded = load_spec(str(path))
+    assert loaded.document["info"]["version"] == 1
+    tool = convert(loaded).operations[0].tool
+    assert tool["inputSchema"]["properties"]["since"] == {
+        "type": "string",
+        "format": "date",
+        "example": "2024-05-01",
+    }
+    assert "outputSchema" in tool  # the response under `200:` (a number in YAML) was found
