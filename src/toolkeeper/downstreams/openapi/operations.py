@@ -270,12 +270,12 @@ def convert(
 
 
 def _operations_of(spec: LoadedSpec) -> list[_Found]:
-    paths = spec.document.get("paths") or {}
+    paths, paths_base = spec.resolve(spec.document.get("paths") or {}, spec.uri)
     found: list[_Found] = []
     for path, written in paths.items():
         if not path.startswith("/"):  # an `x-` extension
             continue
-        item, item_base = spec.resolve(written, spec.uri)
+        item, item_base = spec.resolve(written, paths_base)
         for method in item:
             if method not in HTTP_METHODS:
                 continue
