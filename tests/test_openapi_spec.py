@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from toolkeeper.downstreams.openapi.operations import (
@@ -848,3 +850,50 @@ paths:
         "example": "2024-05-01",
     }
     assert "outputSchema" in tool  # the response under `200:` (a number in YAML) was found
+
+
+# -- any web of references ------------------------------------------------------------------------
+
+COMPONENTS = [f"C{i}" for i in range(6)]
+
+
+def _schemas() -> st.SearchStrategy[Any]:
+    ref = st.sampled_from(COMPONENTS).map(lambda name: {"$ref": f"#/components/schemas/{name}"})
+    leaf = st.one_of(
+        ref,
+        st.sampled_from([{"type": "string"}, {"type": "integer", "nullable": True}, True, {}]),
+    )
+    return st.recursive(
+        leaf,
+        lambda children: st.one_of(
+            st.dictionaries(st.sampled_from(["a", "b", "c"]), children, max_size=3).map(
+                lambda props: {"type": "object", "properties": props}
+            ),
+            children.map(lambda item: {"type": "array", "items": item}),
+            st.lists(children, min_size=1, max_size=3).map(lambda branches: {"oneOf": branches}),
+            st.lists(children, min_size=1, max_size=3).map(lambda branches: {"allOf": branches}),
+            st.tuples(ref, st.text(max_size=5)).map(lambda pair: {**pair[0], "description": pair[1]}),
+        ),
+        max_leaves=12,
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(components=st.fixed_dictionaries({name: _schemas() for name in COMPONENTS}), body=_schemas())
+def test_any_web_of_references_converts_with_every_reference_inlined(
+    tmp_path: Path, components: dict[str, Any], body: Any
+) -> None:
+    document = spec(
+        {
+            "/x": {
+                "post": {
+                    "operationId": "x",
+                    "requestBody": {"content": {"application/json": {"schema": body}}},
+                    "responses": ok({"$ref": "#/components/schemas/C0"}),
+                }
+            }
+        },
+        components={"schemas": components},
+    )
+    (operation,) = by_name(load(tmp_path, document, "fuzz.json")).values()
+    assert refs_in(operation.tool) == []
