@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 
 from toolkeeper.downstreams.openapi.operations import (
     METHOD_HINTS,
@@ -51,6 +54,12 @@ def load(tmp_path: Path, document: dict[str, Any], name: str = "api.yaml", **opt
 
 
 def by_name(conversion: Conversion) -> dict[str, Operation]:
+    """The operations by tool name; every tool's schemas are valid JSON Schema (2020-12), as the
+    gateway checks arguments against them."""
+    for operation in conversion.operations:
+        Draft202012Validator.check_schema(operation.tool["inputSchema"])
+        if "outputSchema" in operation.tool:
+            Draft202012Validator.check_schema(operation.tool["outputSchema"])
     return {operation.tool_name: operation for operation in conversion.operations}
 
 
@@ -493,6 +502,15 @@ def test_openapi_30_schemas_become_json_schema(tmp_path: Path) -> None:
                             "schema": {"type": "string", "enum": ["a"], "nullable": True},
                         },
                         {"name": "r", "in": "query", "schema": {"$ref": "#/components/schemas/R"}},
+                        {
+                            "name": "old",
+                            "in": "query",
+                            # `required: true` inside a property: Swagger's habit, not JSON Schema.
+                            "schema": {
+                                "type": "object",
+                                "properties": {"a": {"type": "string", "required": True}},
+                            },
+                        },
                     ],
                     "responses": ok(),
                 }
@@ -502,8 +520,10 @@ def test_openapi_30_schemas_become_json_schema(tmp_path: Path) -> None:
             "schemas": {"R": {"allOf": [{"type": "string"}], "nullable": True, "example": "2020-01-01"}}
         },
     )
-    properties = load(tmp_path, document).operations[0].tool["inputSchema"]["properties"]
+    (operation,) = by_name(load(tmp_path, document)).values()
+    properties = operation.tool["inputSchema"]["properties"]
     assert properties["n"] == {"type": ["integer", "null"], "exclusiveMinimum": 0}
+    assert properties["old"] == {"type": "object", "properties": {"a": {"type": "string"}}}
     assert properties["e"] == {"type": ["string", "null"], "enum": ["a", None]}
     assert properties["r"] == {
         "anyOf": [{"allOf": [{"type": "string"}], "example": "2020-01-01"}, {"type": "null"}]
@@ -800,3 +820,80 @@ def test_a_dangling_reference_in_another_file_names_that_file(tmp_path: Path) ->
 def test_an_unreadable_spec_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"^spec .*nowhere\.yaml: cannot read .*nowhere\.yaml: No such file"):
         load_spec(str(tmp_path / "nowhere.yaml"))
+
+
+def test_yaml_numbers_as_keys_dates_and_aliases_read_as_json_would(tmp_path: Path) -> None:
+    text = """
+openapi: 3.0.3
+info: {title: t, version: 1}
+paths:
+  /events:
+    get:
+      operationId: events
+      parameters:
+        - &since {name: since, in: query, schema: {type: string, format: date, example: 2024-05-01}}
+      responses:
+        200:
+          description: ok
+          content:
+            application/json:
+              schema: {type: object, properties: {since: *since}}
+"""
+    path = tmp_path / "api.yaml"
+    path.write_text(text)
+    loaded = load_spec(str(path))
+    assert loaded.document["info"]["version"] == 1
+    tool = convert(loaded).operations[0].tool
+    assert tool["inputSchema"]["properties"]["since"] == {
+        "type": "string",
+        "format": "date",
+        "example": "2024-05-01",
+    }
+    assert "outputSchema" in tool  # the response under `200:` (a number in YAML) was found
+
+
+# -- any web of references ------------------------------------------------------------------------
+
+COMPONENTS = [f"C{i}" for i in range(6)]
+
+
+def _schemas() -> st.SearchStrategy[Any]:
+    ref = st.sampled_from(COMPONENTS).map(lambda name: {"$ref": f"#/components/schemas/{name}"})
+    leaf = st.one_of(
+        ref,
+        st.sampled_from([{"type": "string"}, {"type": "integer", "nullable": True}, True, {}]),
+    )
+    return st.recursive(
+        leaf,
+        lambda children: st.one_of(
+            st.dictionaries(st.sampled_from(["a", "b", "c"]), children, max_size=3).map(
+                lambda props: {"type": "object", "properties": props}
+            ),
+            children.map(lambda item: {"type": "array", "items": item}),
+            st.lists(children, min_size=1, max_size=3).map(lambda branches: {"oneOf": branches}),
+            st.lists(children, min_size=1, max_size=3).map(lambda branches: {"allOf": branches}),
+            st.tuples(ref, st.text(max_size=5)).map(lambda pair: {**pair[0], "description": pair[1]}),
+        ),
+        max_leaves=12,
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(components=st.fixed_dictionaries({name: _schemas() for name in COMPONENTS}), body=_schemas())
+def test_any_web_of_references_converts_with_every_reference_inlined(
+    tmp_path: Path, components: dict[str, Any], body: Any
+) -> None:
+    document = spec(
+        {
+            "/x": {
+                "post": {
+                    "operationId": "x",
+                    "requestBody": {"content": {"application/json": {"schema": body}}},
+                    "responses": ok({"$ref": "#/components/schemas/C0"}),
+                }
+            }
+        },
+        components={"schemas": components},
+    )
+    (operation,) = by_name(load(tmp_path, document, "fuzz.json")).values()
+    assert refs_in(operation.tool) == []

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from toolkeeper.cli.common import JsonOption, app, new_table, out, print_json, print_warnings, refuse, styled
-from toolkeeper.downstreams.openapi.operations import Selection
 from toolkeeper.errors import ServiceError
-from toolkeeper.services.openapi import preview_spec
+
+if TYPE_CHECKING:
+    from toolkeeper.downstreams.openapi.operations import Selection
 
 openapi_app = typer.Typer(help="REST APIs described by OpenAPI documents, as tools.", no_args_is_help=True)
 app.add_typer(openapi_app, name="openapi")
@@ -32,6 +33,8 @@ def _values(options: list[str] | None) -> tuple[str, ...]:
 def _selection(
     *, operation_ids: tuple[str, ...], tags: tuple[str, ...], methods: tuple[str, ...]
 ) -> Selection | None:
+    from toolkeeper.downstreams.openapi.operations import Selection
+
     if not (operation_ids or tags or methods):
         return None
     return Selection(operation_ids=operation_ids, tags=tags, methods=tuple(m.upper() for m in methods))
@@ -62,6 +65,10 @@ def preview(
 ) -> None:
     """The tools a spec would become (name, title, method, path, hints) and what would be skipped
     and why, before you add it as a source. Nothing is sent to the API."""
+    # Imported here: every other command (`serve` above all) starts without the YAML and
+    # reference-resolution libraries.
+    from toolkeeper.services.openapi import preview_spec
+
     try:
         result = preview_spec(
             spec,

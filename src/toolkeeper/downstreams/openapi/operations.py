@@ -39,8 +39,9 @@ these reasons is replaced by an empty schema (any value) whose description says 
 circular or enormous spec costs bounded time, never a `RecursionError`. `allOf`, `oneOf` and
 `anyOf` are kept, each branch resolved. OpenAPI 3.0's `nullable: true` becomes `null` among the
 `type`s (or an `anyOf` with `{"type": "null"}` when there is no `type`), and its boolean
-`exclusiveMinimum`/`exclusiveMaximum` become JSON Schema's numbers. Example and default values
-are kept as written, never read as schemas.
+`exclusiveMinimum`/`exclusiveMaximum` become JSON Schema's numbers. A `required` that is not a
+list (`required: true` on a property, as Swagger wrote it) is dropped, as it would make the whole
+schema invalid. Example and default values are kept as written, never read as schemas.
 
 `outputSchema` is the JSON schema of the first 2xx response (`200`…`299`, then `2XX`) that has
 one, when it is an object schema (`type: object`, or `properties` with no `type`), as MCP
@@ -269,12 +270,12 @@ def convert(
 
 
 def _operations_of(spec: LoadedSpec) -> list[_Found]:
-    paths = spec.document.get("paths") or {}
+    paths, paths_base = spec.resolve(spec.document.get("paths") or {}, spec.uri)
     found: list[_Found] = []
     for path, written in paths.items():
         if not path.startswith("/"):  # an `x-` extension
             continue
-        item, item_base = spec.resolve(written, spec.uri)
+        item, item_base = spec.resolve(written, paths_base)
         for method in item:
             if method not in HTTP_METHODS:
                 continue
@@ -635,6 +636,8 @@ class _Expander:
             elif key in _SCHEMA_ONE:
                 out[key], count = self._schema(value, base, depth=depth, home=home, top=top)
                 size += count
+            elif key == "required" and not isinstance(value, list):
+                continue  # `required: true` on a property (Swagger's habit) would make the schema invalid
             else:
                 out[key] = value
         return (_from_30(out) if self.is_30 else out), size

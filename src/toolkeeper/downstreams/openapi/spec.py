@@ -29,7 +29,8 @@ meta-schemas, which costs seconds on a large spec and rejects specs that convert
 well.
 
 A document fetched over http(s) may refer only to other http(s) documents: a spec from the
-network never makes toolkeeper read a local file.
+network never makes toolkeeper read a local file. Redirects are followed; relative references
+are resolved against the URL asked for, not the one redirected to.
 """
 
 from __future__ import annotations
@@ -360,7 +361,7 @@ class _Checker:
             if self.spec.is_30:
                 raise self.fail(("paths",), "required")
             return
-        paths, _ = self.mapping(root["paths"], base, ("paths",))
+        paths, base = self.mapping(root["paths"], base, ("paths",))
         for path, item in paths.items():
             if path.startswith("x-"):  # an extension, not a path
                 continue
