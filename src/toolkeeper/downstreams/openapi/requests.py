@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import httpx
+import httpx2
 import jsonschema  # type: ignore[import-untyped]
 
 from toolkeeper.config.openapi import Credential
@@ -157,7 +157,7 @@ def _simple(value: Any, *, explode: bool) -> str:
 
 def _query_pairs(parameter: Parameter, value: Any) -> list[tuple[str, str]]:
     """A query parameter in its style: `form` (the default), `spaceDelimited`, `pipeDelimited` or
-    `deepObject`. httpx encodes the pairs."""
+    `deepObject`. httpx2 encodes the pairs."""
     name, style, explode = parameter.name, parameter.style, parameter.explode
     if isinstance(value, dict):
         if style == "deepObject":
@@ -212,7 +212,7 @@ def _body(operation: Operation, arguments: Mapping[str, Any]) -> tuple[Any, bool
 
 
 async def send(
-    client: httpx.AsyncClient,
+    client: httpx2.AsyncClient,
     request: PreparedRequest,
     *,
     max_bytes: int,
@@ -266,7 +266,7 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
-async def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
+async def _read_capped(response: httpx2.Response, max_bytes: int) -> tuple[bytes, bool]:
     """At most `max_bytes` of the body, and whether there was more."""
     chunks: list[bytes] = []
     size = 0
@@ -279,7 +279,7 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes,
 
 
 def _result(
-    response: httpx.Response, body: bytes, *, cut: bool, max_bytes: int, shown: str
+    response: httpx2.Response, body: bytes, *, cut: bool, max_bytes: int, shown: str
 ) -> tuple[dict[str, Any], Any]:
     """The tool result, and the body's JSON (None when it has none)."""
     text = body.decode(response.encoding or "utf-8", errors="replace")
@@ -303,7 +303,7 @@ def _result(
     return result, None
 
 
-def _is_json(response: httpx.Response) -> bool:
+def _is_json(response: httpx2.Response) -> bool:
     kind = str(response.headers.get("content-type", "")).split(";")[0].strip().lower()
     return kind == "application/json" or kind.endswith("+json")
 

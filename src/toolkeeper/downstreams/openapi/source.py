@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 import anyio
-import httpx
+import httpx2
 import jsonschema  # type: ignore[import-untyped]
 from mcp.shared.exceptions import MCPError
 
@@ -82,7 +82,7 @@ class OpenApiSource(ToolSource):
         self.openapi = config
         self.capabilities = {"tools": {"listChanged": True}}
         self._routes: Mapping[str, Route] = MappingProxyType({})
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx2.AsyncClient | None = None
         self._reload = anyio.Event()
 
     def reload(self) -> None:
@@ -91,11 +91,11 @@ class OpenApiSource(ToolSource):
 
     # -- learning the tools --------------------------------------------------------------------
     async def run(self, connect_slots: anyio.CapacityLimiter) -> None:
-        timeout = httpx.Timeout(self.openapi.timeout)
+        timeout = httpx2.Timeout(self.openapi.timeout)
         # Every client of the gateway calls through this one pool: a cookie one call's response
         # sets must never ride along on another's request, so none is kept.
         no_cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, cookies=no_cookies) as client:
+        async with httpx2.AsyncClient(timeout=timeout, follow_redirects=False, cookies=no_cookies) as client:
             self._client = client
             try:
                 while True:
@@ -215,7 +215,7 @@ class OpenApiSource(ToolSource):
                     max_bytes=config.max_response_bytes,
                     output=route.output,
                 )
-            except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+            except (httpx2.HTTPError, httpx2.InvalidURL, ValueError) as exc:
                 cause = str(exc) or type(exc).__name__
                 return error(config.redact(f"{request.shown} failed: {cause}"))
             return _redacted(result, config) if result.get("isError") else result
