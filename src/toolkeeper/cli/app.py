@@ -169,6 +169,16 @@ def tools(
     out.print(table)
 
 
+@app.command()
+def reload(config: Path | None = ConfigOption, demo: bool = DemoOption) -> None:
+    """Ask every gateway running on this store to read its sources again now (an OpenAPI source's
+    spec files; they are also read again when they change). `kill -HUP PID` asks one gateway."""
+    run_service(load(config, demo), lambda s: s.request(), kind="reloads")
+    out.print(
+        styled("asked the gateways on this store to read their sources again; they do within a second or two")
+    )
+
+
 # -- toolsets and notes -------------------------------------------------------------------
 # Thin faces over services/toolsets.py. Commands that must resolve tool references against the
 # live servers (build, show, repin) connect them first; the others only touch the store. A

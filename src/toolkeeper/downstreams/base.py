@@ -169,6 +169,12 @@ class Downstream(Protocol):
         """The source's own argument-specific hints (`tools/resolve` or `tools/annotations`)."""
         ...
 
+    def reload(self) -> None:
+        """Read again, now, what the source was made from (a person asked: `toolkeeper reload`
+        or SIGHUP). A source with nothing of the sort (an MCP server tells its own changes)
+        does nothing."""
+        ...
+
     def stop_calls(self, reason: str) -> int:
         """The gateway is stopping (`reason`): refuse calls from now on and cancel those in
         flight, each caller told why. How many were in flight."""

@@ -1,6 +1,6 @@
 """Run the gateway over stdio or streamable HTTP until the client leaves or a signal arrives.
 
-Whichever way it ends (stdin closed, SIGTERM, SIGINT, SIGHUP), the stop is orderly: the calls
+Whichever way it ends (stdin closed, SIGTERM, SIGINT), the stop is orderly: the calls
 in flight (and those waiting for a person's approval) are cancelled, each answered with an error
 that says the gateway is shutting down,
 the client streams end, and every downstream child is stopped and reaped by its transport
@@ -42,7 +42,9 @@ logger = logging.getLogger(__name__)
 MCP_PATH = "/mcp"
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Asks the gateway to read its sources again (an OpenAPI source's spec files), as daemons do.
+RELOAD_SIGNAL = signal.SIGHUP
 # How long the calls cancelled by a stop get to return to their callers, and (over HTTP) the
 # client streams to end, before they are cut.
 CALLS_ENDED_SECONDS = 1  # whole seconds: uvicorn takes an int
@@ -51,14 +53,18 @@ STREAMS_POLL_SECONDS = 0.01
 Stop = Callable[[str], Coroutine[Any, Any, None]]
 
 
-async def _on_signals(stop: Stop, at_once: anyio.CancelScope) -> None:
-    """The first SIGTERM, SIGINT or SIGHUP starts an orderly stop (`stop`, with the reason); a
-    second one cancels `at_once` (the children are still stopped, the answers are not waited for)."""
-    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+async def _on_signals(stop: Stop, at_once: anyio.CancelScope, gateway: Gateway) -> None:
+    """The first SIGTERM or SIGINT starts an orderly stop (`stop`, with the reason); a second one
+    cancels `at_once` (the children are still stopped, the answers are not waited for). SIGHUP
+    reloads the gateway's sources."""
+    with anyio.open_signal_receiver(*STOP_SIGNALS, RELOAD_SIGNAL) as signals:
         async with anyio.create_task_group() as tg:
             stopping = False
             async for signum in signals:
                 name = signal.Signals(signum).name
+                if signum == RELOAD_SIGNAL:
+                    gateway.reload_sources(f"received {name}")
+                    continue
                 if not stopping:
                     stopping = True
                     tg.start_soon(stop, f"received {name}")
@@ -101,7 +107,7 @@ async def serve_stdio(config: Config, store: Store) -> None:
         await gateway.calls_ended(CALLS_ENDED_SECONDS)
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_on_signals, stop, tg.cancel_scope)
+        tg.start_soon(_on_signals, stop, tg.cancel_scope, gateway)
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
         fast_lane = FastLane(gateway, server.server_info_stamp)
@@ -292,7 +298,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
-        tg.start_soon(_on_signals, _stop_web(web, gateway, streams), tg.cancel_scope)
+        tg.start_soon(_on_signals, _stop_web(web, gateway, streams), tg.cancel_scope, gateway)
         tg.start_soon(_announce_when_listening, web, gateway, host, port, plan)
         if services is not None:
             tg.start_soon(auth.record_key_uses, services.keys.touch)

@@ -105,6 +105,9 @@ class Gateway:
             else None
         )
         self._store_revision = -1
+        # The latest `toolkeeper reload` request seen; the first look only notes it.
+        self._reload_request: str | None = None
+        self._reload_request_seen = False
         self.started = anyio.Event()
         self._rebuild()
         # Every tools/call passes this: the approval gate decides, the audit log records.
@@ -453,6 +456,7 @@ class Gateway:
         self.keys = await services.keys.ring()
         self.scope_toolsets = await services.toolsets.named(self.keys.scope_toolsets())
         self._store_revision = revision
+        await self._follow_reload_requests()
         if (
             self.toolset
             and (previous is None or previous.name != self.toolset.name)
@@ -460,6 +464,21 @@ class Gateway:
         ):
             # Equipped elsewhere (the CLI, another replica): the auto-exit applies there too.
             self.mode = Mode.NORMAL
+
+    async def _follow_reload_requests(self) -> None:
+        """A `toolkeeper reload` made since the last look: read the sources again."""
+        assert self.services is not None
+        latest = await self.services.reloads.latest()
+        if self._reload_request_seen and latest != self._reload_request:
+            self.reload_sources("toolkeeper reload")
+        self._reload_request, self._reload_request_seen = latest, True
+
+    def reload_sources(self, reason: str) -> None:
+        """Every source made from files of its own reads them again (`reason`: who asked); a
+        change reaches the clients as a tool-list change, like any other."""
+        logger.info("reading the sources again (%s)", reason)
+        for downstream in self.pool:
+            downstream.reload()
 
     async def _settle_orphaned_approvals(self) -> None:
         """Calls that waited for approval in a gateway that is gone never ran, and never will."""

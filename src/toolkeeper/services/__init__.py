@@ -19,6 +19,7 @@ from toolkeeper.services.backup import BackupService
 from toolkeeper.services.hints import HintService
 from toolkeeper.services.keys import KeyService
 from toolkeeper.services.policy import PolicyService
+from toolkeeper.services.reloads import ReloadService
 from toolkeeper.services.rules import Resolver, RuleService
 from toolkeeper.services.toolsets import Change, ToolsetService
 from toolkeeper.store import Store
@@ -34,6 +35,7 @@ class Services:
     policy: PolicyService
     backup: BackupService
     keys: KeyService
+    reloads: ReloadService
 
 
 def _offline() -> Catalog | None:
@@ -65,6 +67,7 @@ def build_services(
         policy=PolicyService(store, catalog, annotator, resolver, config, on_change),
         backup=BackupService(store),
         keys=KeyService(store, config),
+        reloads=ReloadService(store),
     )
 
 
