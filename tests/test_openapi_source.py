@@ -155,6 +155,7 @@ async def test_every_method_makes_its_real_request(tmp_path: Path, api: RestApi,
 
         deleted = await client.call_tool("api__deleteItem", {"item_id": 1})
         assert not deleted.is_error, deleted
+        assert "answered 204" in text_of(deleted), "an empty success still says what happened"
         assert 1 not in api.items
 
         missing = await client.call_tool("api__getItem", {"item_id": 1})

@@ -294,8 +294,12 @@ def _result(
             "ask for less, e.g. with a smaller page or a filter]"
         )
         return {"content": [{"type": "text", "text": f"{text}\n{note}"}]}, None
+    if not text.strip():
+        # An empty success (204 after a DELETE) still tells the model what happened.
+        text = f"{shown} answered {response.status_code} {response.reason_phrase or ''}".rstrip()
+        return {"content": [{"type": "text", "text": text}]}, None
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
-    if _is_json(response) and text.strip():
+    if _is_json(response):
         try:
             return result, json.loads(text)
         except ValueError:
