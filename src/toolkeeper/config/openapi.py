@@ -61,6 +61,12 @@ def is_web_url(text: str) -> bool:
     return text.lower().startswith(("http://", "https://"))
 
 
+def foreign_spec_location(spec: str) -> bool:
+    """A spec location that is a URL of another scheme than http(s) (ftp://, file://, …): refused,
+    where the entry is read and where a spec is previewed."""
+    return "://" in spec and not is_web_url(spec)
+
+
 def parse_openapi_entry(entry: ServerEntry) -> OpenApiConfig:
     entry.warn_unused(OPENAPI_KEYS, "openapi")
     common = entry.common()
@@ -70,7 +76,7 @@ def parse_openapi_entry(entry: ServerEntry) -> OpenApiConfig:
         raise EntryError(
             "an openapi server needs 'spec': a file path or an http(s) URL of an OpenAPI document"
         )
-    if "://" in spec and not is_web_url(spec):
+    if foreign_spec_location(spec):
         raise EntryError(
             f"'spec' must be a file path or an http:// or https:// URL, got {mask_credentials(spec)!r}"
         )

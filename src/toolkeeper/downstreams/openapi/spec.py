@@ -48,6 +48,8 @@ import yaml
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 
+from toolkeeper.config.openapi import foreign_spec_location, is_web_url
+
 MAX_REF_CHAIN = 32  # a $ref to a $ref to …: more hops than this is a loop
 _REF = re.compile(rb'"\$ref"\s*:\s*("(?:[^"\\]|\\.)*")')
 _VERSION = re.compile(r"3\.([01])\.\d+")
@@ -146,7 +148,9 @@ class LoadedSpec:
 def load_spec(location: str, *, timeout: float = 30.0) -> LoadedSpec:
     """Read the spec at `location` (a file path or an http(s) URL) and every document its
     `$ref`s name; check what the converter relies on. Raises `SpecError`."""
-    is_url = location.startswith(("http://", "https://"))
+    if foreign_spec_location(location):
+        raise SpecError(f"spec {location}: a spec is a file path or an http:// or https:// URL")
+    is_url = is_web_url(location)
     shown = location if is_url else str(Path(location).expanduser().resolve())
     root_uri = location if is_url else Path(shown).as_uri()
     with _Reader(shown=shown, timeout=timeout) as reader:
