@@ -48,7 +48,7 @@ class RowPlan:
         for column, limit, process in zip(self.columns, self.limits, self.processors, strict=True):
             value = values.get(column)
             if isinstance(value, str):
-                value = _storable_text(value, limit)
+                value = storable_text(value, limit)
             if process is not None:
                 value = process(value)
             out.append(value)
@@ -58,7 +58,7 @@ class RowPlan:
         return row[self.columns.index(column)] if isinstance(row, tuple) else row[column]
 
 
-def _storable_text(value: str, limit: int | None) -> str:
+def storable_text(value: str, limit: int | None) -> str:
     """Text the column can hold: a lone surrogate (valid in JSON, not in UTF-8) is escaped, and
     text longer than the column takes is cut (a client may call any name it likes)."""
     if not value.isascii():
