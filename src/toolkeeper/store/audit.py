@@ -124,18 +124,23 @@ async def query(
     principal: str | None = None,
     limit: int = 50,
 ) -> list[Row[Any]]:
-    """The newest records first, narrowed by whichever filters are given."""
+    """The newest records first, narrowed by whichever filters are given. The filters of calls
+    (tool, server, decision, principal) leave gaps and anchors in: a gap may hide calls of any
+    tool, and an anchor says which records retention removed. Only `since` narrows those."""
     statement = select(audit_log)
+    call_filters: list[ColumnElement[bool]] = []
     if tool is not None:
-        statement = statement.where(_tool_matches(tool))
+        call_filters.append(_tool_matches(tool))
     if server is not None:
-        statement = statement.where(audit_log.c.server == server)
+        call_filters.append(audit_log.c.server == server)
     if decision is not None:
-        statement = statement.where(audit_log.c.decision == decision)
+        call_filters.append(audit_log.c.decision == decision)
+    if principal is not None:
+        call_filters.append(audit_log.c.principal == principal)
+    if call_filters:
+        statement = statement.where(or_(and_(*call_filters), audit_log.c.kind != "call"))
     if since is not None:
         statement = statement.where(audit_log.c.at >= since)
-    if principal is not None:
-        statement = statement.where(audit_log.c.principal == principal)
     # The id breaks ties between calls that started in the same microsecond, so pages are stable.
     statement = statement.order_by(audit_log.c.at.desc(), audit_log.c.id.desc()).limit(limit)
     return list((await conn.execute(statement)).all())
