@@ -839,10 +839,13 @@ def retain(conn: Connection, key: ChainKey, cutoff: datetime) -> int:
 
 
 def _removable_through(conn: Connection, cutoff: datetime, head_seq: int, start_seq: int) -> int:
-    """The last place of the longest prefix of the chain whose records all started before
-    `cutoff` and were all completed within it."""
+    """The last place of the longest prefix of the chain whose records (anchors aside) all
+    started before `cutoff` and were all completed within it."""
+    # An anchor's own time holds nothing back: what it says is carried by the next anchor.
     first_recent = conn.execute(
-        select(func.min(audit_log.c.seq)).where(audit_log.c.seq > start_seq, audit_log.c.at >= cutoff)
+        select(func.min(audit_log.c.seq)).where(
+            audit_log.c.seq > start_seq, audit_log.c.at >= cutoff, audit_log.c.kind != ANCHOR
+        )
     ).scalar()
     through = int(first_recent) - 1 if first_recent is not None else head_seq
     while through > start_seq:
@@ -905,7 +908,9 @@ def export_lines(conn: Connection, since: datetime | None = None) -> Iterator[di
     from_seq = start.seq + 1
     if since is not None:
         first = conn.execute(
-            select(func.min(audit_log.c.seq)).where(audit_log.c.seq > start.seq, audit_log.c.at >= since)
+            select(func.min(audit_log.c.seq)).where(
+                audit_log.c.seq > start.seq, audit_log.c.at >= since, audit_log.c.kind != ANCHOR
+            )
         ).scalar()
         from_seq = int(first) if first is not None else head.seq + 1
     prev = start.mac if from_seq - 1 == start.seq else (_mac_at(conn, from_seq - 1) or "")
