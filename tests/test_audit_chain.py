@@ -408,14 +408,18 @@ async def test_two_writer_processes_share_one_chain(place: Place) -> None:
     (place.home / chain.KEY_FILE).unlink()  # the two make the key between them
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     writers = [
-        subprocess.Popen([sys.executable, "-c", WRITER, place.url, str(place.home), name, "25"], env=env)
+        subprocess.Popen([sys.executable, "-c", WRITER, place.url, str(place.home), name, "100"], env=env)
         for name in ("one", "two")
     ]
+    # Verified while they write: each walk reads one moment of the store.
+    while any(writer.poll() is None for writer in writers):
+        code, said = verify(place)
+        assert code in (EXIT_WHOLE, EXIT_EMPTY, EXIT_NO_KEY), said
     assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
     place.key = chain.load_chain_key(place.home)
     code, said = verify(place)
     assert code == EXIT_WHOLE, said
-    assert "1001 records (places 1–1001)" in said
+    assert "4001 records (places 1–4001)" in said
 
 
 def test_every_column_but_the_chains_own_is_covered() -> None:
