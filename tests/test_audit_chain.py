@@ -28,6 +28,7 @@ from sqlalchemy import create_engine, text
 from toolkeeper.config.loader import ConfigError, load_config
 from toolkeeper.config.model import GatewaySettings
 from toolkeeper.store import Store
+from toolkeeper.store import audit as audit_rows
 from toolkeeper.store import audit_chain as chain
 from toolkeeper.store.tables import audit_log
 
@@ -242,6 +243,42 @@ async def test_a_forged_row_is_caught_with_or_without_a_place(place: Place) -> N
     assert verify(place)[0] == EXIT_WHOLE
 
 
+async def test_a_head_deleted_or_reset_is_caught(place: Place) -> None:
+    await some_records(place)
+    await place.sql("UPDATE audit_chain SET seq = 0, mac = ''")
+    code, said = verify(place)
+    assert code == EXIT_BROKEN and "the chain's head does not match its records" in said, said
+    await place.sql("DELETE FROM audit_chain")
+    code, said = verify(place)
+    assert code == EXIT_BROKEN and "the chain's head does not match its records" in said, said
+
+
+async def test_records_from_before_the_chain_are_counted_and_a_later_one_without_a_place_is_not(
+    place: Place,
+) -> None:
+    async with Store(place.url) as store, store.write(bump_revision=False) as conn:
+        plan = audit_rows.row_plan(store.engine.dialect)
+        older = [
+            call_row(number, at=datetime.now(UTC) - timedelta(days=1), kind="call") for number in range(3)
+        ]
+        await audit_rows.insert_rows(conn, plan, [plan.row(row) for row in older])
+    code, said = verify(place)
+    assert code == EXIT_EMPTY and "3 records from before the chain" in said, said
+    await some_records(place)
+    code, said = verify(place)
+    assert code == EXIT_WHOLE and "3 unchained records from before the chain" in said, said
+    async with Store(place.url) as store, store.write(bump_revision=False) as conn:
+        late = call_row(50, kind="call")
+        await audit_rows.insert_rows(conn, plan, [plan.row(late)])
+    code, said = verify(place)
+    assert code == EXIT_BROKEN and f"the record {late['id']}" in said and "has no place in the chain" in said
+    await place.sql("DELETE FROM audit_log WHERE id = :v", v=late["id"])
+    # Retention takes the older records and the starting anchor; the new anchor counts none left.
+    assert await retain(place, datetime.now(UTC) - timedelta(hours=1)) == 4
+    code, said = verify(place)
+    assert code == EXIT_WHOLE and "0 unchained records from before the chain" in said, said
+
+
 async def test_two_rows_swapped_are_caught_as_moved(place: Place) -> None:
     records = await some_records(place)
     first, second = records[3]["id"], records[4]["id"]
@@ -386,6 +423,7 @@ import sys, secrets, anyio
 from datetime import UTC, datetime
 from pathlib import Path
 from toolkeeper.store import Store
+from toolkeeper.store import audit as audit_rows
 from toolkeeper.store import audit_chain as chain
 
 async def main(url, home, name, batches):

@@ -735,8 +735,11 @@ def verify_store(conn: Connection, key: ChainKey) -> StoreCheck:
     head = read_head(conn)
     total = int(conn.execute(select(func.count()).select_from(audit_log)).scalar_one())
     if head is None or head.seq == 0:
-        if head is None and total:
-            return StoreCheck(ChainHead(0, "", None), ChainSummary(), Broken(0, "head", None), records=total)
+        chained = conn.execute(select(func.count()).where(audit_log.c.seq.is_not(None))).scalar_one()
+        if chained:  # records with places, and a head that says there are none: it was reset
+            return StoreCheck(
+                head or ChainHead(0, "", None), ChainSummary(), Broken(0, "head", None), records=total
+            )
         return StoreCheck(None, ChainSummary(unchained=total), None, records=total)
     start = chain_start(conn)
     walk = Walk(key.secret, start.seq, start.mac, head.seq, before_start_ok=False)
