@@ -279,6 +279,20 @@ async def test_records_from_before_the_chain_are_counted_and_a_later_one_without
     assert code == EXIT_WHOLE and "0 unchained records from before the chain" in said, said
 
 
+async def test_text_the_columns_cannot_take_is_cut_before_its_mac(place: Place) -> None:
+    odd = call_row(1, exposed_name="x" * 500, detail="a lone surrogate \ud800 and ünïcode", wait_ms=2.7)
+    await append(place, [odd, call_row(2, facts={"b": 1, "a": "ü"})])
+    code, said = verify(place)
+    assert code == EXIT_WHOLE, said
+    listed = [
+        json.loads(line) for line in toolkeeper(place, "--json", "--tool", "ctl.tool_1").stdout.splitlines()
+    ]
+    [stored] = [record for record in listed if record["kind"] == "call"]
+    assert (
+        stored["exposedName"] == "x" * 199 + "…" and "\\ud800" in stored["detail"] and stored["waitMs"] == 2
+    )
+
+
 async def test_two_rows_swapped_are_caught_as_moved(place: Place) -> None:
     records = await some_records(place)
     first, second = records[3]["id"], records[4]["id"]

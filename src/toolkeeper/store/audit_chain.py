@@ -29,7 +29,7 @@ import logging
 import os
 import secrets
 import stat
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -245,7 +245,17 @@ class _Statements:
     complete_sql: str
     complete_columns: tuple[str, ...]
     positional: bool
+    # Every text column, with the longest text it takes (None: any length).
     text_limits: tuple[tuple[str, int | None], ...]
+    # The database's own conversions of the insert's values, by their place (a datetime as text
+    # for SQLite): the values are cut already, so only these are left to apply.
+    conversions: tuple[tuple[int, Callable[[Any], Any]], ...]
+
+    def driver_row(self, values: Mapping[str, Any]) -> Any:
+        listed = [values.get(column) for column in self.rows.columns]
+        for place, convert in self.conversions:
+            listed[place] = convert(listed[place])
+        return tuple(listed) if self.rows.positional else dict(zip(self.rows.columns, listed, strict=True))
 
 
 _statements: dict[tuple[str, str, str], _Statements] = {}
@@ -278,7 +288,11 @@ def _compile_statements(dialect: Dialect) -> _Statements:
         for column in audit_log.columns
         if isinstance(column.type, String) and column.name not in CHAIN_COLUMNS
     )
-    return _Statements(row_plan(dialect), compiled.string, columns, compiled.positional, limits)
+    plan = row_plan(dialect)
+    conversions = tuple(
+        (place, convert) for place, convert in enumerate(plan.processors) if convert is not None
+    )
+    return _Statements(plan, compiled.string, columns, compiled.positional, limits, conversions)
 
 
 @dataclass
@@ -396,12 +410,8 @@ def _storable(row: Mapping[str, Any], statements: _Statements) -> dict[str, Any]
             values[column] = int(number)
     for column, limit in statements.text_limits:
         value = values.get(column)
-        if isinstance(value, str):
+        if value.__class__ is str and ((limit is not None and len(value) > limit) or not value.isascii()):
             values[column] = storable_text(value, limit)
-    for column in ("arguments", "hints", "detail", "facts"):  # unbounded text: escapes only
-        value = values.get(column)
-        if isinstance(value, str) and not value.isascii():
-            values[column] = storable_text(value, None)
     return values
 
 
@@ -411,7 +421,7 @@ def _add_row(head: _Head, key: ChainKey, statements: _Statements, row: Mapping[s
     head.seq += 1
     head.mac = entry_mac(key.secret, head.mac, head.seq, phase, content(values, phase))
     values["seq"], values["mac"], values["done_seq"], values["done_mac"] = head.seq, head.mac, None, None
-    head.made.append(statements.rows.row(values))
+    head.made.append(statements.driver_row(values))
     return values
 
 
