@@ -496,6 +496,7 @@ def test_the_key_setting_is_used_and_a_short_one_refused(
 
 # --- any single change is caught -----------------------------------------------------------------
 
+DELETED = "(the whole record deleted)"
 COLUMN_CHANGES = {
     "id": "'forged-id'",
     "at": "'2026-01-01 00:00:00.000000'",
@@ -515,6 +516,7 @@ COLUMN_CHANGES = {
     "seq": "seq + 1000",
     "mac": "'00'",
     "done_seq": "NULL",
+    DELETED: "",
 }
 
 
@@ -544,7 +546,7 @@ def chained_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, chain.
     return folder / "store.db", key
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(place_index=st.integers(min_value=1, max_value=10), column=st.sampled_from(sorted(COLUMN_CHANGES)))
 def test_any_single_change_is_caught(
     chained_file: tuple[Path, chain.ChainKey], tmp_path: Path, place_index: int, column: str
@@ -555,13 +557,20 @@ def test_any_single_change_is_caught(
     this_place = "(seq = ? OR done_seq = ?)"
     change = COLUMN_CHANGES[column]
     with sqlite3.connect(copy) as db:
-        # A value the record holds already changes nothing, and must verify.
-        same = db.execute(
-            f"SELECT count(*) FROM audit_log WHERE {this_place} AND {column} IS {change}", (place_index,) * 2
-        ).fetchone()[0]
-        changed = db.execute(
-            f"UPDATE audit_log SET {column} = {change} WHERE {this_place}", (place_index,) * 2
-        ).rowcount
+        if column == DELETED:
+            same, changed = (
+                0,
+                db.execute(f"DELETE FROM audit_log WHERE {this_place}", (place_index,) * 2).rowcount,
+            )
+        else:
+            # A value the record holds already changes nothing, and must verify.
+            same = db.execute(
+                f"SELECT count(*) FROM audit_log WHERE {this_place} AND {column} IS {change}",
+                (place_index,) * 2,
+            ).fetchone()[0]
+            changed = db.execute(
+                f"UPDATE audit_log SET {column} = {change} WHERE {this_place}", (place_index,) * 2
+            ).rowcount
     engine = create_engine(f"sqlite:///{copy}")
     try:
         with engine.connect() as conn:
