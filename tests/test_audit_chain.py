@@ -492,6 +492,10 @@ def test_the_key_setting_is_used_and_a_short_one_refused(
         load_config(config)
     assert "short but secret" not in str(refused.value)
     assert chain.find_chain_key(GatewaySettings(home=tmp_path / "nowhere")) is None
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("")
+    with pytest.raises(chain.StoreError, match=r"Cannot make the audit key .* set toolkeeper\.auditKey"):
+        chain.load_chain_key(not_a_folder / "home")
 
 
 # --- any single change is caught -----------------------------------------------------------------

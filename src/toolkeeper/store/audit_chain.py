@@ -119,6 +119,19 @@ def load_chain_key(home: Path) -> ChainKey:
     found = read_key_file(path)
     if found is not None:
         return found
+    try:
+        _make_key_file(path)
+    except OSError as exc:
+        raise StoreError(
+            f"Cannot make the audit key {path}: {exc.strerror or exc}. Make {home} writable, or set "
+            "toolkeeper.auditKey (TOOLKEEPER_AUDIT_KEY)."
+        ) from None
+    made = read_key_file(path)
+    assert made is not None
+    return made
+
+
+def _make_key_file(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Written aside, then linked into place: two gateways starting at once on a new home agree
     # on one key, and nobody reads a half-written file.
@@ -133,9 +146,6 @@ def load_chain_key(home: Path) -> ChainKey:
         pass
     finally:
         draft.unlink()
-    made = read_key_file(path)
-    assert made is not None
-    return made
 
 
 def read_key_file(path: Path) -> ChainKey | None:
