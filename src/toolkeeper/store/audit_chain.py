@@ -154,7 +154,7 @@ def read_key_file(path: Path) -> ChainKey | None:
     try:
         info = path.stat()
         content = path.read_text().strip()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, UnicodeDecodeError) as exc:
         raise StoreError(f"Cannot read the audit key {path}: {exc}. Make it a readable text file.") from None
