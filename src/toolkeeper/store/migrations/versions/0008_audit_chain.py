@@ -31,6 +31,7 @@ def upgrade() -> None:
         sa.Column("name", sa.String(32), primary_key=True),
         sa.Column("seq", sa.BigInteger, nullable=False),
         sa.Column("mac", sa.String(64), nullable=False),
+        sa.Column("key_fingerprint", sa.String(64), nullable=True),
     )
 
 
