@@ -206,15 +206,23 @@ async def test_records_wait_while_the_store_refuses_and_are_written_when_it_take
         assert len(errors) == 1 and "locked by another process" in errors[0].getMessage()  # once per outage
         for i in range(4, 7):
             writer.add(a_record(detail=f"call {i}"))
+        assert await writer.flush() is False
         assert writer.waiting == 5 and writer.dropped == 2  # the oldest went, counted
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     before = await revision(store)
     assert await writer.flush() is True and writer.waiting == 0
-    assert [row.detail for row in await rows(store)] == [f"call {i}" for i in range(2, 7)]
+    written = await rows(store)
+    # The records that went are part of the record: a gap, at the time of the first of them.
+    gap = next(row for row in written if row.kind == "gap")
+    facts = json.loads(gap.facts)
+    assert (gap.outcome, facts["dropped"]) == ("gap", 2) and "2 records were dropped" in gap.detail
+    assert facts["from"] <= facts["to"] and facts["reason"]
+    assert [row.detail for row in written if row.kind == "call"] == [f"call {i}" for i in range(2, 7)]
     assert await revision(store) == before  # audit writes make no gateway reload its state
-    assert "2 records were dropped" in caplog.records[-1].getMessage()
+    assert "takes records again" in caplog.records[-1].getMessage()
+    await writer.stop()
     await store.close()
 
 
@@ -243,14 +251,14 @@ async def test_a_stopping_writer_does_not_wait_for_a_store_that_refuses(
     path = tmp_path / "audit.db"
     store = await Store(f"sqlite:///{path}").open()
     writer = AuditWriter(store, 30, flush_seconds=3600)
-    attempts: list[int] = []
-    write = writer._write
+    attempts: list[Any] = []
+    append = writer._append
 
-    async def counted_write(batch: list[Any]) -> None:
-        attempts.append(len(batch))
-        await write(batch)
+    def counted_append(batch: Any) -> None:  # on the writer's thread
+        attempts.append(batch)
+        append(batch)
 
-    monkeypatch.setattr(writer, "_write", counted_write)
+    monkeypatch.setattr(writer, "_append", counted_append)
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
     try:
@@ -372,20 +380,29 @@ async def test_a_record_the_database_rejects_does_not_hold_up_the_others(
         assert "rejected and dropped" in caplog.text
 
 
-async def test_a_record_that_cannot_become_a_row_loses_only_itself(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+async def test_arguments_that_cannot_be_serialised_are_recorded_as_such_with_their_size(
+    tmp_path: Path,
 ) -> None:
+    deep: Any = "x"
+    for _ in range(5000):  # past what Python's JSON encoder recurses into
+        deep = [deep]
     async with Store(f"sqlite:///{tmp_path / 'audit.db'}") as store:
         writer = AuditWriter(store, 30)
         writer.add(a_record(detail="before"))
-        writer.add(a_record(arguments_sha256={"not json": object()}, detail="broken"))
+        writer.add(a_record(arguments_sha256={"not json": object()}, arguments=None))
+        writer.add(a_record(arguments_sha256={"deep": deep}, detail="deep"))
         writer.add(a_record(detail="after"))
-        await anyio.sleep(0)
-        await anyio.sleep(0)  # two turns of the loop: the rows are made, not yet written
-        assert writer.waiting == 2 and not await rows(store)
         assert await writer.flush() is True
-        assert [row.detail for row in await rows(store)] == ["before", "after"]
-        assert "cannot record a call of 'ctl__echo'" in caplog.text
+        written = await rows(store)
+        assert [row.detail.split(";")[0] for row in written] == [
+            "before",
+            "the arguments could not be serialised (TypeError): nested 2 levels deep, 2 values",
+            "deep",
+            "after",
+        ]
+        assert "(RecursionError): nested 5002 levels deep, 5002 values" in written[2].detail
+        assert written[1].arguments_sha256 == written[2].arguments_sha256 == ""
+        await writer.stop()
 
 
 async def test_bad_filters_name_the_value_and_the_accepted_forms() -> None:

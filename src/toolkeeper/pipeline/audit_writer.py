@@ -36,6 +36,7 @@ from toolkeeper.policy.binding import arguments_digest, canonical_json
 from toolkeeper.store import Store, StoreError, audit_chain
 from toolkeeper.store import audit as audit_rows
 from toolkeeper.store.db import ThreadConnection, default_home
+from toolkeeper.store.tables import audit_log
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,14 @@ RETENTION_RETRY_SECONDS = 3600.0
 # `id` is left out: the writer's thread makes the datetime, the digest, the JSON and the id.
 Record = dict[str, Any]
 HintsHeld = tuple[tuple[str, bool, str | None], ...]
+
+# Every column a record gives a value (None where it has none), so that the rows of a batch can
+# go in one statement; the chain's own columns are `audit_chain.append`'s.
+_NO_VALUES: Record = {
+    column.name: None
+    for column in audit_log.columns
+    if column.name not in ("seq", "mac", "done_seq", "done_mac")
+}
 
 STARTED = "started"  # the outcome of a call recorded before it ran, until it is completed
 GATEWAY_STOPPED = "gateway_stopped"
@@ -623,9 +632,8 @@ def made_row(record: Record, fresh_id: str) -> Record:
     """A record's values as the table's columns take them. Arguments that cannot be serialised
     (nested past what Python's encoder reads, say) are recorded as such, with their size: a
     call is never left out of the log for its arguments."""
-    values = dict(record)
-    values.setdefault("id", fresh_id)
-    values.setdefault("kind", "call")
+    values = {**_NO_VALUES, "kind": "call", **record}
+    values["id"] = record.get("id") or fresh_id
     arguments = record["arguments_sha256"]
     try:
         values["arguments_sha256"] = arguments_digest(arguments)
@@ -664,6 +672,7 @@ def gap_row(gap: _Gap, fresh_id: str) -> Record:
     last = gap.last or first
     reason = "the store refused records for too long, and more were waiting than the writer keeps"
     return {
+        **_NO_VALUES,
         "id": fresh_id,
         "kind": "gap",
         "at": first,
