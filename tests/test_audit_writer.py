@@ -72,7 +72,8 @@ def audit_records(config: Path) -> list[dict[str, Any]]:
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )
     assert done.returncode == 0, done.stderr
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    return [record for record in records if record["kind"] == "call"]
 
 
 async def arrived(release: Path) -> None:

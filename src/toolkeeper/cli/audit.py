@@ -1,12 +1,17 @@
-"""`toolkeeper audit`: the audit log, newest first (a thin face over services/audit.py). It reads
-the store only, so it works while the gateway runs and with every server offline."""
+"""`toolkeeper audit`: the audit log, newest first, and `audit verify` / `audit export` (a thin
+face over services/audit.py). They read the store only, so they work while the gateway runs and
+with every server offline."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import typer
 
 from toolkeeper.cli.common import (
@@ -14,26 +19,51 @@ from toolkeeper.cli.common import (
     DemoOption,
     JsonOption,
     app,
+    err,
     load,
     local_time,
     new_table,
     out,
+    refuse,
     run_service,
     styled,
 )
 from toolkeeper.display import visible_line
+from toolkeeper.errors import ServiceError
+from toolkeeper.services.audit import AuditService, Verdict, Verification, marker_sentence, outcome_label
+from toolkeeper.store import Store
+from toolkeeper.store.db import store_url
 
 if TYPE_CHECKING:
     from rich.text import Text
 
-OUTCOME_STYLES = {"ok": "green", "not_run": "red", "cancelled": "dim"}
+OUTCOME_STYLES = {"ok": "green", "not_run": "red", "cancelled": "dim", "started": "bold yellow"}
 DECISION_STYLES = {"allow": "green", "deny": "red"}
+MARKER_STYLES = {"gap": "bold red", "anchor": "cyan"}
 WIDE = 110  # columns from which the table has room for each outcome's detail
 DETAIL_MAX = 200  # of a detail's first line, the most the table needs (its column is narrower)
 
+# `audit verify`'s exit codes (2 is every command's: the configuration, the store or a file
+# cannot be read).
+VERIFY_EXIT_CODES = {
+    Verdict.WHOLE: 0,
+    Verdict.BROKEN: 1,
+    Verdict.EMPTY: 3,
+    Verdict.NO_KEY: 4,
+    Verdict.WRONG_KEY: 5,
+}
 
-@app.command("audit")
+audit_app = typer.Typer(
+    help="Recorded tool calls, newest first: who called what, what was decided, how it ended.",
+    no_args_is_help=False,
+    invoke_without_command=True,
+)
+app.add_typer(audit_app, name="audit")
+
+
+@audit_app.callback(invoke_without_command=True)
 def audit_command(
+    context: typer.Context,
     tool: str | None = typer.Option(
         None, "--tool", help="Only this tool: the name a client called, server.tool, or the tool's own name."
     ),
@@ -44,7 +74,7 @@ def audit_command(
     since: str | None = typer.Option(
         None,
         "--since",
-        help="Only calls since then: a duration back from now (15m, 2h, 7d) or an ISO date or time "
+        help="Only records since then: a duration back from now (15m, 2h, 7d) or an ISO date or time "
         "(local time unless it names a zone).",
     ),
     principal: str | None = typer.Option(
@@ -60,7 +90,15 @@ def audit_command(
 ) -> None:
     """Recorded tool calls, newest first: who called what, what was decided, how it ended.
 
-    With --json, one JSON object per line."""
+    Gaps (records that had to be dropped) and anchors (records retention removed) are shown in
+    place whatever the tool, server, decision or principal filters, since a gap may hide calls
+    of any of them; --since narrows them too. A call shown "started, outcome unknown" was
+    recorded before it ran and never completed (its gateway stopped or died meanwhile).
+
+    With --json, one JSON object per line. `audit verify` checks that no record was changed,
+    and `audit export` writes the records for another machine."""
+    if context.invoked_subcommand is not None:
+        return
     records = run_service(
         load(config, demo),
         lambda s: s.query(tool, server, decision, since, limit, principal=principal),
@@ -78,6 +116,106 @@ def audit_command(
         )
         return
     _print_table(records)
+
+
+@audit_app.command("verify")
+def verify_command(
+    file: Path | None = typer.Option(
+        None,
+        "--file",
+        help="Verify this export (from `audit export`) instead of the store.",
+        show_default=False,
+    ),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Check the audit chain: that no record was changed, removed, inserted or reordered since it
+    was written, from the newest retention anchor to the newest record. Uses the key the gateways
+    write with (audit.key in the toolkeeper home, or toolkeeper.auditKey).
+
+    Exit codes: 0 the chain is whole (a one-line summary); 1 it is broken (the first record that
+    was changed, removed, inserted or reordered is named); 2 the configuration, the store or the
+    file cannot be read; 3 the store has no chained records yet; 4 there is no audit key; 5 the
+    key is not the one the chain was made with."""
+    loaded = load(config, demo)
+    if file is None:
+        verification: Verification = run_service(loaded, lambda s: s.verify(), kind="audit")
+    else:
+        verification = _verify_file(AuditService(Store(store_url(loaded.settings)), loaded.settings), file)
+    if as_json:
+        print(json.dumps(verification.as_json(), ensure_ascii=False))
+    elif verification.verdict is Verdict.WHOLE:
+        out.print(styled(verification.message), soft_wrap=True)
+    else:
+        err.print(styled(f"error: {verification.message}"), soft_wrap=True)
+    raise typer.Exit(VERIFY_EXIT_CODES[verification.verdict])
+
+
+def _verify_file(service: AuditService, file: Path) -> Verification:
+    try:
+        with file.open(encoding="utf-8") as lines:
+            return anyio.run(lambda: service.verify(lines, source=str(file)))
+    except OSError as exc:
+        err.print(styled(f"error: cannot read {file}: {exc.strerror or exc}."), soft_wrap=True)
+    except UnicodeDecodeError:
+        err.print(styled(f"error: {file} is not UTF-8 text, so it is not an audit export."), soft_wrap=True)
+    except ServiceError as exc:
+        err.print(styled(f"error: {exc}"), soft_wrap=True)
+    raise typer.Exit(2)
+
+
+@audit_app.command("export")
+def export_command(
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        help="From the first record since then (a duration back from now, or an ISO date or time); "
+        "such a segment verifies on its own.",
+    ),
+    output_format: str = typer.Option(
+        "jsonl", "--format", help="The format: jsonl (one JSON object a line)."
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write to this file (readable by its owner only) instead of stdout."
+    ),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+) -> None:
+    """Write the audit records with their places and MACs, so another machine with the key (or a
+    SIEM) can verify them: `toolkeeper audit verify --file EXPORT`. The first line is a header
+    (where the export starts, the chain's head, the key's fingerprint, how the MACs are made);
+    then one record a line, in the order each became final."""
+    if output_format != "jsonl":
+        err.print(styled(f"error: --format {output_format!r} is not known; use jsonl."), soft_wrap=True)
+        raise typer.Exit(2)
+    loaded = load(config, demo)
+    with _opened(output) as write:
+        count = run_service(loaded, lambda s: s.export(write, since), kind="audit")
+    if output is not None:
+        err.print(styled(f"Exported {count} records to {output}."), soft_wrap=True)
+
+
+class _opened:
+    """Where the export goes: a new file readable by its owner only, or stdout."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.handle: Any = None
+
+    def __enter__(self) -> Any:
+        if self.path is None:
+            return sys.stdout.write
+        try:
+            descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError as exc:
+            refuse(ServiceError(f"Cannot write {self.path}: {exc.strerror}. Choose another --output."))
+        self.handle = os.fdopen(descriptor, "w", encoding="utf-8")
+        return self.handle.write
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            self.handle.close()
 
 
 def principal_label(name: str | None, client_id: str | None) -> str:
@@ -106,21 +244,32 @@ def _print_table(records: list[dict[str, Any]]) -> None:
     table.add_column("outcome", no_wrap=True, overflow="ellipsis", max_width=30)
     detailed = out.width >= WIDE
     table.add_column("latency", justify="right", no_wrap=True)
+    for row in _rows(records, detailed=detailed):
+        table.add_row(*row)
+    out.print(table)
+
+
+def _rows(records: list[dict[str, Any]], *, detailed: bool) -> Iterator[tuple[Any, ...]]:
     for record in records:
+        time = local_time(record["at"], seconds=True)
+        sentence = marker_sentence(record, lambda iso: local_time(iso, seconds=True))
+        if sentence is not None:
+            style = MARKER_STYLES.get(record["kind"], "yellow")
+            yield time, styled((sentence, style)), styled((record["kind"], style)), "", "", "", ""
+            continue
         outcome = record["outcome"]
-        shown_outcome = styled((outcome, OUTCOME_STYLES.get(outcome, "yellow")))
+        shown_outcome = styled((outcome_label(record), OUTCOME_STYLES.get(outcome, "yellow")))
         if detailed and record["detail"]:
             # The first line only: visible_line keeps a carriage return or the rest on it.
             first = visible_line(record["detail"].splitlines()[0], DETAIL_MAX)
             shown_outcome.append_text(styled((f" {first}", "dim")))
         latency = record["latencyMs"]
-        table.add_row(
-            local_time(record["at"], seconds=True),
+        yield (
+            time,
             _who(record),
-            record["exposedName"],
+            styled(record["exposedName"]),
             styled((record["decision"], DECISION_STYLES.get(record["decision"], "yellow"))),
-            record["decidedBy"] or "",
+            styled(record["decidedBy"] or ""),
             shown_outcome,
             f"{latency} ms" if latency is not None else "",
         )
-    out.print(table)

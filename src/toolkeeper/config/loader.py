@@ -291,6 +291,25 @@ def _home(setting: Setting, found: Found) -> Path | None:
     return Path(expand(home, found.environ, "toolkeeper.home")).expanduser() if home else None
 
 
+AUDIT_KEY_MIN_LENGTH = 32
+
+
+def _audit_key(setting: Setting, found: Found) -> str | None:
+    """The audit chain's key as text (`${VAR}` expanded); its value is never shown in a message."""
+    if not isinstance(found.value, str):
+        raise ConfigError(f"{found.source} must be text (the audit key), got a {type(found.value).__name__}.")
+    key = expand(found.value, found.environ, "toolkeeper.auditKey").strip()
+    if not key:
+        return None
+    if len(key) < AUDIT_KEY_MIN_LENGTH:
+        raise ConfigError(
+            f"{found.source} is {len(key)} characters long; an audit key needs at least "
+            f"{AUDIT_KEY_MIN_LENGTH}. Use the text of a gateway's audit.key file (every gateway of a "
+            "store needs the same key), or a new one from `openssl rand -hex 32`."
+        )
+    return key
+
+
 def _log_level(setting: Setting, found: Found) -> str:
     return str(_typed(setting, found)).upper()
 
@@ -476,6 +495,7 @@ SETTINGS = (
         env=("TOOLKEEPER_AUDIT_RETENTION_DAYS",),
         bounds=Bounds("{where}: toolkeeper.auditRetentionDays must be at least 1, got {value}.", at_least=1),
     ),
+    Setting(key="auditKey", field="audit_key", read=_audit_key, default=None, env=("TOOLKEEPER_AUDIT_KEY",)),
     Setting(
         key="maxServerInstructions", field="max_server_instructions", read=_typed, kind=int,
         default=DEFAULT_MAX_SERVER_INSTRUCTIONS, env=("TOOLKEEPER_MAX_SERVER_INSTRUCTIONS",),

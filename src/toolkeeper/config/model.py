@@ -213,6 +213,9 @@ class GatewaySettings:
     # The audit log keeps a digest of every call's arguments; the arguments themselves only if on.
     audit_arguments: bool = False
     audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
+    # The secret the audit chain's MACs are keyed with, for gateways that share a store from
+    # several machines; None: the key file in the home (made on first use). Never shown.
+    audit_key: str | None = field(default=None, repr=False)
     # How many characters of each server's instructions the gateway's instructions carry (0: none).
     max_server_instructions: int = DEFAULT_MAX_SERVER_INSTRUCTIONS
 

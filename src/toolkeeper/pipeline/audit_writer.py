@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -127,6 +127,7 @@ class AuditWriter:
         store: Store,
         retention_days: int,
         *,
+        key: Callable[[], audit_chain.ChainKey] | None = None,
         home: Path | None = None,
         batch_size: int = BATCH_SIZE,
         max_waiting: int = MAX_WAITING,
@@ -135,7 +136,9 @@ class AuditWriter:
     ) -> None:
         self.store = store
         self.retention_days = retention_days
-        # Where the chain's key is kept (the toolkeeper home; beside a SQLite store by default).
+        # The chain's key (read on the writer's thread): what `key` gives, else the key file in
+        # `home` (beside a SQLite store by default).
+        self.chain_key = key
         self.home = home
         self.batch_size = batch_size
         self.max_waiting = max_waiting
@@ -324,8 +327,9 @@ class AuditWriter:
         refused (it is tried again later)."""
         cutoff = datetime.now(UTC) - timedelta(days=self.retention_days)
         try:
-            async with self.store.write(bump_revision=False) as conn:
-                removed = await audit_rows.delete_older_than(conn, cutoff)
+            # On a worker thread, through the writer's connection: deleting a day's records
+            # must not hold the loop either.
+            removed = await anyio.to_thread.run_sync(self._retain, cutoff, abandon_on_cancel=True)
         except StoreError as exc:
             logger.warning(
                 "audit log: cannot delete records older than %d days: %s", self.retention_days, exc
@@ -337,6 +341,11 @@ class AuditWriter:
         if removed:
             logger.info("audit log: deleted %d records older than %d days", removed, self.retention_days)
         return removed
+
+    def _retain(self, cutoff: datetime) -> int:
+        with self._writing:
+            key = self._key_now()
+            return self._connection_now().transaction(lambda conn: audit_chain.retain(conn, key, cutoff))
 
     # -- the writer's thread ----------------------------------------------------------------------
 
@@ -474,21 +483,30 @@ class AuditWriter:
         self._accepted()
         return True
 
-    def _append(self, batch: _Batch) -> None:
+    def _connection_now(self) -> ThreadConnection:
         if self._connection is None:
             self._connection = ThreadConnection(self.store)
+        return self._connection
+
+    def _key_now(self) -> audit_chain.ChainKey:
         if self._key is None:
             try:
-                self._key = audit_chain.load_chain_key(self._key_home())
+                self._key = (
+                    self.chain_key() if self.chain_key else audit_chain.load_chain_key(self._key_home())
+                )
             except OSError as exc:
                 raise StoreError(f"Cannot read or make the audit log's key: {exc}") from None
-        key = self._key
+        return self._key
+
+    def _append(self, batch: _Batch) -> None:
+        key = self._key_now()
+        connection = self._connection_now()
         rows = [started.row for started in batch.ahead if started.row is not None]
         rows += batch.rows
         if batch.gap is not None:
             rows.insert(0, gap_row(batch.gap, os.urandom(16).hex()))
         completions = [_completion_values(done) for done in batch.completions]
-        self._connection.transaction(lambda conn: audit_chain.append(conn, key, rows, completions))
+        connection.transaction(lambda conn: audit_chain.append(conn, key, rows, completions))
 
     def _key_home(self) -> Path:
         if self.home is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -38,8 +39,7 @@ from toolkeeper.runtime.menu import Menu, Mode
 from toolkeeper.services import build_services
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.toolsets import Change
-from toolkeeper.store import Store, StoreError
-from toolkeeper.store.db import default_home
+from toolkeeper.store import Store, StoreError, audit_chain
 from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
 
 logger = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ class Gateway:
             AuditWriter(
                 store,
                 config.settings.audit_retention_days,
-                home=config.settings.home or default_home(),
+                key=partial(audit_chain.chain_key, config.settings),
             )
             if store
             else None

@@ -61,7 +61,7 @@ def build_services(
         approvals=ApprovalService(store, retry_window=config.settings.retry_window)
         if config is not None
         else ApprovalService(store),
-        audit=AuditService(store),
+        audit=AuditService(store, config.settings if config is not None else None),
         policy=PolicyService(store, catalog, annotator, resolver, config, on_change),
         backup=BackupService(store),
         keys=KeyService(store, config),

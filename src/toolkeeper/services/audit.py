@@ -4,16 +4,21 @@ they typed them; what each filter accepts is decided here."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
-from sqlalchemy.engine import Row
+from sqlalchemy import Connection
 
+from toolkeeper.config.model import GatewaySettings
 from toolkeeper.errors import ServiceError
 from toolkeeper.policy.model import Decision
 from toolkeeper.services.durations import DURATION_FORMS, parse_duration
 from toolkeeper.store import Store
 from toolkeeper.store import audit as audit_rows
+from toolkeeper.store import audit_chain as chain
 
 # The decisions a record can hold: what happened to the call (a person asked ends in one of these).
 RECORDED_DECISIONS = (Decision.ALLOW.value, Decision.DENY.value)
@@ -53,9 +58,41 @@ def parse_decision(text: str) -> str:
     return value
 
 
+class Verdict(StrEnum):
+    """What `audit verify` found; each has its own exit code in the CLI."""
+
+    WHOLE = "whole"
+    BROKEN = "broken"
+    EMPTY = "empty"
+    NO_KEY = "no_key"
+    WRONG_KEY = "wrong_key"
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A walk of the chain, for every face: the verdict, one line saying it, the counts, and the
+    first record that is not as it was written (its columns as the record list shows them)."""
+
+    verdict: Verdict
+    message: str
+    counts: dict[str, int] = field(default_factory=dict)
+    first: dict[str, Any] | None = None
+    how: str | None = None  # changed, moved, removed, inserted, head, unchained
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "message": self.message,
+            "counts": self.counts,
+            "how": self.how,
+            "first": self.first,
+        }
+
+
 class AuditService:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, settings: GatewaySettings | None = None) -> None:
         self.store = store
+        self.settings = settings or GatewaySettings()
 
     async def query(
         self,
@@ -84,29 +121,219 @@ class AuditService:
                 principal=principal or None,
                 limit=limit,
             )
-        return [_record_json(row) for row in rows]
+        return [_record_json(dict(row._mapping)) for row in rows]
+
+    async def verify(self, export: Iterable[str] | None = None, *, source: str | None = None) -> Verification:
+        """Walk the store's chain, or the lines of an export (`source` names it in messages)."""
+        key = chain.find_chain_key(self.settings)
+        if key is None:
+            where = chain.key_file(self.settings)
+            return Verification(
+                Verdict.NO_KEY,
+                f"No audit key to verify with: {where} does not exist and toolkeeper.auditKey "
+                "(TOOLKEEPER_AUDIT_KEY) is not set. Use the key the gateways write with: copy their "
+                "audit.key there, or set toolkeeper.auditKey.",
+            )
+        if export is not None:
+            try:
+                checked = chain.verify_export(export, key)
+            except chain.ExportUnreadable as exc:
+                raise ServiceError(f"{source or 'The file'} cannot be verified: {exc}.") from None
+            return _verification(checked, key, source or "the export", records=checked.records)
+        async with self.store.read() as conn:
+            found = await conn.run_sync(_in_one_snapshot(chain.verify_store, key))
+        if found.head is None:
+            older = f" ({found.records} records from before the chain)" if found.records else ""
+            return Verification(
+                Verdict.EMPTY,
+                f"The audit log of {self.store.label} has no chained records yet{older}: nothing to verify.",
+                {"unchained": found.records},
+            )
+        return _verification(found, key, self.store.label, records=found.records)
+
+    async def export(self, write: Callable[[str], object], since: str | None = None) -> int:
+        """Write the export's lines (JSON, one per line, with "\\n") through `write`; how many
+        records. Read in one snapshot, so concurrent writers do not tear it."""
+        start = parse_since(since) if since else None
+
+        def lines(conn: Connection) -> int:
+            count = -1
+            for line in chain.export_lines(conn, start):
+                write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+                count += 1
+            return max(count, 0)
+
+        async with self.store.read() as conn:
+            return await conn.run_sync(_in_one_snapshot(lines))
 
 
-def _record_json(row: Row[Any]) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "at": audit_rows.started_at(row).isoformat(),
-        "client": {"name": row.client_name, "version": row.client_version, "session": row.client_session},
-        # Who the gateway let in, and the OAuth client it came through; None before it recorded them.
-        "principal": row.principal,
-        "principalClient": row.principal_client,
-        "exposedName": row.exposed_name,
-        "server": row.server,
-        "tool": row.tool,
-        "refId": row.ref_id,
-        "argumentsSha256": row.arguments_sha256,
-        "arguments": json.loads(row.arguments) if row.arguments is not None else None,
-        "hints": json.loads(row.hints) if row.hints is not None else None,
-        "decision": row.decision,
-        "decidedBy": row.decided_by,
-        "channel": row.channel,
-        "waitMs": row.wait_ms,
-        "outcome": row.outcome,
-        "detail": row.detail,
-        "latencyMs": row.latency_ms,
+def _in_one_snapshot(read: Callable[..., Any], *args: Any) -> Callable[[Connection], Any]:
+    """`read` on a connection whose reads all see one moment (PostgreSQL repeatable read; a
+    SQLite read transaction is one already): writers may append meanwhile."""
+
+    def run(conn: Connection) -> Any:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        return read(conn, *args)
+
+    return run
+
+
+HOW = {
+    "changed": "was changed after it was written",
+    "moved": "is not where it was written: it was inserted, or moved from another place",
+    "inserted": "was inserted: its place in the chain is taken or beyond the chain's end",
+    "head": "the chain's head does not match its records (it was changed or reset)",
+    "unchained": "has no place in the chain and is not one of the records from before it: it was inserted",
+}
+
+
+def _verification(
+    found: chain.StoreCheck | chain.ExportCheck, key: chain.ChainKey, label: str, *, records: int
+) -> Verification:
+    summary = found.summary
+    counts = {
+        "records": records,
+        "chained": summary.records,
+        "firstSeq": summary.first_seq,
+        "lastSeq": summary.last_seq,
+        "gaps": summary.gaps,
+        "lost": summary.lost,
+        "anchors": summary.anchors,
+        "removedByRetention": summary.removed,
+        "started": summary.started,
+        "unchained": summary.unchained,
     }
+    if found.wrong_key:
+        return Verification(
+            Verdict.WRONG_KEY,
+            f"The audit chain of {label} was made with another key than {key.where}, so it cannot be "
+            "verified with it. Use the key the gateways write with (their audit.key, or "
+            "toolkeeper.auditKey).",
+            counts,
+        )
+    broken = found.broken
+    if broken is None:
+        return Verification(Verdict.WHOLE, _whole_message(label, summary), counts)
+    first = _record_json(broken.record) if broken.record is not None else None
+    return Verification(Verdict.BROKEN, _broken_message(label, broken), counts, first, broken.how)
+
+
+def _whole_message(label: str, summary: chain.ChainSummary) -> str:
+    parts = [f"{summary.records} records (places {summary.first_seq}–{summary.last_seq})"]
+    parts.append(f"{summary.gaps} gaps ({summary.lost} records lost)")
+    anchors = f"{summary.anchors} anchors"
+    if summary.removed:
+        anchors += f" (retention removed {summary.removed} records before the newest)"
+    parts.append(anchors)
+    if summary.started:
+        parts.append(f"{summary.started} calls started with their outcome unknown")
+    parts.append(f"{summary.unchained} unchained records from before the chain")
+    return f"The audit chain of {label} is whole: " + ", ".join(parts) + "."
+
+
+def _broken_message(label: str, broken: chain.Broken) -> str:
+    head = f"The audit chain of {label} is broken"
+    if broken.how == "removed":
+        first, last = broken.missing or (broken.seq, broken.seq)
+        places = f"place {first}" if first == last else f"places {first}–{last}"
+        after = (
+            f"; the next record is {_named(broken.record)}" if broken.record is not None else " (the newest)"
+        )
+        return f"{head}: the records at {places} were removed{after}."
+    if broken.record is None:
+        return f"{head} at place {broken.seq}: {HOW.get(broken.how, broken.how)}."
+    return f"{head}: the record {_named(broken.record)} {HOW.get(broken.how, broken.how)}."
+
+
+def _named(values: Any) -> str:
+    """A record as the messages name it: id, time, tool and place."""
+    kind = values.get("kind") or chain.CALL
+    what = values.get("exposed_name") or "" if kind == chain.CALL else kind
+    at = values.get("at")
+    when = chain.iso(at) if isinstance(at, datetime) else str(at)
+    seq = values.get("seq")
+    place = f", place {seq}" if seq is not None else ", no place"
+    return f"{values.get('id')} ({when}, {what!r}{place})"
+
+
+def _record_json(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A record as every face shows it. A call whose outcome is "started" was recorded before it
+    ran and never completed: its outcome is unknown (its gateway stopped or died meanwhile)."""
+    v = values.get
+    return {
+        "id": v("id"),
+        "at": chain.iso(v("at")),
+        # A call; a gap (records that had to be dropped); an anchor (records retention removed).
+        "kind": v("kind") or chain.CALL,
+        "facts": chain.facts_of(values) if v("facts") is not None else None,
+        "seq": v("seq"),
+        "client": {"name": v("client_name"), "version": v("client_version"), "session": v("client_session")},
+        # Who the gateway let in, and the OAuth client it came through; None before it recorded them.
+        "principal": v("principal"),
+        "principalClient": v("principal_client"),
+        "exposedName": v("exposed_name"),
+        "server": v("server"),
+        "tool": v("tool"),
+        "refId": v("ref_id"),
+        "argumentsSha256": v("arguments_sha256"),
+        "arguments": _json_or_text(v("arguments")),
+        "hints": _json_or_text(v("hints")),
+        "decision": v("decision"),
+        "decidedBy": v("decided_by"),
+        "channel": v("channel"),
+        "waitMs": v("wait_ms"),
+        "outcome": v("outcome"),
+        "detail": v("detail"),
+        "latencyMs": v("latency_ms"),
+    }
+
+
+STARTED_LABEL = "started, outcome unknown"
+
+
+def outcome_label(record: Mapping[str, Any]) -> str:
+    """A record's outcome as people read it: a call still "started" was recorded before it ran
+    and never completed, so what it did is unknown."""
+    outcome = str(record.get("outcome") or "")
+    return STARTED_LABEL if outcome == chain.STARTED and record.get("kind") == chain.CALL else outcome
+
+
+def marker_sentence(record: Mapping[str, Any], when: Callable[[str], str]) -> str | None:
+    """What a gap or an anchor record says, with times shown by `when` (an ISO time in, the
+    face's own rendering out); None for a call."""
+    facts = record.get("facts") or {}
+    kind = record.get("kind")
+    if kind == chain.GAP:
+        dropped = facts.get("dropped")
+        span = _span(facts.get("from"), facts.get("to"), when)
+        reason = facts.get("reason") or record.get("detail") or ""
+        lost = f"{dropped} records lost" if isinstance(dropped, int) else "records lost"
+        return f"— {lost}{span}{': ' + reason if reason else ''} —"
+    if kind == chain.ANCHOR:
+        removed = facts.get("removed")
+        if not removed:
+            return "— the audit chain starts here —"
+        return (
+            f"— retention removed {removed} records{_span(facts.get('oldest'), facts.get('newest'), when)} —"
+        )
+    return None
+
+
+def _span(start: Any, end: Any, when: Callable[[str], str]) -> str:
+    if not isinstance(start, str) or not isinstance(end, str):
+        return ""
+    try:
+        return f" between {when(start)} and {when(end)}"
+    except ValueError:  # not a time: a record changed by hand shows as it is
+        return f" between {start} and {end}"
+
+
+def _json_or_text(stored: str | None) -> Any:
+    """A JSON column's value; its text as stored when it is not JSON (a record changed by hand)."""
+    if stored is None:
+        return None
+    try:
+        return json.loads(stored)
+    except ValueError:
+        return stored

@@ -48,7 +48,7 @@ class RowPlan:
         for column, limit, process in zip(self.columns, self.limits, self.processors, strict=True):
             value = values.get(column)
             if isinstance(value, str):
-                value = _storable_text(value, limit)
+                value = storable_text(value, limit)
             if process is not None:
                 value = process(value)
             out.append(value)
@@ -67,14 +67,14 @@ _TEXT_LIMITS = {
 
 
 def storable(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A record's values with every text as its column can hold it (see `_storable_text`)."""
+    """A record's values with every text as its column can hold it (see `storable_text`)."""
     return {
-        name: _storable_text(value, _TEXT_LIMITS.get(name)) if isinstance(value, str) else value
+        name: storable_text(value, _TEXT_LIMITS.get(name)) if isinstance(value, str) else value
         for name, value in values.items()
     }
 
 
-def _storable_text(value: str, limit: int | None) -> str:
+def storable_text(value: str, limit: int | None) -> str:
     """Text the column can hold: a lone surrogate (valid in JSON, not in UTF-8) is escaped, and
     text longer than the column takes is cut (a client may call any name it likes)."""
     if not value.isascii():
@@ -140,18 +140,23 @@ async def query(
     principal: str | None = None,
     limit: int = 50,
 ) -> list[Row[Any]]:
-    """The newest records first, narrowed by whichever filters are given."""
+    """The newest records first, narrowed by whichever filters are given. The filters of calls
+    (tool, server, decision, principal) leave gaps and anchors in: a gap may hide calls of any
+    tool, and an anchor says which records retention removed. Only `since` narrows those."""
     statement = select(audit_log)
+    call_filters: list[ColumnElement[bool]] = []
     if tool is not None:
-        statement = statement.where(_tool_matches(tool))
+        call_filters.append(_tool_matches(tool))
     if server is not None:
-        statement = statement.where(audit_log.c.server == server)
+        call_filters.append(audit_log.c.server == server)
     if decision is not None:
-        statement = statement.where(audit_log.c.decision == decision)
+        call_filters.append(audit_log.c.decision == decision)
+    if principal is not None:
+        call_filters.append(audit_log.c.principal == principal)
+    if call_filters:
+        statement = statement.where(or_(and_(*call_filters), audit_log.c.kind != "call"))
     if since is not None:
         statement = statement.where(audit_log.c.at >= since)
-    if principal is not None:
-        statement = statement.where(audit_log.c.principal == principal)
     # The id breaks ties between calls that started in the same microsecond, so pages are stable.
     statement = statement.order_by(audit_log.c.at.desc(), audit_log.c.id.desc()).limit(limit)
     return list((await conn.execute(statement)).all())

@@ -2,24 +2,98 @@
 MAC, keyed with a secret kept outside the store, so a change, a removal, an insertion or a
 reordering shows when the chain is walked.
 
-PLACEHOLDER: this first version only writes the rows and completes them; the chain itself (the
-MACs, the head, verifying, retention's anchors) is still to be written here. Its interface is
-what the audit writer uses.
+One chain per store, shared by every process that writes it: each append locks the chain's head
+(a row of `audit_chain`), gives each new record and each completion the next place (`seq`), and
+moves the head. An entry's MAC is
+
+    HMAC-SHA256(key, prev_mac "\\n" seq "\\n" phase "\\n" content)
+
+where `prev_mac` is the previous entry's MAC in hex ("" before the first), `seq` in decimal,
+`phase` "record" (a complete record), "started" (a call recorded before it ran) or "done" (the
+completion of a started call), and `content` the JSON array (separators "," and ":", ASCII
+escapes) of the record's columns in `CONTENT_COLUMNS` order, `at` as integer microseconds since
+the epoch in UTC. A "started" entry leaves out the result (`RESULT_COLUMNS`), which the "done"
+entry covers with everything else.
+
+A chain starts with an anchor record (which counts the records from before the chain), and
+retention deletes only a prefix of it, summarised by a new anchor: the walk starts at the newest
+anchor's `through_seq` with its `last_mac`.
 """
 
 from __future__ import annotations
 
+import heapq
+import hmac
+import json
+import logging
+import os
 import secrets
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import stat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, insert, update
+from sqlalchemy import Connection, String, bindparam, func, select, text, update
+from sqlalchemy.engine import Dialect
 
+from toolkeeper.config.model import GatewaySettings
+from toolkeeper.store.audit import RowPlan, row_plan, storable_text
+from toolkeeper.store.db import StoreError, default_home
 from toolkeeper.store.tables import audit_log
 
+logger = logging.getLogger(__name__)
+
 KEY_FILE = "audit.key"
+KEY_SETTING = "toolkeeper.auditKey (TOOLKEEPER_AUDIT_KEY)"
+HEAD = "main"
+FINGERPRINT_TEXT = b"toolkeeper audit key"
+
+STARTED = "started"  # the outcome of a call recorded before it ran, until it completes
+RECORD, DONE = "record", "done"  # the other phases (STARTED is one too)
+CALL, GAP, ANCHOR = "call", "gap", "anchor"
+
+# What a record's MAC covers, in this order. A column added to `audit_log` must be added here
+# (tests check that every column but the chain's own is).
+CONTENT_COLUMNS = (
+    "id",
+    "at",
+    "client_name",
+    "client_version",
+    "client_session",
+    "exposed_name",
+    "server",
+    "tool",
+    "ref_id",
+    "arguments_sha256",
+    "arguments",
+    "hints",
+    "decision",
+    "decided_by",
+    "channel",
+    "wait_ms",
+    "outcome",
+    "detail",
+    "latency_ms",
+    "principal",
+    "principal_client",
+    "kind",
+    "facts",
+)
+RESULT_COLUMNS = ("outcome", "detail", "latency_ms")
+STARTED_COLUMNS = tuple(column for column in CONTENT_COLUMNS if column not in RESULT_COLUMNS)
+CHAIN_COLUMNS = ("seq", "mac", "done_seq", "done_mac")
+INTEGER_COLUMNS = ("wait_ms", "latency_ms")
+_AT = CONTENT_COLUMNS.index("at")
+_STARTED_AT = STARTED_COLUMNS.index("at")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CONTENT_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_FACTS_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+# --- the key -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -29,15 +103,236 @@ class ChainKey:
     secret: bytes
     where: str
 
+    @cached_property
+    def fingerprint(self) -> str:
+        """What the chain's head keeps to recognise its key: HMAC(key, "toolkeeper audit key")."""
+        return hmac.digest(self.secret, FINGERPRINT_TEXT, "sha256").hex()
+
+
+class ChainKeyError(StoreError):
+    """The chain was started with another key: every writer of a store needs the same one."""
+
 
 def load_chain_key(home: Path) -> ChainKey:
-    """The key in `home`, made (readable by its owner only) when there is none yet."""
+    """The key file in `home`, made (readable by its owner only) when there is none yet."""
     path = home / KEY_FILE
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(secrets.token_bytes(32))
-        path.chmod(0o600)
-    return ChainKey(path.read_bytes(), str(path))
+    found = read_key_file(path)
+    if found is not None:
+        return found
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Written aside, then linked into place: two gateways starting at once on a new home agree
+    # on one key, and nobody reads a half-written file.
+    draft = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(secrets.token_hex(32) + "\n")
+    try:
+        os.link(draft, path)
+        logger.info("audit log: made the audit key %s; a gateway sharing this store needs the same key", path)
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
+    made = read_key_file(path)
+    assert made is not None
+    return made
+
+
+def read_key_file(path: Path) -> ChainKey | None:
+    """The key in `path`, or None when there is no such file. A file others may read is used,
+    with a warning naming it."""
+    try:
+        info = path.stat()
+        content = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"Cannot read the audit key {path}: {exc}. Make it a readable text file.") from None
+    if not content:
+        raise StoreError(
+            f"The audit key {path} is empty. Put back the key the store's chain was made with "
+            "(another gateway's audit.key), or move the file away to make a new one."
+        )
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        logger.warning(
+            "audit log: the audit key %s can be read by other users (mode %o), who could then rewrite "
+            "the audit log unnoticed; run `chmod 600 %s`",
+            path,
+            stat.S_IMODE(info.st_mode),
+            path,
+        )
+    return ChainKey(content.encode(), str(path))
+
+
+def key_file(settings: GatewaySettings) -> Path:
+    return (settings.home or default_home()) / KEY_FILE
+
+
+def chain_key(settings: GatewaySettings) -> ChainKey:
+    """The key a gateway writes with: the setting if given, else the key file (made if missing)."""
+    if settings.audit_key:
+        return ChainKey(settings.audit_key.encode(), KEY_SETTING)
+    return load_chain_key(settings.home or default_home())
+
+
+def find_chain_key(settings: GatewaySettings) -> ChainKey | None:
+    """The key to verify with, never made: None when neither the setting nor the file is there."""
+    if settings.audit_key:
+        return ChainKey(settings.audit_key.encode(), KEY_SETTING)
+    return read_key_file(key_file(settings))
+
+
+# --- entries -------------------------------------------------------------------------------------
+
+
+def micros(at: datetime) -> int:
+    """A moment as integer microseconds since the epoch, UTC (SQLite hands back naive UTC)."""
+    delta = (at if at.tzinfo is not None else at.replace(tzinfo=UTC)) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def content(values: Mapping[str, Any], phase: str) -> bytes:
+    """The canonical bytes an entry of `phase` covers of a record's `values`."""
+    listed: list[Any]
+    if phase == STARTED:
+        listed = [values.get(column) for column in STARTED_COLUMNS]
+        listed[_STARTED_AT] = micros(values["at"])
+    else:
+        listed = [values.get(column) for column in CONTENT_COLUMNS]
+        listed[_AT] = micros(values["at"])
+    return _CONTENT_ENCODER.encode(listed).encode()
+
+
+def entry_mac(secret: bytes, prev_mac: str, seq: int, phase: str, covered: bytes) -> str:
+    message = b"%s\n%d\n%s\n%s" % (prev_mac.encode("ascii", "replace"), seq, phase.encode(), covered)
+    return hmac.digest(secret, message, "sha256").hex()
+
+
+def first_phase(values: Mapping[str, Any]) -> str:
+    """The phase of a stored record's first entry: a call completed later, or still started,
+    was first entered as started."""
+    if values.get("done_seq") is not None or values.get("outcome") == STARTED:
+        return STARTED
+    return RECORD
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One place in the chain: a record's first entry, or the completion of a started call."""
+
+    seq: int
+    phase: str
+    mac: str
+    values: Mapping[str, Any]
+
+
+def entries_of(values: Mapping[str, Any]) -> Iterator[Entry]:
+    """The chain entries a stored record holds (none for a record from before the chain)."""
+    if values.get("seq") is not None:
+        yield Entry(int(values["seq"]), first_phase(values), values.get("mac") or "", values)
+    if values.get("done_seq") is not None:
+        yield Entry(int(values["done_seq"]), DONE, values.get("done_mac") or "", values)
+
+
+# --- appending -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """The statements an append runs, compiled once per kind of database."""
+
+    rows: RowPlan
+    complete_sql: str
+    complete_columns: tuple[str, ...]
+    positional: bool
+    text_limits: tuple[tuple[str, int | None], ...]
+
+
+_statements: dict[tuple[str, str, str], _Statements] = {}
+
+
+def _statements_for(dialect: Dialect) -> _Statements:
+    key = (dialect.name, dialect.driver, dialect.paramstyle)
+    found = _statements.get(key)
+    if found is None:
+        found = _statements[key] = _compile_statements(dialect)
+    return found
+
+
+def _compile_statements(dialect: Dialect) -> _Statements:
+    complete = (
+        update(audit_log)
+        .where(audit_log.c.id == bindparam("w_id"), audit_log.c.done_seq.is_(None))
+        .values(
+            outcome=bindparam("v_outcome"),
+            detail=bindparam("v_detail"),
+            latency_ms=bindparam("v_latency_ms"),
+            done_seq=bindparam("v_done_seq"),
+            done_mac=bindparam("v_done_mac"),
+        )
+    )
+    compiled = complete.compile(dialect=dialect)
+    columns = tuple(compiled.positiontup or ()) if compiled.positional else tuple(compiled.binds)
+    limits = tuple(
+        (column.name, column.type.length or None)
+        for column in audit_log.columns
+        if isinstance(column.type, String) and column.name not in CHAIN_COLUMNS
+    )
+    return _Statements(row_plan(dialect), compiled.string, columns, compiled.positional, limits)
+
+
+@dataclass
+class _Head:
+    seq: int
+    mac: str
+    fingerprint: str | None
+    made: list[Any] = field(default_factory=list)  # rows for the insert, as the driver takes them
+
+
+_LOCK_HEAD = text("UPDATE audit_chain SET seq = seq WHERE name = :name RETURNING seq, mac, key_fingerprint")
+_MAKE_HEAD = text(
+    "INSERT INTO audit_chain (name, seq, mac) VALUES (:name, :seq, :mac) ON CONFLICT (name) DO NOTHING"
+)
+_MOVE_HEAD = text(
+    "UPDATE audit_chain SET seq = :seq, mac = :mac, key_fingerprint = :fingerprint WHERE name = :name"
+)
+
+
+def _lock_head(conn: Connection) -> _Head:
+    """The chain's head, locked until the transaction ends (an UPDATE takes the row's lock on
+    PostgreSQL and the write lock on SQLite, where a read first could not be upgraded safely)."""
+    found = conn.execute(_LOCK_HEAD, {"name": HEAD}).first()
+    if found is None:
+        # Deleted: made again from the newest entry there is, so records keep being written;
+        # `audit verify` judges what is left.
+        seq, mac = _newest_entry(conn)
+        conn.execute(_MAKE_HEAD, {"name": HEAD, "seq": seq, "mac": mac})
+        found = conn.execute(_LOCK_HEAD, {"name": HEAD}).one()
+    return _Head(int(found.seq), str(found.mac), found.key_fingerprint)
+
+
+def _newest_entry(conn: Connection) -> tuple[int, str]:
+    newest = (0, "")
+    for place, mac in (("seq", "mac"), ("done_seq", "done_mac")):
+        row = conn.execute(
+            select(audit_log.c[place], audit_log.c[mac])
+            .where(audit_log.c[place].is_not(None))
+            .order_by(audit_log.c[place].desc())
+            .limit(1)
+        ).first()
+        if row is not None and int(row[0]) > newest[0]:
+            newest = (int(row[0]), str(row[1]))
+    return newest
+
+
+def _check_key(head: _Head, key: ChainKey, label: str = "this store") -> None:
+    if head.fingerprint is not None and head.fingerprint != key.fingerprint:
+        raise ChainKeyError(
+            f"The audit chain of {label} was started with another key than {key.where} "
+            f"(fingerprint {head.fingerprint[:12]}…, this key's {key.fingerprint[:12]}…), so no record "
+            "was written. Every gateway of a store needs the same key: copy the audit.key of the "
+            "gateway that started the chain, or set toolkeeper.auditKey on each."
+        )
 
 
 def append(
@@ -49,12 +344,694 @@ def append(
     """Write `rows` (values keyed by column; `kind` "call", "gap" or "anchor"; a call recorded
     before it runs has outcome "started") and complete earlier started calls with `completions`
     (each: `id`, `outcome`, `detail`, `latency_ms`), in the caller's transaction. Each new row and
-    each completion takes the chain's next place."""
-    if rows:
-        conn.execute(insert(audit_log), [dict(row) for row in rows])
-    for done in completions:
-        conn.execute(
-            update(audit_log)
-            .where(audit_log.c.id == done["id"])
-            .values(outcome=done["outcome"], detail=done.get("detail"), latency_ms=done.get("latency_ms"))
+    each completion takes the chain's next place. Text is cut to what its column takes.
+
+    A completion of a record that is not there as started (retention deleted it, or it was
+    completed already) is logged and left out."""
+    if not rows and not completions:
+        return
+    head = _lock_head(conn)
+    _check_key(head, key)
+    _write(conn, head, key, rows, completions)
+
+
+def _write(
+    conn: Connection,
+    head: _Head,
+    key: ChainKey,
+    rows: Sequence[Mapping[str, Any]],
+    completions: Sequence[Mapping[str, Any]] = (),
+) -> None:
+    """Append under the locked head, then move it."""
+    statements = _statements_for(conn.dialect)
+    if head.seq == 0:
+        _add_row(head, key, statements, _start_anchor(conn))
+    started: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        values = _add_row(head, key, statements, row)
+        if values["outcome"] == STARTED:
+            started[values["id"]] = values
+    if head.made:
+        conn.exec_driver_sql(statements.rows.sql, head.made)
+    if completions:
+        _complete(conn, head, key, statements, completions, started)
+    conn.execute(_MOVE_HEAD, {"seq": head.seq, "mac": head.mac, "fingerprint": key.fingerprint, "name": HEAD})
+
+
+def _storable(row: Mapping[str, Any], statements: _Statements) -> dict[str, Any]:
+    """A row's values exactly as the store will hand them back (the MAC covers these)."""
+    values = dict(row)
+    if values.get("id") is None:
+        values["id"] = secrets.token_hex(16)
+    if values.get("kind") is None:
+        values["kind"] = CALL
+    at: datetime = values["at"]
+    values["at"] = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    facts = values.get("facts")
+    if facts is not None and not isinstance(facts, str):
+        values["facts"] = _FACTS_ENCODER.encode(facts)
+    for column in INTEGER_COLUMNS:
+        number = values.get(column)
+        if number is not None and not isinstance(number, int):
+            values[column] = int(number)
+    for column, limit in statements.text_limits:
+        value = values.get(column)
+        if isinstance(value, str):
+            values[column] = storable_text(value, limit)
+    for column in ("arguments", "hints", "detail", "facts"):  # unbounded text: escapes only
+        value = values.get(column)
+        if isinstance(value, str) and not value.isascii():
+            values[column] = storable_text(value, None)
+    return values
+
+
+def _add_row(head: _Head, key: ChainKey, statements: _Statements, row: Mapping[str, Any]) -> dict[str, Any]:
+    values = _storable(row, statements)
+    phase = STARTED if values["outcome"] == STARTED else RECORD
+    head.seq += 1
+    head.mac = entry_mac(key.secret, head.mac, head.seq, phase, content(values, phase))
+    values["seq"], values["mac"], values["done_seq"], values["done_mac"] = head.seq, head.mac, None, None
+    head.made.append(statements.rows.row(values))
+    return values
+
+
+def _complete(
+    conn: Connection,
+    head: _Head,
+    key: ChainKey,
+    statements: _Statements,
+    completions: Sequence[Mapping[str, Any]],
+    started: dict[str, dict[str, Any]],
+) -> None:
+    wanted = [done["id"] for done in completions if done["id"] not in started]
+    if wanted:
+        found = conn.execute(
+            select(*(audit_log.c[column] for column in CONTENT_COLUMNS)).where(
+                audit_log.c.id.in_(wanted),
+                audit_log.c.seq.is_not(None),
+                audit_log.c.done_seq.is_(None),
+                audit_log.c.outcome == STARTED,
+            )
         )
+        for row in found:
+            started[row.id] = dict(row._mapping)
+    updates: list[Any] = []
+    for done in completions:
+        values = started.pop(done["id"], None)
+        if values is None:
+            logger.warning(
+                "audit log: the outcome of call %s (%s) was not recorded: its record is not there as started "
+                "(deleted by retention, or completed already)",
+                done["id"],
+                done.get("outcome"),
+            )
+            continue
+        result = _storable({**values, **{column: done.get(column) for column in RESULT_COLUMNS}}, statements)
+        head.seq += 1
+        head.mac = entry_mac(key.secret, head.mac, head.seq, DONE, content(result, DONE))
+        bound = {
+            "w_id": done["id"],
+            "v_outcome": result["outcome"],
+            "v_detail": result["detail"],
+            "v_latency_ms": result["latency_ms"],
+            "v_done_seq": head.seq,
+            "v_done_mac": head.mac,
+        }
+        updates.append(
+            tuple(bound[name] for name in statements.complete_columns) if statements.positional else bound
+        )
+    if updates:
+        conn.exec_driver_sql(statements.complete_sql, updates)
+
+
+def _start_anchor(conn: Connection) -> dict[str, Any]:
+    """The chain's first record: it counts the records from before the chain, so one added
+    without a place in it later is noticed."""
+    count, newest = conn.execute(
+        select(func.count(), func.max(audit_log.c.at)).where(audit_log.c.seq.is_(None))
+    ).one()
+    facts = {
+        "through_seq": 0,
+        "last_mac": "",
+        "removed": 0,
+        "oldest": None,
+        "newest": None,
+        "unchained": int(count or 0),
+        "unchained_newest": iso(newest),
+    }
+    detail = "The audit chain starts here."
+    if count:
+        detail += f" {count} earlier records have no place in it."
+    return anchor_row(facts, detail)
+
+
+def anchor_row(facts: Mapping[str, Any], detail: str) -> dict[str, Any]:
+    return {
+        "id": secrets.token_hex(16),
+        "at": datetime.now(UTC),
+        "exposed_name": "",
+        "arguments_sha256": "",
+        "decision": "",
+        "outcome": ANCHOR,
+        "detail": detail,
+        "kind": ANCHOR,
+        "facts": facts,
+    }
+
+
+def iso(at: datetime | None) -> str | None:
+    """A stored moment in ISO 8601, UTC (SQLite hands back naive UTC)."""
+    if at is None:
+        return None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
+
+
+# --- walking the chain ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Broken:
+    """The first place where the chain is not whole. `how` is "changed", "moved" (inserted, or
+    moved from another place), "removed", "inserted" (a second record at a taken place, or beyond
+    the head), "head" (the head does not match the last record) or "unchained" (a record without a
+    place that was not there when the chain started); `record` is the record named (its columns),
+    None when the record is gone."""
+
+    seq: int
+    how: str
+    record: Mapping[str, Any] | None
+    missing: tuple[int, int] | None = None  # the places of removed entries, first and last
+
+
+@dataclass
+class ChainSummary:
+    """What a walk found: records from the start, gaps and the records they say were lost,
+    anchors, calls never completed, and records from before the chain."""
+
+    records: int = 0
+    gaps: int = 0
+    lost: int = 0
+    anchors: int = 0
+    removed: int = 0  # records retention removed, as the starting anchor says
+    started: int = 0
+    unchained: int = 0
+    first_seq: int = 0
+    last_seq: int = 0
+
+
+class Walk:
+    """Checks entries given in the order of their places, from the place after `start_seq`, whose
+    predecessor's MAC is `start_mac`; stops at the first problem. Entries before the start are
+    refused (retention removed those places) unless `before_start_ok` (an export's segment)."""
+
+    def __init__(
+        self, secret: bytes, start_seq: int, start_mac: str, head_seq: int, *, before_start_ok: bool
+    ) -> None:
+        self.secret = secret
+        self.start_seq = start_seq
+        self.expected = start_seq + 1
+        self.prev = start_mac
+        self.head_seq = head_seq
+        self.before_start_ok = before_start_ok
+        self.summary = ChainSummary(first_seq=start_seq + 1, last_seq=start_seq)
+        self.broken: Broken | None = None
+        self.matched = 0  # entries whose MAC matched: none at all means another key
+        self._suspect: Entry | None = None  # an entry whose MAC failed, told apart by the next one
+
+    def feed(self, entry: Entry) -> bool:
+        """Check one entry; False once the chain is known broken (the rest need not come)."""
+        if self.broken is not None:
+            return False
+        if self._suspect is not None:
+            self._judge_suspect(entry)
+            return False
+        if entry.seq < self.expected:
+            if entry.seq <= self.start_seq and self.before_start_ok:
+                return True
+            self.broken = Broken(entry.seq, "inserted", entry.values)
+            return False
+        if entry.seq > self.head_seq:
+            self.broken = Broken(entry.seq, "inserted", entry.values)
+            return False
+        if entry.seq > self.expected:
+            self.broken = Broken(self.expected, "removed", entry.values, (self.expected, entry.seq - 1))
+            return False
+        if not self._verifies(entry, self.prev):
+            self._suspect = entry
+            return True
+        self.matched += 1
+        self.prev = entry.mac
+        self.expected += 1
+        self._count(entry)
+        return True
+
+    def finish(self, head_mac: str) -> Broken | None:
+        """The verdict once every entry was fed: the last must be the head."""
+        if self.broken is None and self._suspect is not None:
+            suspect = self._suspect
+            self.broken = Broken(
+                suspect.seq, "changed" if head_mac == suspect.mac else "moved", suspect.values
+            )
+        if self.broken is None:
+            last = self.expected - 1
+            if last < self.head_seq:
+                self.broken = Broken(last + 1, "removed", None, (last + 1, self.head_seq))
+            elif self.prev != head_mac:
+                self.broken = Broken(self.head_seq, "head", None)
+        self.summary.last_seq = self.expected - 1
+        return self.broken
+
+    def _judge_suspect(self, entry: Entry) -> None:
+        """An entry whose MAC failed sits where it was written (its content changed) when the next
+        entry was built on its MAC; otherwise it was put there (inserted, or moved)."""
+        suspect = self._suspect
+        assert suspect is not None
+        chained = entry.seq == suspect.seq + 1 and self._verifies(entry, suspect.mac)
+        if chained:
+            self.matched += 1
+        self.broken = Broken(suspect.seq, "changed" if chained else "moved", suspect.values)
+
+    def _verifies(self, entry: Entry, prev: str) -> bool:
+        try:
+            expected = entry_mac(
+                self.secret, prev, entry.seq, entry.phase, content(entry.values, entry.phase)
+            )
+        except (TypeError, ValueError, KeyError, AttributeError):  # a value no record can hold
+            return False
+        return hmac.compare_digest(expected, entry.mac)
+
+    def _count(self, entry: Entry) -> None:
+        if entry.phase == DONE:
+            return
+        values = entry.values
+        summary = self.summary
+        summary.records += 1
+        kind = values.get("kind")
+        if kind == GAP:
+            summary.gaps += 1
+            summary.lost += int(facts_of(values).get("dropped") or 0)
+        elif kind == ANCHOR:
+            summary.anchors += 1
+        elif values.get("outcome") == STARTED and values.get("done_seq") is None:
+            summary.started += 1
+
+
+def facts_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A gap's or an anchor's facts; empty when there are none or they are not an object."""
+    raw = values.get("facts")
+    if not isinstance(raw, str):
+        return {}
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+@dataclass(frozen=True)
+class ChainHead:
+    seq: int
+    mac: str
+    fingerprint: str | None
+
+
+@dataclass(frozen=True)
+class ChainStart:
+    """Where a walk of the store starts: the newest anchor's `through_seq` and `last_mac`."""
+
+    seq: int
+    mac: str
+    anchor: Mapping[str, Any] | None
+    facts: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StoreCheck:
+    """A walk of a store's chain. `head` None: the store has no chain yet (and `records` rows
+    from before it); `wrong_key`: the key is not the chain's."""
+
+    head: ChainHead | None
+    summary: ChainSummary
+    broken: Broken | None
+    wrong_key: bool = False
+    records: int = 0
+
+
+def read_head(conn: Connection) -> ChainHead | None:
+    found = conn.execute(
+        text("SELECT seq, mac, key_fingerprint FROM audit_chain WHERE name = :name"), {"name": HEAD}
+    )
+    row = found.first()
+    return None if row is None else ChainHead(int(row.seq), str(row.mac), row.key_fingerprint)
+
+
+def chain_start(conn: Connection) -> ChainStart:
+    """The newest anchor's summary of what came before it: where the walk starts."""
+    row = conn.execute(
+        select(audit_log)
+        .where(audit_log.c.kind == ANCHOR, audit_log.c.seq.is_not(None))
+        .order_by(audit_log.c.seq.desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        return ChainStart(0, "", None, {})
+    anchor = dict(row._mapping)
+    facts = facts_of(anchor)
+    through, last_mac = facts.get("through_seq"), facts.get("last_mac")
+    if not isinstance(through, int) or not isinstance(last_mac, str) or not 0 <= through < anchor["seq"]:
+        # Facts no anchor is written with: walk from the anchor's own place, where its MAC fails.
+        return ChainStart(int(anchor["seq"]) - 1, "", anchor, facts)
+    return ChainStart(through, last_mac, anchor, facts)
+
+
+PAGE = 2000
+
+
+def stored_entries(conn: Connection, after: int = 0) -> Iterator[Entry]:
+    """Every chain entry in the store after place `after`, in the order of their places."""
+    return heapq.merge(
+        _entries_by(conn, "seq", after), _entries_by(conn, "done_seq", after), key=lambda e: e.seq
+    )
+
+
+def _entries_by(conn: Connection, place: str, after: int) -> Iterator[Entry]:
+    column = audit_log.c[place]
+    while True:
+        rows = conn.execute(select(audit_log).where(column > after).order_by(column).limit(PAGE)).all()
+        for row in rows:
+            values = dict(row._mapping)
+            seq = int(values[place])
+            if place == "seq":
+                yield Entry(seq, first_phase(values), values.get("mac") or "", values)
+            else:
+                yield Entry(seq, DONE, values.get("done_mac") or "", values)
+        if len(rows) < PAGE:
+            return
+        after = int(rows[-1]._mapping[place])
+
+
+def verify_store(conn: Connection, key: ChainKey) -> StoreCheck:
+    """Walk the store's chain from the newest anchor to the head, in one read transaction."""
+    head = read_head(conn)
+    total = int(conn.execute(select(func.count()).select_from(audit_log)).scalar_one())
+    if head is None or head.seq == 0:
+        if head is None and total:
+            return StoreCheck(ChainHead(0, "", None), ChainSummary(), Broken(0, "head", None), records=total)
+        return StoreCheck(None, ChainSummary(unchained=total), None, records=total)
+    start = chain_start(conn)
+    walk = Walk(key.secret, start.seq, start.mac, head.seq, before_start_ok=False)
+    for entry in stored_entries(conn):
+        if not walk.feed(entry):
+            break
+    broken = walk.finish(head.mac)
+    summary = walk.summary
+    summary.removed = int(start.facts.get("removed") or 0) if start.anchor is not None else 0
+    if broken is None:
+        broken = _check_unchained(conn, start, summary)
+    wrong_key = head.fingerprint is not None and head.fingerprint != key.fingerprint and walk.matched == 0
+    if (
+        head.fingerprint is not None
+        and head.fingerprint != key.fingerprint
+        and not wrong_key
+        and broken is None
+    ):
+        broken = Broken(head.seq, "head", None)  # the chain verifies with this key: the head was changed
+    return StoreCheck(head, summary, broken, wrong_key=wrong_key, records=total)
+
+
+def _check_unchained(conn: Connection, start: ChainStart, summary: ChainSummary) -> Broken | None:
+    """Records without a place must be the ones from before the chain the starting anchor counted."""
+    count, newest = conn.execute(
+        select(func.count(), func.max(audit_log.c.at)).where(audit_log.c.seq.is_(None))
+    ).one()
+    summary.unchained = int(count or 0)
+    expected = start.facts.get("unchained")
+    limit = start.facts.get("unchained_newest")
+    if not count:
+        return None
+    too_new = None
+    if isinstance(limit, str):
+        try:
+            cutoff = datetime.fromisoformat(limit)
+        except ValueError:
+            cutoff = None
+        if cutoff is not None and newest is not None and micros(newest) > micros(cutoff):
+            too_new = conn.execute(
+                select(audit_log)
+                .where(audit_log.c.seq.is_(None), audit_log.c.at > cutoff)
+                .order_by(audit_log.c.at)
+                .limit(1)
+            ).first()
+    if too_new is None and isinstance(expected, int) and count <= expected:
+        return None
+    if too_new is None:
+        too_new = conn.execute(
+            select(audit_log).where(audit_log.c.seq.is_(None)).order_by(audit_log.c.at.desc()).limit(1)
+        ).first()
+    return Broken(0, "unchained", dict(too_new._mapping) if too_new is not None else None)
+
+
+# --- retention -----------------------------------------------------------------------------------
+
+
+class ChainNotWhole(StoreError):
+    """Retention is held: the part of the chain it would delete is not whole."""
+
+
+def retain(conn: Connection, key: ChainKey, cutoff: datetime) -> int:
+    """Delete the records that started before `cutoff`, as far as the chain allows: a prefix of
+    it (up to the first record that started later, and never a record completed after that
+    point), and the records from before the chain; then append an anchor saying what went and
+    where the chain now starts. How many records went. In the caller's transaction.
+
+    The part to delete is walked first: when it is not whole nothing is deleted (ChainNotWhole),
+    so retention never wipes out the evidence of a change."""
+    head = _lock_head(conn)
+    _check_key(head, key)
+    old_unchained = (audit_log.c.seq.is_(None)) & (audit_log.c.at < cutoff)
+    if head.seq == 0:  # no chain yet: only records from before it
+        return int(conn.execute(audit_log.delete().where(old_unchained)).rowcount or 0)
+    start = chain_start(conn)
+    through = _removable_through(conn, cutoff, head.seq, start.seq)
+    removable = (audit_log.c.seq.is_not(None) & (audit_log.c.seq <= through)) | old_unchained
+    count, oldest, newest = conn.execute(
+        select(func.count(), func.min(audit_log.c.at), func.max(audit_log.c.at)).where(removable)
+    ).one()
+    if not count:
+        return 0
+    last_mac = _check_prefix(conn, key, start, through)
+    conn.execute(audit_log.delete().where(removable))
+    unchained, unchained_newest = conn.execute(
+        select(func.count(), func.max(audit_log.c.at)).where(audit_log.c.seq.is_(None))
+    ).one()
+    facts = {
+        "through_seq": through,
+        "last_mac": last_mac,
+        "removed": int(count),
+        "oldest": iso(oldest),
+        "newest": iso(newest),
+        "unchained": int(unchained or 0),
+        "unchained_newest": iso(unchained_newest),
+    }
+    detail = f"Retention removed {count} records that started before {iso(cutoff)}."
+    _write(conn, head, key, [anchor_row(facts, detail)])
+    return int(count)
+
+
+def _removable_through(conn: Connection, cutoff: datetime, head_seq: int, start_seq: int) -> int:
+    """The last place of the longest prefix of the chain whose records all started before
+    `cutoff` and were all completed within it."""
+    first_recent = conn.execute(
+        select(func.min(audit_log.c.seq)).where(audit_log.c.seq > start_seq, audit_log.c.at >= cutoff)
+    ).scalar()
+    through = int(first_recent) - 1 if first_recent is not None else head_seq
+    while through > start_seq:
+        straddling = conn.execute(
+            select(func.min(audit_log.c.seq)).where(
+                audit_log.c.seq <= through, audit_log.c.done_seq > through
+            )
+        ).scalar()
+        if straddling is None:
+            break
+        through = int(straddling) - 1
+    return max(through, start_seq)
+
+
+def _check_prefix(conn: Connection, key: ChainKey, start: ChainStart, through: int) -> str:
+    """The MAC at `through`, once the entries up to it are checked."""
+    if through == start.seq:
+        return start.mac
+    stored = _mac_at(conn, through)
+    walk = Walk(key.secret, start.seq, start.mac, through, before_start_ok=False)
+    for entry in stored_entries(conn):
+        if entry.seq > through or not walk.feed(entry):
+            break
+    broken = walk.finish(stored or "")
+    if broken is not None:
+        raise ChainNotWhole(
+            f"Retention deleted nothing: the audit chain is not whole at place {broken.seq} ({broken.how}), "
+            "and the records stay as evidence. Run `toolkeeper audit verify` to see which record."
+        )
+    return walk.prev
+
+
+def _mac_at(conn: Connection, seq: int) -> str | None:
+    found = conn.execute(select(audit_log.c.mac).where(audit_log.c.seq == seq)).scalar()
+    if found is None:
+        found = conn.execute(select(audit_log.c.done_mac).where(audit_log.c.done_seq == seq)).scalar()
+    return None if found is None else str(found)
+
+
+# --- export --------------------------------------------------------------------------------------
+
+EXPORT_FORMAT = "toolkeeper-audit-export"
+EXPORT_VERSION = 1
+MAC_CONSTRUCTION = (
+    'HMAC-SHA256(key, prev_mac + "\\n" + seq + "\\n" + phase + "\\n" + content): phase "record", '
+    '"started" (content without outcome, detail, latency_ms) or "done"; content the JSON array '
+    '(separators "," and ":", ASCII escapes) of the columns in content_columns, at as integer '
+    "microseconds since the epoch (UTC)"
+)
+
+
+def export_lines(conn: Connection, since: datetime | None = None) -> Iterator[dict[str, Any]]:
+    """A header, then every record (from the first that started at or after `since`, when given)
+    with its columns and its entries' places, MACs and predecessors' MACs. Records come in the
+    order of their last entry (a started call when it completed). Read in one transaction."""
+    head = read_head(conn)
+    if head is None:
+        return
+    start = chain_start(conn)
+    from_seq = start.seq + 1
+    if since is not None:
+        first = conn.execute(
+            select(func.min(audit_log.c.seq)).where(audit_log.c.seq > start.seq, audit_log.c.at >= since)
+        ).scalar()
+        from_seq = int(first) if first is not None else head.seq + 1
+    prev = start.mac if from_seq - 1 == start.seq else (_mac_at(conn, from_seq - 1) or "")
+    yield {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "key_fingerprint": head.fingerprint,
+        "from_seq": from_seq,
+        "from_prev_mac": prev,
+        "head_seq": head.seq,
+        "head_mac": head.mac,
+        "content_columns": list(CONTENT_COLUMNS),
+        "mac": MAC_CONSTRUCTION,
+    }
+    if since is None:
+        for row in conn.execute(select(audit_log).where(audit_log.c.seq.is_(None)).order_by(audit_log.c.at)):
+            yield export_record(dict(row._mapping), None, None)
+    waiting: dict[str, str] = {}  # started calls completed later: the MAC before their first entry
+    for entry in stored_entries(conn, from_seq - 1):
+        if entry.seq > head.seq:
+            break
+        values = entry.values
+        if entry.phase == DONE:
+            yield export_record(values, waiting.pop(values["id"], None), prev)
+        elif values.get("done_seq") is not None and int(values["done_seq"]) <= head.seq:
+            waiting[values["id"]] = prev
+        else:
+            yield export_record(values, prev, None)
+        prev = entry.mac
+
+
+def export_record(
+    values: Mapping[str, Any], prev_mac: str | None, done_prev_mac: str | None
+) -> dict[str, Any]:
+    line = {column: values.get(column) for column in CONTENT_COLUMNS}
+    line["at"] = iso(values["at"])
+    for column in CHAIN_COLUMNS:
+        line[column] = values.get(column)
+    line["prev_mac"] = prev_mac
+    line["done_prev_mac"] = done_prev_mac
+    return line
+
+
+class ExportUnreadable(ValueError):
+    """A file that is not an audit export; the message says what is wrong and where."""
+
+
+@dataclass(frozen=True)
+class ExportCheck:
+    fingerprint: str | None
+    summary: ChainSummary
+    broken: Broken | None
+    wrong_key: bool
+    records: int
+
+
+def verify_export(lines: Iterable[str], key: ChainKey) -> ExportCheck:
+    """Check an export written by `export_lines` (JSON lines); ExportUnreadable for a file that
+    is not one. A line that is not a record counts as a change at its place."""
+    numbered = enumerate(lines, start=1)
+    header = _export_header(next(numbered, (0, ""))[1])
+    entries: list[Entry] = []
+    unchained = records = 0
+    for number, line in numbered:
+        if not line.strip():
+            continue
+        values = _export_values(number, line)
+        records += 1
+        found = list(entries_of(values))
+        if not found:
+            unchained += 1
+        entries.extend(found)
+    entries.sort(key=lambda entry: entry.seq)
+    walk = Walk(
+        key.secret, header["from_seq"] - 1, header["from_prev_mac"], header["head_seq"], before_start_ok=True
+    )
+    for entry in entries:
+        if not walk.feed(entry):
+            break
+    broken = walk.finish(header["head_mac"])
+    walk.summary.unchained = unchained
+    fingerprint = header.get("key_fingerprint")
+    wrong_key = fingerprint is not None and fingerprint != key.fingerprint and walk.matched == 0
+    if broken is None and fingerprint is not None and fingerprint != key.fingerprint:
+        broken = Broken(header["head_seq"], "head", None)
+    return ExportCheck(fingerprint, walk.summary, broken, wrong_key, records)
+
+
+def _export_header(line: str) -> dict[str, Any]:
+    try:
+        header = json.loads(line) if line.strip() else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or header.get("format") != EXPORT_FORMAT:
+        raise ExportUnreadable(
+            "its first line is not the header of a toolkeeper audit export "
+            "(made by `toolkeeper audit export --format jsonl`)"
+        )
+    if header.get("version") != EXPORT_VERSION:
+        raise ExportUnreadable(
+            f"it is an export of version {header.get('version')!r}; this toolkeeper reads {EXPORT_VERSION}"
+        )
+    for name in ("from_seq", "head_seq"):
+        if not isinstance(header.get(name), int):
+            raise ExportUnreadable(f"its header has no {name}")
+    for name in ("from_prev_mac", "head_mac"):
+        if not isinstance(header.get(name), str):
+            raise ExportUnreadable(f"its header has no {name}")
+    return header
+
+
+def _export_values(number: int, line: str) -> dict[str, Any]:
+    """A record line's values as the store held them (`at` a datetime again); a line that is not
+    one becomes a record whose MAC cannot match, at the place it names if any."""
+    try:
+        found = json.loads(line)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        raise ExportUnreadable(f"line {number} is not a JSON object")
+    values = dict(found)
+    try:
+        values["at"] = datetime.fromisoformat(values["at"])
+    except (KeyError, TypeError, ValueError):
+        raise ExportUnreadable(f"line {number} has no time ('at')") from None
+    for column in ("seq", "done_seq"):
+        if values.get(column) is not None and not isinstance(values[column], int):
+            raise ExportUnreadable(f"line {number}: {column} is not a number")
+    return values

@@ -184,13 +184,16 @@ audit_log = Table(
     Column("done_mac", String(64), nullable=True),
 )
 
-# The head of the audit chain: the last entry's place and MAC, locked by each append.
+# The head of the audit chain: the last entry's place and MAC, locked by each append, and the
+# fingerprint of the key the chain is kept with (None until its first entry), so a gateway or a
+# `toolkeeper audit verify` with another key is told so instead of reporting every record changed.
 audit_chain = Table(
     "audit_chain",
     metadata,
     Column("name", String(32), primary_key=True),
     Column("seq", BigInteger, nullable=False),
     Column("mac", String(64), nullable=False),
+    Column("key_fingerprint", String(64), nullable=True),
 )
 
 # The keys HTTP clients authenticate with. Only the SHA-256 of a token is kept: the token itself
