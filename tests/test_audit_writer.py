@@ -257,3 +257,48 @@ async def test_a_write_ahead_the_store_refuses_lets_the_call_run_and_the_record_
 
 if sys.platform == "win32":  # pragma: no cover - signals
     pytest.skip("POSIX signals", allow_module_level=True)
+
+
+async def test_records_dropped_while_the_store_was_locked_leave_a_gap_record(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        {"gated": {"command": PY, "args": [GATED], "trust": "trusted"}},
+        auditMaxWaiting=5,
+    )
+    release = tmp_path / "release"
+    release.touch()
+    async with Client(gateway_params(config), mode="legacy") as client:
+        await client.call_tool("gated__look", {"release": str(release)})
+        await eventually(lambda: stored(tmp_path, "gated__look"))
+        holder = sqlite3.connect(store_file(tmp_path), isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
+        try:
+            for _ in range(20):  # read-only calls: batched, so they run while the store refuses
+                assert not (await client.call_tool("gated__look", {"release": str(release)})).is_error
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+
+        def gap_written() -> bool:
+            with sqlite3.connect(store_file(tmp_path)) as db:
+                return bool(db.execute("SELECT 1 FROM audit_log WHERE kind = 'gap'").fetchall())
+
+        await eventually(gap_written, timeout=60)
+    listed = [json.loads(line) for line in _audit(config, "--json").splitlines()]
+    (gap,) = [record for record in listed if record["kind"] == "gap"]
+    assert gap["facts"]["dropped"] == 15 and gap["facts"]["from"] <= gap["facts"]["to"]
+    assert "15 records were dropped" in gap["detail"]
+    assert len([record for record in listed if record["exposedName"] == "gated__look"]) == 1 + 5
+    assert "15" in _audit(config)  # the table shows the gap in place
+
+
+def _audit(config: Path, *args: str) -> str:
+    done = subprocess.run(
+        [PY, "-m", "toolkeeper", "audit", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout

@@ -116,6 +116,7 @@ class Gateway:
                 store,
                 config.settings.audit_retention_days,
                 key=partial(audit_chain.chain_key, config.settings),
+                max_waiting=config.settings.audit_max_waiting,
             )
             if store
             else None
