@@ -27,7 +27,9 @@ TICK = 0.0005  # how often the watching task asks to wake
 
 
 def parse() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--src", default=str(HERE.parent / "src"), help="the source tree to measure")
     parser.add_argument("--batch", type=int, default=200, help="records per write")
     parser.add_argument("--rounds", type=int, default=30, help="writes measured")
@@ -47,7 +49,7 @@ async def measure(args: argparse.Namespace) -> None:
                 options["home"] = Path(home)
             writer = AuditWriter(store, 30, **options)
             stage = AuditLog(writer, keep_arguments=False)
-            arguments = {"text": "hello", "path": "/some/file.txt", "options": {"depth": 3, "tags": ["a", "b"]}}
+            arguments = {"text": "hi", "path": "/a/file.txt", "options": {"depth": 3, "tags": ["a", "b"]}}
 
             def record(index: int) -> dict[str, Any]:
                 call = ToolCall("echo__echo_0", {"name": "echo__echo_0", "arguments": arguments}, False)
@@ -62,24 +64,24 @@ async def measure(args: argparse.Namespace) -> None:
             for _ in range(args.rounds):
                 records = [record(i) for i in range(args.batch)]
                 worst = 0.0
-                running = True
+                written = asyncio.Event()
 
-                async def ticker() -> None:
+                async def ticker(written: asyncio.Event) -> None:
                     # Wakes every TICK and notes how late it woke: what an answer arriving then waits.
                     nonlocal worst
-                    while running:
+                    while not written.is_set():
                         asked = time.perf_counter()
                         await asyncio.sleep(TICK)
                         worst = max(worst, time.perf_counter() - asked - TICK)
 
-                task = asyncio.get_running_loop().create_task(ticker())
+                task = asyncio.get_running_loop().create_task(ticker(written))
                 await asyncio.sleep(0)
                 started = time.perf_counter()
                 for values in records:
                     writer.add(values)
                 handing.append((time.perf_counter() - started) / args.batch)
                 await writer.flush()
-                running = False
+                written.set()
                 await task
                 worst_waits.append(worst)
             # The loop's own work for a write, without the watching task: what the loop's thread
@@ -98,7 +100,8 @@ async def measure(args: argparse.Namespace) -> None:
     worst_waits.sort()
     print(
         f"{args.src}: per write of {args.batch} records, the loop's longest lateness: median "
-        f"{statistics.median(worst_waits) * 1000:.2f} ms, p90 {worst_waits[int(len(worst_waits) * 0.9)] * 1000:.2f} ms, "
+        f"{statistics.median(worst_waits) * 1000:.2f} ms, "
+        f"p90 {worst_waits[int(len(worst_waits) * 0.9)] * 1000:.2f} ms, "
         f"max {worst_waits[-1] * 1000:.2f} ms; handing one record over: "
         f"{statistics.median(handing) * 1e6:.1f} µs; the loop thread's CPU per write: "
         f"{statistics.median(on_loop) * 1000:.2f} ms (medians of {args.rounds} writes)"

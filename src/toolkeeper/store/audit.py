@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, String, and_, delete, insert, or_, select
@@ -163,12 +163,7 @@ async def query(
 
 
 async def delete_older_than(conn: AsyncConnection, cutoff: datetime) -> int:
-    """Delete the records of calls that started before `cutoff`; how many went."""
+    """Delete the records of calls that started before `cutoff`; how many went. This breaks the
+    audit chain: retention goes through `audit_chain.retain`, which leaves an anchor."""
     result = await conn.execute(delete(audit_log).where(audit_log.c.at < cutoff))
     return int(result.rowcount or 0)
-
-
-def started_at(row: Row[Any]) -> datetime:
-    """When the recorded call started, in UTC (SQLite hands back naive datetimes)."""
-    value: datetime = row.at
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value

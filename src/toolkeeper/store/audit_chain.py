@@ -29,7 +29,7 @@ import logging
 import os
 import secrets
 import stat
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -119,6 +119,19 @@ def load_chain_key(home: Path) -> ChainKey:
     found = read_key_file(path)
     if found is not None:
         return found
+    try:
+        _make_key_file(path)
+    except OSError as exc:
+        raise StoreError(
+            f"Cannot make the audit key {path}: {exc.strerror or exc}. Make {home} writable, or set "
+            "toolkeeper.auditKey (TOOLKEEPER_AUDIT_KEY)."
+        ) from None
+    made = read_key_file(path)
+    assert made is not None
+    return made
+
+
+def _make_key_file(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Written aside, then linked into place: two gateways starting at once on a new home agree
     # on one key, and nobody reads a half-written file.
@@ -133,9 +146,6 @@ def load_chain_key(home: Path) -> ChainKey:
         pass
     finally:
         draft.unlink()
-    made = read_key_file(path)
-    assert made is not None
-    return made
 
 
 def read_key_file(path: Path) -> ChainKey | None:
@@ -144,7 +154,7 @@ def read_key_file(path: Path) -> ChainKey | None:
     try:
         info = path.stat()
         content = path.read_text().strip()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, UnicodeDecodeError) as exc:
         raise StoreError(f"Cannot read the audit key {path}: {exc}. Make it a readable text file.") from None
@@ -245,7 +255,17 @@ class _Statements:
     complete_sql: str
     complete_columns: tuple[str, ...]
     positional: bool
+    # Every text column, with the longest text it takes (None: any length).
     text_limits: tuple[tuple[str, int | None], ...]
+    # The database's own conversions of the insert's values, by their place (a datetime as text
+    # for SQLite): the values are cut already, so only these are left to apply.
+    conversions: tuple[tuple[int, Callable[[Any], Any]], ...]
+
+    def driver_row(self, values: Mapping[str, Any]) -> Any:
+        listed = [values.get(column) for column in self.rows.columns]
+        for place, convert in self.conversions:
+            listed[place] = convert(listed[place])
+        return tuple(listed) if self.rows.positional else dict(zip(self.rows.columns, listed, strict=True))
 
 
 _statements: dict[tuple[str, str, str], _Statements] = {}
@@ -278,7 +298,11 @@ def _compile_statements(dialect: Dialect) -> _Statements:
         for column in audit_log.columns
         if isinstance(column.type, String) and column.name not in CHAIN_COLUMNS
     )
-    return _Statements(row_plan(dialect), compiled.string, columns, compiled.positional, limits)
+    plan = row_plan(dialect)
+    conversions = tuple(
+        (place, convert) for place, convert in enumerate(plan.processors) if convert is not None
+    )
+    return _Statements(plan, compiled.string, columns, compiled.positional, limits, conversions)
 
 
 @dataclass
@@ -396,12 +420,8 @@ def _storable(row: Mapping[str, Any], statements: _Statements) -> dict[str, Any]
             values[column] = int(number)
     for column, limit in statements.text_limits:
         value = values.get(column)
-        if isinstance(value, str):
+        if value.__class__ is str and ((limit is not None and len(value) > limit) or not value.isascii()):
             values[column] = storable_text(value, limit)
-    for column in ("arguments", "hints", "detail", "facts"):  # unbounded text: escapes only
-        value = values.get(column)
-        if isinstance(value, str) and not value.isascii():
-            values[column] = storable_text(value, None)
     return values
 
 
@@ -411,7 +431,7 @@ def _add_row(head: _Head, key: ChainKey, statements: _Statements, row: Mapping[s
     head.seq += 1
     head.mac = entry_mac(key.secret, head.mac, head.seq, phase, content(values, phase))
     values["seq"], values["mac"], values["done_seq"], values["done_mac"] = head.seq, head.mac, None, None
-    head.made.append(statements.rows.row(values))
+    head.made.append(statements.driver_row(values))
     return values
 
 
@@ -735,8 +755,11 @@ def verify_store(conn: Connection, key: ChainKey) -> StoreCheck:
     head = read_head(conn)
     total = int(conn.execute(select(func.count()).select_from(audit_log)).scalar_one())
     if head is None or head.seq == 0:
-        if head is None and total:
-            return StoreCheck(ChainHead(0, "", None), ChainSummary(), Broken(0, "head", None), records=total)
+        chained = conn.execute(select(func.count()).where(audit_log.c.seq.is_not(None))).scalar_one()
+        if chained:  # records with places, and a head that says there are none: it was reset
+            return StoreCheck(
+                head or ChainHead(0, "", None), ChainSummary(), Broken(0, "head", None), records=total
+            )
         return StoreCheck(None, ChainSummary(unchained=total), None, records=total)
     start = chain_start(conn)
     walk = Walk(key.secret, start.seq, start.mac, head.seq, before_start_ok=False)
@@ -839,10 +862,13 @@ def retain(conn: Connection, key: ChainKey, cutoff: datetime) -> int:
 
 
 def _removable_through(conn: Connection, cutoff: datetime, head_seq: int, start_seq: int) -> int:
-    """The last place of the longest prefix of the chain whose records all started before
-    `cutoff` and were all completed within it."""
+    """The last place of the longest prefix of the chain whose records (anchors aside) all
+    started before `cutoff` and were all completed within it."""
+    # An anchor's own time holds nothing back: what it says is carried by the next anchor.
     first_recent = conn.execute(
-        select(func.min(audit_log.c.seq)).where(audit_log.c.seq > start_seq, audit_log.c.at >= cutoff)
+        select(func.min(audit_log.c.seq)).where(
+            audit_log.c.seq > start_seq, audit_log.c.at >= cutoff, audit_log.c.kind != ANCHOR
+        )
     ).scalar()
     through = int(first_recent) - 1 if first_recent is not None else head_seq
     while through > start_seq:
@@ -905,7 +931,9 @@ def export_lines(conn: Connection, since: datetime | None = None) -> Iterator[di
     from_seq = start.seq + 1
     if since is not None:
         first = conn.execute(
-            select(func.min(audit_log.c.seq)).where(audit_log.c.seq > start.seq, audit_log.c.at >= since)
+            select(func.min(audit_log.c.seq)).where(
+                audit_log.c.seq > start.seq, audit_log.c.at >= since, audit_log.c.kind != ANCHOR
+            )
         ).scalar()
         from_seq = int(first) if first is not None else head.seq + 1
     prev = start.mac if from_seq - 1 == start.seq else (_mac_at(conn, from_seq - 1) or "")

@@ -33,9 +33,6 @@ def upgrade() -> None:
         sa.Column("mac", sa.String(64), nullable=False),
         sa.Column("key_fingerprint", sa.String(64), nullable=True),
     )
-    # The head exists from the start, so two gateways making the chain's first entries at once
-    # queue on its lock instead of both creating it.
-    op.execute("INSERT INTO audit_chain (name, seq, mac) VALUES ('main', 0, '')")
 
 
 def downgrade() -> None:
