@@ -285,6 +285,8 @@ class AuditWriter:
     async def flush(self) -> bool:
         """Write the records handed over until now. False when the store refused: the records
         stay and a later write tries again."""
+        if self._stopping:  # the writer's thread has ended (or is ending): write from a worker
+            return await anyio.to_thread.run_sync(self._write_waiting)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[bool] = loop.create_future()
         with self._lock:
