@@ -20,7 +20,7 @@ import pytest
 from conftest import MODES, controllable, eventually, gateway_params, write_config
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from test_store import store_url  # noqa: F401 - the fixture: SQLite and PostgreSQL
 
 from toolkeeper.annotations.resolve import Resolution
@@ -29,7 +29,7 @@ from toolkeeper.catalog.catalog import ServerTools
 from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.faces.mcp.config_tools import BY_NAME, BoundConfigTool
 from toolkeeper.pipeline.audit import AuditLog
-from toolkeeper.pipeline.audit_writer import AuditWriter
+from toolkeeper.pipeline.audit_writer import AuditWriter, made_row
 from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, ToolCall
 from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.policy.binding import arguments_digest
@@ -45,6 +45,11 @@ CLIENT = types.Implementation(name="audit-test", version="1.2")
 SECRET = {"text": "a secret the log must not keep"}
 
 
+def key_home() -> Path:
+    """Where the audit chain's key is kept: the test's toolkeeper home."""
+    return Path(os.environ["TOOLKEEPER_HOME"])
+
+
 def audit_cli(config: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [sys.executable, "-m", "toolkeeper", "audit", "--config", str(config), *args],
@@ -58,8 +63,14 @@ def audit_cli(config: Path, *args: str, ok: bool = True) -> subprocess.Completed
     return done
 
 
+def calls_only(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of calls (not the chain's anchors, nor gaps)."""
+    return [record for record in records if record["kind"] == "call"]
+
+
 def records_of(config: Path, *args: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in audit_cli(config, "--json", *args).stdout.splitlines()]
+    """The records of calls the command lists (not the chain's anchors)."""
+    return calls_only([json.loads(line) for line in audit_cli(config, "--json", *args).stdout.splitlines()])
 
 
 async def call_a_few_tools(config: Path, mode: str) -> None:
@@ -79,7 +90,7 @@ async def test_every_call_through_a_real_gateway_is_recorded(tmp_path: Path, mod
     await call_a_few_tools(config, mode)
     # The gateway has exited: its last records were written on the way out.
     listed = audit_cli(config, "--json").stdout
-    records = [json.loads(line) for line in listed.splitlines()]
+    records = calls_only([json.loads(line) for line in listed.splitlines()])
     assert [r["exposedName"] for r in records] == [
         "ctl__nothing",
         "ctl__sleep",
@@ -178,8 +189,10 @@ def a_record(
 
 
 async def rows(store: Store) -> list[Any]:
+    """The rows of calls and gaps, oldest first (not the chain's anchors)."""
     async with store.read() as conn:
-        return list((await conn.execute(select(audit_log).order_by(audit_log.c.at))).all())
+        statement = select(audit_log).where(audit_log.c.kind != "anchor").order_by(audit_log.c.at)
+        return list((await conn.execute(statement)).all())
 
 
 async def revision(store: Store) -> int:
@@ -193,7 +206,7 @@ async def test_records_wait_while_the_store_refuses_and_are_written_when_it_take
     monkeypatch.setattr(store_db, "SQLITE_BUSY_SECONDS", 0.2)
     path = tmp_path / "audit.db"
     store = await Store(f"sqlite:///{path}").open()
-    writer = AuditWriter(store, 30, batch_size=3, max_waiting=5)
+    writer = AuditWriter(store, 30, home=key_home(), batch_size=3, max_waiting=5)
     caplog.set_level(logging.WARNING, logger="toolkeeper.pipeline.audit_writer")
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
@@ -206,23 +219,33 @@ async def test_records_wait_while_the_store_refuses_and_are_written_when_it_take
         assert len(errors) == 1 and "locked by another process" in errors[0].getMessage()  # once per outage
         for i in range(4, 7):
             writer.add(a_record(detail=f"call {i}"))
+        assert await writer.flush() is False
         assert writer.waiting == 5 and writer.dropped == 2  # the oldest went, counted
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     before = await revision(store)
     assert await writer.flush() is True and writer.waiting == 0
-    assert [row.detail for row in await rows(store)] == [f"call {i}" for i in range(2, 7)]
+    written = await rows(store)
+    # The records that went are part of the record: a gap, at the time of the first of them.
+    gap = next(row for row in written if row.kind == "gap")
+    facts = json.loads(gap.facts)
+    assert (gap.outcome, facts["dropped"]) == ("gap", 2) and "2 records were dropped" in gap.detail
+    assert facts["from"] <= facts["to"] and facts["reason"]
+    assert [row.detail for row in written if row.kind == "call"] == [f"call {i}" for i in range(2, 7)]
     assert await revision(store) == before  # audit writes make no gateway reload its state
-    assert "2 records were dropped" in caplog.records[-1].getMessage()
+    assert "takes records again" in caplog.records[-1].getMessage()
+    await writer.stop()
     await store.close()
 
 
 async def test_the_writer_writes_what_is_left_when_the_gateway_stops(tmp_path: Path) -> None:
     async with Store(f"sqlite:///{tmp_path / 'audit.db'}") as store:
-        writer = AuditWriter(store, 30, flush_seconds=3600)
-        writer.add(a_record(at=datetime.now(UTC) - timedelta(days=31)))
-        assert await writer.flush()
+        writer = AuditWriter(store, 30, home=key_home(), flush_seconds=3600)
+        # A record from before the chain (none of its places): retention may delete it alone.
+        old = made_row(a_record(at=datetime.now(UTC) - timedelta(days=31)), "0" * 32)
+        async with store.write() as conn:
+            await conn.execute(insert(audit_log), [old])
         async with anyio.create_task_group() as tg:
             await tg.start(writer.run)
 
@@ -242,15 +265,15 @@ async def test_a_stopping_writer_does_not_wait_for_a_store_that_refuses(
     monkeypatch.setattr(store_db, "SQLITE_BUSY_SECONDS", 0.2)
     path = tmp_path / "audit.db"
     store = await Store(f"sqlite:///{path}").open()
-    writer = AuditWriter(store, 30, flush_seconds=3600)
-    attempts: list[int] = []
-    write = writer._write
+    writer = AuditWriter(store, 30, home=key_home(), flush_seconds=3600)
+    attempts: list[Any] = []
+    append = writer._append
 
-    async def counted_write(batch: list[Any]) -> None:
-        attempts.append(len(batch))
-        await write(batch)
+    def counted_append(batch: Any) -> None:  # on the writer's thread
+        attempts.append(batch)
+        append(batch)
 
-    monkeypatch.setattr(writer, "_write", counted_write)
+    monkeypatch.setattr(writer, "_append", counted_append)
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
     try:
@@ -271,7 +294,7 @@ async def test_a_stopping_writer_does_not_wait_for_a_store_that_refuses(
 
 async def test_records_round_trip_and_filter_on_either_database(store_url: str) -> None:  # noqa: F811
     async with Store(store_url) as store:
-        writer = AuditWriter(store, 30)
+        writer = AuditWriter(store, 30, home=key_home())
         now = datetime.now(UTC)
         writer.add(a_record(at=now - timedelta(days=40), detail="too old"))
         writer.add(a_record(at=now - timedelta(hours=3), decision="deny", outcome="not_run"))
@@ -281,7 +304,7 @@ async def test_records_round_trip_and_filter_on_either_database(store_url: str) 
         assert await writer.flush() is True
         service = AuditService(store)
 
-        newest = await service.query()
+        newest = calls_only(await service.query())
         assert [r["exposedName"] for r in newest] == [
             "ctl__\\ud800",
             "get-active-toolset",
@@ -291,52 +314,55 @@ async def test_records_round_trip_and_filter_on_either_database(store_url: str) 
         assert newest[1]["server"] is None and newest[1]["tool"] == "get-active-toolset"
         assert newest[2]["client"] == {"name": "t", "version": "1", "session": "s"}
         assert datetime.fromisoformat(newest[0]["at"]).tzinfo is not None
-        assert [r["exposedName"] for r in await service.query(since="2h")] == [
+        assert [r["exposedName"] for r in calls_only(await service.query(since="2h"))] == [
             "ctl__\\ud800",
             "get-active-toolset",
         ]
-        assert [r["decision"] for r in await service.query(tool="ctl.echo")] == ["deny", "allow"]
-        assert [r["outcome"] for r in await service.query(tool="echo", decision="DENY")] == ["not_run"]
-        assert len(await service.query(server="ctl", limit=1)) == 1
+        assert [r["decision"] for r in calls_only(await service.query(tool="ctl.echo"))] == ["deny", "allow"]
+        assert [r["outcome"] for r in calls_only(await service.query(tool="echo", decision="DENY"))] == [
+            "not_run"
+        ]
+        assert len(calls_only(await service.query(server="ctl", limit=2))) == 1
         since = (now - timedelta(hours=4)).isoformat()
-        assert len(await service.query(server="ctl", since=since)) == 1
+        assert len(calls_only(await service.query(server="ctl", since=since))) == 1
 
-        assert await writer.apply_retention() == 1
-        assert "too old" not in [r["detail"] for r in await service.query()]
+        await writer.stop()
 
 
 async def test_each_record_names_its_principal_and_the_log_filters_by_it(store_url: str) -> None:  # noqa: F811
     alice = Principal("alice", "key", toolsets=frozenset({"dev"}))
     someone = Principal("oauth:8f2c", "oauth", client_id="dashboard-app")
     async with Store(store_url) as store:
-        writer = AuditWriter(store, 30)
+        writer = AuditWriter(store, 30, home=key_home())
         now = datetime.now(UTC)
         for minutes, principal in enumerate((LOCAL_USER, alice, someone, alice)):
             writer.add(a_record(at=now - timedelta(minutes=10 - minutes), principal=principal))
         assert await writer.flush() is True
         service = AuditService(store)
-        newest = await service.query()
+        newest = calls_only(await service.query())
         assert [(r["principal"], r["principalClient"]) for r in newest] == [
             ("alice", None),
             ("oauth:8f2c", "dashboard-app"),
             ("alice", None),
             ("local", None),
         ]
-        assert [r["principal"] for r in await service.query(principal="alice", limit=1)] == ["alice"]
-        assert len(await service.query(principal="alice")) == 2
+        assert [r["principal"] for r in calls_only(await service.query(principal="alice", limit=2))] == [
+            "alice"
+        ]
+        assert len(calls_only(await service.query(principal="alice"))) == 2
         # Exactly the recorded name: not a part of it, not another case, not the OAuth client.
         for other in ("ali", "ALICE", "oauth", "dashboard-app", "8f2c"):
-            assert await service.query(principal=other) == [], other
-        assert [r["principalClient"] for r in await service.query(principal="oauth:8f2c")] == [
+            assert calls_only(await service.query(principal=other)) == [], other
+        assert [r["principalClient"] for r in calls_only(await service.query(principal="oauth:8f2c"))] == [
             "dashboard-app"
         ]
-        assert len(await service.query(principal="")) == 4  # no filter given
+        assert len(calls_only(await service.query(principal=""))) == 4  # no filter given
 
 
 async def test_the_command_shows_who_called_and_through_which_client(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"ctl": controllable()})
     async with Store(f"sqlite:///{tmp_path / 'toolkeeper-home' / 'toolkeeper.db'}") as store:
-        writer = AuditWriter(store, 30)
+        writer = AuditWriter(store, 30, home=key_home())
         now = datetime.now(UTC)
         writer.add(a_record(at=now - timedelta(minutes=3), principal=Principal("alice", "key")))
         someone = Principal("oauth:8f2c", "oauth", client_id="dashboard-app")
@@ -345,7 +371,8 @@ async def test_the_command_shows_who_called_and_through_which_client(tmp_path: P
         writer.add(a_record("get-active-toolset", at=now - timedelta(minutes=1), principal=None))
         assert await writer.flush() is True
     table = audit_cli(config).stdout
-    rows = [line for line in table.splitlines() if "│" in line]
+    # The chain's first record (an anchor, made as the first record was written) is the newest.
+    rows = [line for line in table.splitlines() if "│" in line and "the audit chain starts here" not in line]
     # Newest first; each row's cell says who, then (on the next line) the client it used.
     assert rows[0].split("│")[2].strip() == "t" and "via" not in rows[0]
     assert rows[1].split("│")[2].strip() == "oauth:8f2c via dashboard-app", table
@@ -353,7 +380,7 @@ async def test_the_command_shows_who_called_and_through_which_client(tmp_path: P
     assert rows[3].split("│")[2].strip() == "alice" and rows[4].split("│")[2].strip() == "t"
     by_alice = records_of(config, "--principal", "alice")
     assert [(r["exposedName"], r["principal"]) for r in by_alice] == [("ctl__echo", "alice")]
-    assert "No recorded calls match." in audit_cli(config, "--principal", "bob").stdout
+    assert records_of(config, "--principal", "bob") == []
 
 
 async def test_a_record_the_database_rejects_does_not_hold_up_the_others(
@@ -361,31 +388,40 @@ async def test_a_record_the_database_rejects_does_not_hold_up_the_others(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async with Store(store_url) as store:
-        writer = AuditWriter(store, 30)
+        writer = AuditWriter(store, 30, home=key_home())
         writer.add(a_record(id="1" * 32, detail="twice"))
         writer.add(a_record(id="1" * 32, detail="twice"))  # the same id: the database refuses it
         writer.add(a_record("x" * 300, detail="long name"))  # longer than its column
         assert await writer.flush() is True and writer.waiting == 0
-        kept = await AuditService(store).query()
+        kept = calls_only(await AuditService(store).query())
         assert sorted(r["detail"] for r in kept) == ["long name", "twice"]
         assert max(len(r["exposedName"]) for r in kept) == audit_log.c.exposed_name.type.length
         assert "rejected and dropped" in caplog.text
 
 
-async def test_a_record_that_cannot_become_a_row_loses_only_itself(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+async def test_arguments_that_cannot_be_serialised_are_recorded_as_such_with_their_size(
+    tmp_path: Path,
 ) -> None:
+    deep: Any = "x"
+    for _ in range(5000):  # past what Python's JSON encoder recurses into
+        deep = [deep]
     async with Store(f"sqlite:///{tmp_path / 'audit.db'}") as store:
-        writer = AuditWriter(store, 30)
+        writer = AuditWriter(store, 30, home=key_home())
         writer.add(a_record(detail="before"))
-        writer.add(a_record(arguments_sha256={"not json": object()}, detail="broken"))
+        writer.add(a_record(arguments_sha256={"not json": object()}, arguments=None))
+        writer.add(a_record(arguments_sha256={"deep": deep}, detail="deep"))
         writer.add(a_record(detail="after"))
-        await anyio.sleep(0)
-        await anyio.sleep(0)  # two turns of the loop: the rows are made, not yet written
-        assert writer.waiting == 2 and not await rows(store)
         assert await writer.flush() is True
-        assert [row.detail for row in await rows(store)] == ["before", "after"]
-        assert "cannot record a call of 'ctl__echo'" in caplog.text
+        written = await rows(store)
+        assert [row.detail.split(";")[0] for row in written] == [
+            "before",
+            "the arguments could not be serialised (TypeError): nested 2 levels deep, 2 values",
+            "deep",
+            "after",
+        ]
+        assert "(RecursionError): nested 5002 levels deep, 5002 values" in written[2].detail
+        assert written[1].arguments_sha256 == written[2].arguments_sha256 == ""
+        await writer.stop()
 
 
 async def test_bad_filters_name_the_value_and_the_accepted_forms() -> None:
@@ -396,7 +432,7 @@ async def test_bad_filters_name_the_value_and_the_accepted_forms() -> None:
         ({"limit": 0}, ("limit", "from 1")),
     ):
         with pytest.raises(ServiceError) as refused:
-            await service.query(**filters)
+            calls_only(await service.query(**filters))
         assert refused.value.kind is ErrorKind.INVALID and all(w in str(refused.value) for w in words)
     now = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
     assert parse_since("15m", now) == now - timedelta(minutes=15)

@@ -548,10 +548,10 @@ def test_schema_key_is_allowed():
         (
             '{"toolkeeper": {"port": 1}}',
             "<config>: unknown setting 'toolkeeper.port'. Allowed: approvalTimeout, auditArguments, "
-            "auditKey, auditRetentionDays, autoApproveReadOnly, confirm, confirmDestructive, "
-            "databaseTimeout, databaseUrl, featureFlags, home, http, inferHints, logLevel, "
-            "maxConcurrentConnects, maxServerInstructions, retryWindow, sanitizeUntrustedHints, stdio, "
-            "trustIdempotentRetries.",
+            "auditKey, auditMaxWaiting, auditRetentionDays, autoApproveReadOnly, confirm, "
+            "confirmDestructive, databaseTimeout, databaseUrl, featureFlags, home, http, inferHints, "
+            "logLevel, maxConcurrentConnects, maxServerInstructions, retryWindow, sanitizeUntrustedHints, "
+            "stdio, trustIdempotentRetries.",
         ),
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',

@@ -26,6 +26,7 @@ from toolkeeper.config.mcp import MCP_ENTRIES
 from toolkeeper.config.model import (
     CONFIRM_MODES,
     DEFAULT_APPROVAL_TIMEOUT,
+    DEFAULT_AUDIT_MAX_WAITING,
     DEFAULT_AUDIT_RETENTION_DAYS,
     DEFAULT_DATABASE_TIMEOUT,
     DEFAULT_HTTP_HOST,
@@ -496,6 +497,12 @@ SETTINGS = (
         bounds=Bounds("{where}: toolkeeper.auditRetentionDays must be at least 1, got {value}.", at_least=1),
     ),
     Setting(key="auditKey", field="audit_key", read=_audit_key, default=None, env=("TOOLKEEPER_AUDIT_KEY",)),
+    Setting(
+        key="auditMaxWaiting", field="audit_max_waiting", read=_typed, kind=int,
+        default=DEFAULT_AUDIT_MAX_WAITING,
+        env=("TOOLKEEPER_AUDIT_MAX_WAITING",),
+        bounds=Bounds("{where}: toolkeeper.auditMaxWaiting must be at least 1, got {value}.", at_least=1),
+    ),
     Setting(
         key="maxServerInstructions", field="max_server_instructions", read=_typed, kind=int,
         default=DEFAULT_MAX_SERVER_INSTRUCTIONS, env=("TOOLKEEPER_MAX_SERVER_INSTRUCTIONS",),

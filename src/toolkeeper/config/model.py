@@ -97,6 +97,9 @@ DEFAULT_APPROVAL_TIMEOUT = 55.0
 DEFAULT_DATABASE_TIMEOUT = 10.0
 DEFAULT_RETRY_WINDOW = 600.0
 DEFAULT_AUDIT_RETENTION_DAYS = 30
+# Audit records kept in memory while the store refuses them; past this the oldest are dropped (and a
+# gap record counts them).
+DEFAULT_AUDIT_MAX_WAITING = 10_000
 DEFAULT_MAX_SERVER_INSTRUCTIONS = 4000
 
 
@@ -213,6 +216,7 @@ class GatewaySettings:
     # The audit log keeps a digest of every call's arguments; the arguments themselves only if on.
     audit_arguments: bool = False
     audit_retention_days: int = DEFAULT_AUDIT_RETENTION_DAYS
+    audit_max_waiting: int = DEFAULT_AUDIT_MAX_WAITING
     # The secret the audit chain's MACs are keyed with, for gateways that share a store from
     # several machines; None: the key file in the home (made on first use). Never shown.
     audit_key: str | None = field(default=None, repr=False)

@@ -1,6 +1,15 @@
-"""The audit log's record stage: one record per `tools/call`, the configuration tools' included,
-however it ended. It turns the finished call into a record and hands it to the writer
-(`audit_writer.py`): no I/O, no serialisation, so the call path never waits for the store.
+"""The audit log's stages: one record per `tools/call`, the configuration tools' included,
+however it ended.
+
+- Before the call is forwarded (`AuditAhead`): a call that is not reliably read-only (as the
+  policy sees it: read-only by a value it relies on) is recorded as "started", with its
+  decision, and waits until that record is committed (at most `WRITE_AHEAD_SECONDS`). A
+  gateway that dies during the call leaves "started, outcome unknown", never nothing. Reliably
+  read-only calls skip this: a plain read does not pay for a commit.
+- After the call ended (`AuditLog`): the record, or the completion of the started one.
+
+Both only hand values to the writer (`audit_writer.py`): no I/O, no serialisation, no hashing
+on the call path; the writer's thread does the rest.
 """
 
 from __future__ import annotations
@@ -12,11 +21,42 @@ from typing import Any, ClassVar
 import anyio
 from mcp.shared.exceptions import MCPError
 
-from toolkeeper.pipeline.audit_writer import AuditWriter, HintsHeld, Record
+from toolkeeper.pipeline.audit_writer import AuditWriter, HintsHeld, Record, Started
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.policy.model import Decision
 
 logger = logging.getLogger(__name__)
+
+# Where the record of a call recorded before it ran waits for its completion (`ToolCall.extra`).
+STARTED_RECORD = "audit_started"
+
+
+def reliably_read_only(call: ToolCall) -> bool:
+    """Whether the policy relied on the call being read-only. A call the policy did not decide
+    on (no decision) is not."""
+    decision = call.decision
+    return decision is not None and decision.verdict.relied.get("readOnlyHint", False) is True
+
+
+class AuditAhead:
+    """Before forwarding: the record of a call that is not reliably read-only, committed as
+    started. Added before the forward stage (`Pipeline.with_stage(..., before=Forward)`)."""
+
+    after_result: ClassVar[bool] = False
+    needs_hints: ClassVar[bool] = False
+
+    def __init__(self, log: AuditLog) -> None:
+        self.log = log
+
+    async def run(self, call: ToolCall) -> dict[str, Any] | None:
+        if reliably_read_only(call):
+            return None
+        writer = self.log.writer
+        started = writer.start(self.log.record(call))
+        # Kept before waiting: a call cancelled while it waits is completed, not recorded twice.
+        call.extra[STARTED_RECORD] = started
+        await writer.written(started)
+        return None
 
 
 class AuditLog:
@@ -30,12 +70,16 @@ class AuditLog:
         self.keep_arguments = keep_arguments
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
+        started: Started | None = call.extra.get(STARTED_RECORD)
         try:
-            record = self.record(call)
+            if started is not None:
+                outcome, detail = _outcome(call)
+                latency_ms = round((time.monotonic() - call.started) * 1000)
+                self.writer.complete(started, outcome=outcome, detail=detail, latency_ms=latency_ms)
+            else:
+                self.writer.add(self.record(call))
         except Exception:  # recording must never fail the call it records
             logger.exception("audit log: cannot record a call of %r", call.name)
-            return None
-        self.writer.add(record)
         return None
 
     def record(self, call: ToolCall) -> Record:

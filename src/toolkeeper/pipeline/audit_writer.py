@@ -1,29 +1,42 @@
-"""The audit log's writer: makes each call's record into a row once the call's answer has left
-(the digest, the JSON, the text the columns take), so neither the call nor a later write waits
-for that. A task of the running gateway writes the rows waiting every half second (or sooner
-once a batch is full), one transaction per batch, without bumping the store revision: an audit
-record is no reason for a gateway to reload its state. When the store refuses (read-only,
-locked, full, unreachable) it says so once, keeps the records (up to a bound, then the oldest
-go, counted) and writes them when the store takes them again. It also deletes records older
-than `auditRetentionDays`, at start and then daily.
+"""The audit log's writer: a thread of its own, with a connection of its own, writes the records,
+so the event loop that serves calls never waits for the store, nor for the work of making a row
+(the digest, the JSON, the chain's MACs).
+
+The call path only hands values over (`add`, `start`, `complete`: a list append under a lock).
+The thread makes the rows and writes them through `audit_chain.append`, one transaction per
+batch: every half second, as soon as a batch is full, and at once for a call recorded before it
+runs (`start`; the call waits for that commit, at most `WRITE_AHEAD_SECONDS`). Audit writes do
+not bump the store revision: a record is no reason for a gateway to reload its state.
+
+When the store refuses (read-only, locked, full, unreachable) the writer says so once, keeps the
+records (up to `max_waiting`, then the oldest go, counted) and writes them when the store takes
+them again, after a gap record that says how many went, from when to when. It also deletes
+records older than `auditRetentionDays`, at start and then daily.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from toolkeeper.policy.binding import arguments_digest, canonical_json
-from toolkeeper.store import Store, StoreError
+from toolkeeper.store import Store, StoreError, audit_chain
 from toolkeeper.store import audit as audit_rows
+from toolkeeper.store.db import ThreadConnection, default_home
+from toolkeeper.store.tables import audit_log
 
 logger = logging.getLogger(__name__)
 
@@ -31,19 +44,79 @@ FLUSH_SECONDS = 0.5
 BATCH_SIZE = 200  # records per transaction; a full batch is written without waiting
 MAX_WAITING = 10_000  # records kept while the store refuses them; beyond this the oldest go
 RETRY_SECONDS = 5.0  # while the store refuses, how often to try again
+# How long a call that is not reliably read-only waits for its "started" record to be committed.
+# A store that is slow or refuses must not make the gateway unusable: past this the call runs,
+# its record waits in memory like the others, and calls run without waiting until the store
+# takes records again.
+WRITE_AHEAD_SECONDS = 2.0
 # How long a stopping gateway gives the last records: a store that hangs must not hold the exit.
 SHUTDOWN_FLUSH_SECONDS = 3.0
 RETENTION_EVERY_SECONDS = 24 * 3600.0
 RETENTION_RETRY_SECONDS = 3600.0
 
 # Keyed by the columns of the `audit_log` table. On the call path `at` is a POSIX timestamp,
-# `hints` a tuple and `id` is left out: the writer makes the datetime, the JSON and the id (the
-# ids of the records made together come from one read of the system's random source; a uuid4
-# each cost more than the rest of the record).
+# `hints` a tuple, `arguments_sha256` (and `arguments`) the call's arguments as they came, and
+# `id` is left out: the writer's thread makes the datetime, the digest, the JSON and the id.
 Record = dict[str, Any]
-
-
 HintsHeld = tuple[tuple[str, bool, str | None], ...]
+
+# Every column a record gives a value (None where it has none), so that the rows of a batch can
+# go in one statement; the chain's own columns are `audit_chain.append`'s.
+_NO_VALUES: Record = {
+    column.name: None
+    for column in audit_log.columns
+    if column.name not in ("seq", "mac", "done_seq", "done_mac")
+}
+
+STARTED = "started"  # the outcome of a call recorded before it ran, until it is completed
+GATEWAY_STOPPED = "gateway_stopped"
+
+
+class Started:
+    """A call recorded before it runs. The loop's side sets `waiter` and `ended`; the thread's
+    side `row`, `written` and `dropped`."""
+
+    __slots__ = ("dropped", "ended", "record", "row", "waiter", "written")
+
+    def __init__(self, record: Record) -> None:
+        self.record = record
+        self.waiter: asyncio.Future[None] | None = None
+        self.ended = False  # its completion was handed over
+        self.row: Record | None = None
+        self.written = False  # committed as started: its outcome goes as a completion
+        self.dropped = False
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """How a call recorded before it ran ended."""
+
+    started: Started
+    outcome: str
+    detail: str | None
+    latency_ms: int | None
+
+
+Item = Record | Started | Completion
+
+
+class _Gap:
+    """Records dropped since the last gap record: how many, and the span of their times."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: datetime | None = None
+        self.last: datetime | None = None
+
+    def add(self, count: int, at: datetime) -> None:
+        self.count += count
+        self.first = at if self.first is None or at < self.first else self.first
+        self.last = at if self.last is None or at > self.last else self.last
+
+    def merge(self, other: _Gap) -> None:
+        if other.count and other.first is not None and other.last is not None:
+            self.add(other.count - 1, other.first)
+            self.add(1, other.last)
 
 
 class AuditWriter:
@@ -54,125 +127,211 @@ class AuditWriter:
         store: Store,
         retention_days: int,
         *,
+        key: Callable[[], audit_chain.ChainKey] | None = None,
+        home: Path | None = None,
         batch_size: int = BATCH_SIZE,
         max_waiting: int = MAX_WAITING,
         flush_seconds: float = FLUSH_SECONDS,
+        write_ahead_seconds: float = WRITE_AHEAD_SECONDS,
     ) -> None:
         self.store = store
         self.retention_days = retention_days
+        # The chain's key (read on the writer's thread): what `key` gives, else the key file in
+        # `home` (beside a SQLite store by default).
+        self.chain_key = key
+        self.home = home
         self.batch_size = batch_size
         self.max_waiting = max_waiting
         self.flush_seconds = flush_seconds
-        self._plan: audit_rows.RowPlan | None = None  # known once the store is open
-        self._unmade: list[Record] = []  # made into rows once their calls have been answered
-        self._waiting: deque[audit_rows.StoreRow] = deque()  # rows for the next write, oldest first
-        self._batch_ready = anyio.Event()
+        self.write_ahead_seconds = write_ahead_seconds
+        # Shared by the loop's thread and the writer's: the items handed over, under `_lock`.
+        self._lock = threading.Lock()
+        self._incoming: deque[Item] = deque()
+        self._wake = threading.Event()
+        self._flush_requests: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[bool]]] = []
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # The loop's side: calls recorded before they ran that have not ended yet.
+        self._running: dict[Started, None] = {}
+        self._stalled = False  # a write-ahead waited its whole time; calls do not wait meanwhile
+        # The writer thread's side (and a flush's, under `_writing`).
+        self._writing = threading.Lock()
+        self._connection: ThreadConnection | None = None
+        self._key: audit_chain.ChainKey | None = None
+        self._ahead: deque[Started] = deque()  # rows of calls recorded before they ran, not written yet
+        self._rows: deque[Record] = deque()  # rows of ended calls, oldest first
+        self._completions: deque[Completion] = deque()  # of calls whose started row is written
+        self._gap = _Gap()  # under `_lock`: both sides drop records
         self._refused_since: float | None = None  # when the store began refusing records
-        self.dropped = 0  # records dropped since the store began refusing them
+        self._next_attempt = 0.0
+
+    # -- the call path (the event loop's thread): hand over, never wait ------------------------
 
     @property
     def waiting(self) -> int:
-        return len(self._unmade) + len(self._waiting)
+        return len(self._incoming) + len(self._ahead) + len(self._rows) + len(self._completions)
+
+    @property
+    def dropped(self) -> int:
+        return self._gap.count
 
     def add(self, record: Record) -> None:
-        """Keep a record for the next write. Called on the call path, before the call is answered:
-        no I/O, nothing awaited; the row is made once the answer has left."""
-        if self.waiting >= self.max_waiting:
-            if self._waiting:
-                self._waiting.popleft()
-            else:
-                self._unmade.pop(0)
-            self._drop(1)
-        self._unmade.append(record)
-        if len(self._unmade) == 1:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return  # no loop runs here: the next flush makes the rows
-            # Two turns on: the call's answer is written at the end of the next turn, and the
-            # rows wait until it has left.
-            loop.call_soon(loop.call_soon, self._make_rows)
+        """Keep the record of an ended call for the next write."""
+        self._hand_over(record, urgent=False)
 
-    def _make_rows(self) -> None:
-        records, self._unmade = self._unmade, []
-        if not records:
-            return
-        if self._plan is None:
-            self._plan = audit_rows.row_plan(self.store.engine.dialect)
-        plan = self._plan
-        fresh_ids = os.urandom(16 * len(records)).hex()  # one system call for all of them
-        for index, record in enumerate(records):
-            try:
-                self._waiting.append(plan.row(_values(record, fresh_ids[32 * index : 32 * index + 32])))
-            except Exception:  # one record that cannot become a row loses only itself
-                logger.exception("audit log: cannot record a call of %r", record.get("exposed_name"))
-        if len(self._waiting) >= self.batch_size and self._refused_since is None:
-            self._batch_ready.set()
+    def start(self, record: Record) -> Started:
+        """Hand over the record of a call about to run, outcome "started", to be written at once
+        (`written` waits for that); its outcome follows with `complete`."""
+        started = Started({**record, "outcome": STARTED, "detail": None, "latency_ms": None})
+        self._running[started] = None
+        if not self._unsure:
+            loop = asyncio.get_running_loop()
+            started.waiter = loop.create_future()
+        self._hand_over(started, urgent=True)
+        return started
+
+    async def written(self, started: Started) -> bool:
+        """Wait until the started record is committed, at most `write_ahead_seconds`; whether it
+        was. While the store refuses or is slow, calls do not wait (the record waits instead)."""
+        waiter = started.waiter
+        if waiter is None:
+            return False
+        with anyio.move_on_after(self.write_ahead_seconds):
+            await asyncio.shield(waiter)
+            return True
+        if not self._stalled:
+            self._stalled = True
+            logger.warning(
+                "audit log: the store did not take the record of a call of %r within %.0f s, so the "
+                "call runs without it; its record waits in memory, and calls do not wait for their "
+                "records until the store takes records again",
+                started.record.get("exposed_name"),
+                self.write_ahead_seconds,
+            )
+        return False
+
+    def complete(self, started: Started, *, outcome: str, detail: str | None, latency_ms: int) -> None:
+        """The outcome of a call handed over with `start`."""
+        if started.ended:
+            return  # completed already: the gateway stopped while it ran
+        started.ended = True
+        self._running.pop(started, None)
+        self._hand_over(Completion(started, outcome, detail, latency_ms), urgent=False)
+
+    def stop_running(self, reason: str) -> int:
+        """The gateway is stopping: every call recorded before it ran that has not ended is
+        completed as "gateway_stopped" (whatever its own end, which comes later or never). How many."""
+        running = list(self._running)
+        now = time.time()
+        for started in running:
+            elapsed_ms = round((now - started.record["at"]) * 1000)
+            self.complete(
+                started,
+                outcome=GATEWAY_STOPPED,
+                detail=f"the gateway stopped ({reason}) while the call ran; its outcome is unknown",
+                latency_ms=elapsed_ms,
+            )
+        return len(running)
+
+    @property
+    def _unsure(self) -> bool:
+        return self._stalled or self._refused_since is not None
+
+    def _hand_over(self, item: Item, *, urgent: bool) -> None:
+        with self._lock:
+            incoming = self._incoming
+            incoming.append(item)
+            # Bounded even while the thread is held up in a write (a locked file holds it for
+            # its whole busy timeout).
+            if len(incoming) > 2 * self.max_waiting:
+                self._drop_handed_over(incoming.popleft())
+            full = len(incoming) >= self.batch_size
+        if urgent or full:
+            self._ensure_thread()
+            self._wake.set()
+
+    def _drop_handed_over(self, item: Item) -> None:
+        # Under `_lock`.
+        if isinstance(item, Completion):
+            at = time.time()
+        else:
+            record = item.record if isinstance(item, Started) else item
+            at = record["at"]
+            if isinstance(item, Started):
+                item.dropped = True
+                if item.waiter is not None:  # on the loop's thread: its call waits no longer
+                    _resolve(item.waiter, None)
+        self._gap.add(1, datetime.fromtimestamp(at, UTC))
+
+    # -- the gateway's task ---------------------------------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Write batches until cancelled, then write what is left (for a bounded time)."""
+        """Start the writer's thread and apply the retention period until cancelled; then
+        complete the calls still running as "gateway_stopped" and write what is left (for a
+        bounded time)."""
+        self._loop = asyncio.get_running_loop()
+        self._ensure_thread()
         task_status.started()
-        next_retention = 0.0
         try:
             while True:
-                if time.monotonic() >= next_retention:
-                    pruned = await self.apply_retention()
-                    next_retention = time.monotonic() + (
-                        RETENTION_EVERY_SECONDS if pruned is not None else RETENTION_RETRY_SECONDS
-                    )
-                # While the store refuses, a full batch is no reason to try again sooner.
-                refused = self._refused_since is not None
-                with anyio.move_on_after(RETRY_SECONDS if refused else self.flush_seconds):
-                    await self._batch_ready.wait()
-                self._batch_ready = anyio.Event()
-                await self.flush()
+                pruned = await self.apply_retention()
+                await anyio.sleep(RETENTION_EVERY_SECONDS if pruned is not None else RETENTION_RETRY_SECONDS)
         finally:
-            # Shielded: this runs because the gateway is stopping, and these records are the last.
-            # Not while the store refuses: a locked SQLite file holds each attempt for its whole
-            # busy timeout, which no cancellation cuts short, and the exit would wait for it.
-            if self._refused_since is None:
-                with anyio.move_on_after(SHUTDOWN_FLUSH_SECONDS, shield=True):
-                    await self.flush()
-            if self.waiting or self.dropped:
-                lost = f"{self.waiting} records could not be written before the gateway stopped"
-                if self.dropped:
-                    lost += f", and {self.dropped} older ones were dropped while the store refused them"
-                logger.error("audit log: %s; they are lost", lost)
+            with anyio.CancelScope(shield=True):
+                self.stop_running("the gateway stopped")
+                await self._stop_thread()
 
     async def flush(self) -> bool:
-        """Write the records waiting now, one transaction per batch. False when the store
-        refused: the records stay and the next flush tries again. Records that arrive during
-        the writes wait for the next flush: under steady calls a flush that chased them would
-        commit a few records at a time, back to back, and a commit costs far more than a record."""
-        self._make_rows()
-        left = len(self._waiting)
-        while left > 0 and self._waiting:
-            count = min(self.batch_size, left, len(self._waiting))
-            left -= count
-            batch = [self._waiting.popleft() for _ in range(count)]
-            try:
-                await self._write(batch)
-            except Exception as exc:  # whatever it is, the gateway runs on
-                if not audit_rows.rejected_record(exc):
-                    self._put_back(batch)
-                    self._refused(exc)
-                    return False
-                # Not the store but something in the batch: keep every record it accepts.
-                if not await self._write_one_by_one(batch):
-                    return False
-            except BaseException:
-                self._put_back(batch)  # cancelled mid-write: the shutdown flush takes them
-                raise
-            self._accepted()
-        return True
+        """Write the records handed over until now. False when the store refused: the records
+        stay and a later write tries again."""
+        if self._stopping:  # the writer's thread has ended (or is ending): write from a worker
+            return await anyio.to_thread.run_sync(self._write_waiting)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bool] = loop.create_future()
+        with self._lock:
+            self._flush_requests.append((loop, done))
+        self._ensure_thread()
+        self._wake.set()
+        return await done
+
+    async def stop(self) -> None:
+        """Write what is left (for a bounded time) and end the writer's thread."""
+        await self._stop_thread()
+
+    async def _stop_thread(self) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        with anyio.move_on_after(SHUTDOWN_FLUSH_SECONDS):
+            while thread.is_alive():
+                await anyio.sleep(0.01)
+        if thread.is_alive():
+            logger.error(
+                "audit log: the store did not take the last records within %.0f s; %d records are lost",
+                SHUTDOWN_FLUSH_SECONDS,
+                self.waiting,
+            )
+        self._thread = None
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None and not self._stopping:
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            # A daemon: a store that hangs must not keep a stopped gateway's process alive.
+            self._thread = threading.Thread(target=self._work, name="toolkeeper-audit-writer", daemon=True)
+            self._thread.start()
 
     async def apply_retention(self) -> int | None:
         """Delete records older than the retention period; how many went, or None if the store
         refused (it is tried again later)."""
         cutoff = datetime.now(UTC) - timedelta(days=self.retention_days)
         try:
-            async with self.store.write(bump_revision=False) as conn:
-                removed = await audit_rows.delete_older_than(conn, cutoff)
+            # On a worker thread, through the writer's connection: deleting a day's records
+            # must not hold the loop either.
+            removed = await anyio.to_thread.run_sync(self._retain, cutoff, abandon_on_cancel=True)
         except StoreError as exc:
             logger.warning(
                 "audit log: cannot delete records older than %d days: %s", self.retention_days, exc
@@ -185,51 +344,228 @@ class AuditWriter:
             logger.info("audit log: deleted %d records older than %d days", removed, self.retention_days)
         return removed
 
-    async def _write(self, batch: list[audit_rows.StoreRow]) -> None:
-        assert self._plan is not None  # rows were made with it
-        async with self.store.write(bump_revision=False) as conn:
-            await audit_rows.insert_rows(conn, self._plan, batch)
+    def _retain(self, cutoff: datetime) -> int:
+        with self._writing:
+            key = self._key_now()
+            return self._connection_now().transaction(lambda conn: audit_chain.retain(conn, key, cutoff))
 
-    async def _write_one_by_one(self, batch: list[audit_rows.StoreRow]) -> bool:
-        """Write a batch the database rejected for something in it record by record, dropping
-        only the records it rejects. False when the store itself refused (the rest wait again)."""
-        for index, record in enumerate(batch):
-            try:
-                await self._write([record])
-            except Exception as exc:  # this record only
-                if not audit_rows.rejected_record(exc):
-                    self._put_back(batch[index:])
-                    self._refused(exc)
+    # -- the writer's thread ----------------------------------------------------------------------
+
+    def _work(self) -> None:
+        try:
+            while True:
+                timeout = RETRY_SECONDS if self._refused_since is not None else self.flush_seconds
+                self._wake.wait(timeout)
+                self._wake.clear()
+                with self._lock:
+                    requests, self._flush_requests = self._flush_requests, []
+                stopping = self._stopping
+                if stopping:
+                    # Not while the store refuses: a locked SQLite file holds each attempt for its
+                    # whole busy timeout, and the exit would wait for it.
+                    ok = self._refused_since is None and self._write_waiting()
+                elif requests or self._refused_since is None or time.monotonic() >= self._next_attempt:
+                    ok = self._write_waiting()
+                else:
+                    with self._writing:  # rows are made (and bounded) while the store refuses
+                        self._take()
+                    ok = False
+                for loop, done in requests:
+                    _call_soon(loop, _resolve, done, ok)
+                if stopping:
+                    self._report_losses()
+                    return
+        except BaseException:  # the thread must say why it ended; the gateway runs on without it
+            logger.exception("audit log: the writer stopped; records are no longer written")
+            raise
+        finally:
+            if self._connection is not None:
+                self._connection.close()
+
+    def _write_waiting(self) -> bool:
+        """Write what was handed over until now, a batch per transaction; False when the store
+        refused (what is left waits). Records handed over during the writes wait for the next
+        round: under steady calls, chasing them would commit a few records at a time."""
+        with self._writing:
+            self._take()
+            left = len(self._rows) + len(self._completions) + len(self._ahead)
+            while left > 0 or self._gap.count:
+                batch = self._next_batch()
+                count = len(batch.ahead) + len(batch.rows) + len(batch.completions)
+                if count == 0 and batch.gap is None:
+                    break
+                left -= count
+                if not self._write_batch(batch):
                     return False
-                assert self._plan is not None
-                logger.error(
-                    "audit log: the record of a call of %r was rejected and dropped: %s",
-                    self._plan.value(record, "exposed_name"),
-                    exc,
+            return True
+
+    def _take(self) -> None:
+        """Make rows of what was handed over (here, off the loop), keeping within `max_waiting`."""
+        with self._lock:
+            items, self._incoming = self._incoming, deque()
+        if not items:
+            return
+        fresh_ids = os.urandom(16 * len(items)).hex()  # one system call for all of them
+        for index, item in enumerate(items):
+            if isinstance(item, Completion):
+                self._take_completion(item)
+                continue
+            record = item.record if isinstance(item, Started) else item
+            row = made_row(record, fresh_ids[32 * index : 32 * index + 32])
+            if isinstance(item, Started):
+                if item.dropped:
+                    continue
+                item.row = row
+                self._ahead.append(item)
+            else:
+                self._rows.append(row)
+        self._keep_within_bounds()
+
+    def _take_completion(self, done: Completion) -> None:
+        started = done.started
+        if started.dropped:
+            return  # its record was dropped and counted: the completion goes with it
+        if started.written:
+            self._completions.append(done)
+        elif started.row is not None:  # not written yet: it is written complete
+            started.row.update(
+                audit_rows.storable(
+                    {"outcome": done.outcome, "detail": done.detail, "latency_ms": done.latency_ms}
                 )
-            except BaseException:
-                self._put_back(batch[index:])
-                raise
-        return True
+            )
 
-    def _put_back(self, batch: list[audit_rows.StoreRow]) -> None:
-        self._waiting.extendleft(reversed(batch))
-        overflow = len(self._waiting) - self.max_waiting
-        for _ in range(max(overflow, 0)):
-            self._waiting.popleft()
-        if overflow > 0:
-            self._drop(overflow)
-
-    def _drop(self, count: int) -> None:
-        if self.dropped == 0:
+    def _keep_within_bounds(self) -> None:
+        excess = len(self._ahead) + len(self._rows) + len(self._completions) - self.max_waiting
+        if excess <= 0:
+            return
+        gap = _Gap()
+        for _ in range(excess):
+            if self._rows:
+                gap.add(1, self._rows.popleft()["at"])
+            elif self._completions:
+                self._completions.popleft()
+                gap.add(1, datetime.now(UTC))
+            else:
+                started = self._ahead.popleft()
+                started.dropped = True
+                assert started.row is not None
+                gap.add(1, started.row["at"])
+                self._release([started])
+        with self._lock:
+            first_drop = self._gap.count == 0
+            self._gap.merge(gap)
+        if first_drop:
             logger.warning(
                 "audit log: %d records are waiting for the store; dropping the oldest from now on "
-                "(the count is logged when the store takes records again)",
+                "(a gap record counts them once the store takes records again)",
                 self.max_waiting,
             )
-        self.dropped += count
+
+    def _next_batch(self) -> _Batch:
+        """The calls recorded before they ran first (their callers wait), then the oldest rows
+        and completions, a batch's worth; the gap record, if records were dropped, leads."""
+        ahead = _popped(self._ahead, self.batch_size)
+        rows = _popped(self._rows, self.batch_size - len(ahead))
+        completions = _popped(self._completions, self.batch_size)
+        with self._lock:
+            gap, self._gap = (self._gap, _Gap()) if self._gap.count else (None, self._gap)
+        return _Batch(ahead, rows, completions, gap)
+
+    def _write_batch(self, batch: _Batch) -> bool:
+        try:
+            self._append(batch)
+        except Exception as exc:  # whatever it is, the gateway runs on
+            if not audit_rows.rejected_record(exc):
+                self._put_back(batch)
+                self._refused(exc)
+                return False
+            # Not the store but something in the batch: keep every record it accepts.
+            return self._write_one_by_one(batch)
+        self._written(batch)
+        self._accepted()
+        return True
+
+    def _connection_now(self) -> ThreadConnection:
+        if self._connection is None:
+            self._connection = ThreadConnection(self.store)
+        return self._connection
+
+    def _key_now(self) -> audit_chain.ChainKey:
+        if self._key is None:
+            try:
+                self._key = (
+                    self.chain_key() if self.chain_key else audit_chain.load_chain_key(self._key_home())
+                )
+            except OSError as exc:
+                raise StoreError(f"Cannot read or make the audit log's key: {exc}") from None
+        return self._key
+
+    def _append(self, batch: _Batch) -> None:
+        key = self._key_now()
+        connection = self._connection_now()
+        rows = [started.row for started in batch.ahead if started.row is not None]
+        rows += batch.rows
+        if batch.gap is not None:
+            rows.insert(0, gap_row(batch.gap, os.urandom(16).hex()))
+        completions = [_completion_values(done) for done in batch.completions]
+        connection.transaction(lambda conn: audit_chain.append(conn, key, rows, completions))
+
+    def _key_home(self) -> Path:
+        if self.home is not None:
+            return self.home
+        return self.store.path.parent if self.store.path is not None else default_home()
+
+    def _write_one_by_one(self, batch: _Batch) -> bool:
+        """Write a batch the database rejected for something in it record by record, dropping
+        only the records it rejects. False when the store itself refused (the rest wait again)."""
+        singles = [
+            *(_Batch(ahead=[started]) for started in batch.ahead),
+            *(_Batch(rows=[row]) for row in batch.rows),
+            *(_Batch(completions=[done]) for done in batch.completions),
+        ]
+        if batch.gap is not None:
+            singles.insert(0, _Batch(gap=batch.gap))
+        for index, single in enumerate(singles):
+            try:
+                self._append(single)
+            except Exception as exc:  # this record only
+                if not audit_rows.rejected_record(exc):
+                    for rest in reversed(singles[index:]):
+                        self._put_back(rest)
+                    self._refused(exc)
+                    return False
+                logger.error("audit log: the record of %s was rejected and dropped: %s", single.names(), exc)
+                for started in single.ahead:
+                    started.dropped = True
+                self._release(single.ahead)
+                continue
+            self._written(single)
+        self._accepted()
+        return True
+
+    def _written(self, batch: _Batch) -> None:
+        for started in batch.ahead:
+            if started.row is not None and started.row["outcome"] == STARTED:
+                started.written = True
+        self._release(batch.ahead)
+
+    def _release(self, ahead: Iterable[Started]) -> None:
+        """Tell the calls waiting for these records that they may run."""
+        waiters = [started.waiter for started in ahead if started.waiter is not None]
+        if waiters and self._loop is not None:
+            _call_soon(self._loop, _resolve_all, waiters)
+
+    def _put_back(self, batch: _Batch) -> None:
+        self._ahead.extendleft(reversed(batch.ahead))
+        self._rows.extendleft(reversed(batch.rows))
+        self._completions.extendleft(reversed(batch.completions))
+        if batch.gap is not None:
+            with self._lock:
+                self._gap.merge(batch.gap)
+        self._keep_within_bounds()
 
     def _refused(self, exc: Exception) -> None:
+        self._next_attempt = time.monotonic() + RETRY_SECONDS
         # Once per outage: a retry every few seconds must not repeat the same error.
         if self._refused_since is None:
             self._refused_since = time.monotonic()
@@ -241,33 +577,137 @@ class AuditWriter:
             )
 
     def _accepted(self) -> None:
+        self._stalled = False
         if self._refused_since is None:
             return
         seconds = time.monotonic() - self._refused_since
         self._refused_since = None
-        if self.dropped:
-            logger.error(
-                "audit log: the store takes records again after %.0f s; %d records were dropped meanwhile",
-                seconds,
-                self.dropped,
-            )
-            self.dropped = 0
-        else:
-            logger.warning("audit log: the store takes records again after %.0f s; none were lost", seconds)
+        logger.warning("audit log: the store takes records again after %.0f s", seconds)
+
+    def _report_losses(self) -> None:
+        lost = self.waiting
+        with self._lock:
+            dropped = self._gap.count
+        if lost or dropped:
+            message = f"{lost} records could not be written before the gateway stopped"
+            if dropped:
+                message += f", and {dropped} older ones were dropped while the store refused them"
+            logger.error("audit log: %s; they are lost", message)
 
 
-def _values(record: Record, fresh_id: str) -> Record:
-    """A record's values as the table's columns take them (off the call path: the digest and the
-    JSON are made here; the store cuts and escapes the text)."""
-    values = dict(record)
-    values.setdefault("id", fresh_id)
-    values["arguments_sha256"] = arguments_digest(record["arguments_sha256"])
-    if record["arguments"] is not None:
-        values["arguments"] = _arguments_text(record["arguments"])
+@dataclass
+class _Batch:
+    """What one transaction writes."""
+
+    ahead: list[Started] = field(default_factory=list)
+    rows: list[Record] = field(default_factory=list)
+    completions: list[Completion] = field(default_factory=list)
+    gap: _Gap | None = None
+
+    def names(self) -> str:
+        if self.gap is not None:
+            return "a gap"
+        names = [s.record.get("exposed_name") for s in self.ahead]
+        names += [row.get("exposed_name") for row in self.rows]
+        names += [done.started.record.get("exposed_name") for done in self.completions]
+        return "a call of " + ", ".join(repr(name) for name in names)
+
+
+def _popped(items: deque[Any], count: int) -> list[Any]:
+    return [items.popleft() for _ in range(min(count, len(items)))]
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
+    """Run `callback` on `loop`'s thread, unless that loop is gone (a test's, say)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)
+
+
+def _resolve(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _resolve_all(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        _resolve(future, None)
+
+
+def _completion_values(done: Completion) -> Record:
+    assert done.started.row is not None
+    return audit_rows.storable(
+        {
+            "id": done.started.row["id"],
+            "outcome": done.outcome,
+            "detail": done.detail,
+            "latency_ms": done.latency_ms,
+        }
+    )
+
+
+# -- making rows (on the writer's thread) ------------------------------------------------------
+
+
+def made_row(record: Record, fresh_id: str) -> Record:
+    """A record's values as the table's columns take them. Arguments that cannot be serialised
+    (nested past what Python's encoder reads, say) are recorded as such, with their size: a
+    call is never left out of the log for its arguments."""
+    values = {**_NO_VALUES, "kind": "call", **record}
+    values["id"] = record.get("id") or fresh_id
+    arguments = record["arguments_sha256"]
+    try:
+        values["arguments_sha256"] = arguments_digest(arguments)
+        if record.get("arguments") is not None:
+            values["arguments"] = _arguments_text(record["arguments"])
+    except (RecursionError, ValueError, TypeError) as exc:
+        values["arguments_sha256"] = ""
+        values["arguments"] = None
+        unreadable = f"the arguments could not be serialised ({type(exc).__name__}): {shape(arguments)}"
+        values["detail"] = f"{values['detail']}; {unreadable}" if values.get("detail") else unreadable
     values["at"] = datetime.fromtimestamp(record["at"], UTC)
-    if values["hints"] is not None:
+    if values.get("hints") is not None:
         values["hints"] = _hints_text(values["hints"])
-    return values
+    return audit_rows.storable(values)
+
+
+def shape(value: Any) -> str:
+    """How big a JSON value is, without recursing: how deep it nests and how many values it holds."""
+    deepest = 0
+    count = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1) for child in item)
+    return f"nested {deepest} levels deep, {count} values"
+
+
+def gap_row(gap: _Gap, fresh_id: str) -> Record:
+    """The record of records that had to be dropped."""
+    first = gap.first or datetime.now(UTC)
+    last = gap.last or first
+    reason = "the store refused records for too long, and more were waiting than the writer keeps"
+    return {
+        **_NO_VALUES,
+        "id": fresh_id,
+        "kind": "gap",
+        "at": first,
+        "exposed_name": "",
+        "arguments_sha256": "",
+        "decision": "",
+        "outcome": "gap",
+        "detail": (
+            f"{gap.count} records were dropped, of calls from {first.isoformat()} to "
+            f"{last.isoformat()}: {reason}"
+        ),
+        "facts": json.dumps(
+            {"dropped": gap.count, "from": first.isoformat(), "to": last.isoformat(), "reason": reason}
+        ),
+    }
 
 
 def _arguments_text(arguments: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -25,10 +26,10 @@ from toolkeeper.downstreams.base import Downstream
 from toolkeeper.downstreams.kinds import KINDS
 from toolkeeper.downstreams.pool import CALLS_ENDED_POLL_SECONDS, Connect, DownstreamPool
 from toolkeeper.pipeline.approval import ApprovalGate
-from toolkeeper.pipeline.audit import AuditLog
+from toolkeeper.pipeline.audit import AuditAhead, AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.pipeline.call import LOCAL_USER, Principal, Target
-from toolkeeper.pipeline.stages import Pipeline, standard_pipeline
+from toolkeeper.pipeline.stages import Forward, Pipeline, standard_pipeline
 from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.policy.decide import Policy
 from toolkeeper.protocol import RESOLUTION_EXTENSION
@@ -38,7 +39,7 @@ from toolkeeper.runtime.menu import Menu, Mode
 from toolkeeper.services import build_services
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.toolsets import Change
-from toolkeeper.store import Store, StoreError
+from toolkeeper.store import Store, StoreError, audit_chain
 from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
 
 logger = logging.getLogger(__name__)
@@ -110,15 +111,25 @@ class Gateway:
         self._reload_request_seen = False
         self.started = anyio.Event()
         self._rebuild()
-        # Every tools/call passes this: the approval gate decides, the audit log records.
+        # Every tools/call passes this: the approval gate decides, the audit log records (a call
+        # that is not reliably read-only before it is forwarded, and every call once it ended).
         # Calls are recorded where there is a store to keep them (not by inspection commands).
-        self.audit_writer = AuditWriter(store, config.settings.audit_retention_days) if store else None
-        record = (
-            [AuditLog(self.audit_writer, keep_arguments=config.settings.audit_arguments)]
-            if self.audit_writer
-            else []
+        self.audit_writer = (
+            AuditWriter(
+                store,
+                config.settings.audit_retention_days,
+                key=partial(audit_chain.chain_key, config.settings),
+                max_waiting=config.settings.audit_max_waiting,
+            )
+            if store
+            else None
         )
-        self.pipeline: Pipeline = standard_pipeline(self, decide=ApprovalGate(self), record=record)
+        self.pipeline: Pipeline = standard_pipeline(self, decide=ApprovalGate(self))
+        if self.audit_writer is not None:
+            audit_log = AuditLog(self.audit_writer, keep_arguments=config.settings.audit_arguments)
+            self.pipeline = self.pipeline.with_stage(audit_log).with_stage(
+                AuditAhead(audit_log), before=Forward
+            )
 
     @property
     def listing(self) -> list[dict[str, Any]]:
@@ -498,6 +509,9 @@ class Gateway:
         refused, each told the gateway is shutting down and its row settled as not run, and the
         calls in flight downstream are cancelled. How many were waiting or in flight."""
         waiting = self.services.approvals.stop_waits(reason) if self.services is not None else 0
+        if self.audit_writer is not None:
+            # Before the calls are cancelled: their records say the gateway stopped them.
+            self.audit_writer.stop_running(reason)
         return waiting + self.pool.stop_calls(reason)
 
     async def calls_ended(self, timeout: float) -> bool:

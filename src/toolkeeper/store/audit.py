@@ -58,6 +58,22 @@ class RowPlan:
         return row[self.columns.index(column)] if isinstance(row, tuple) else row[column]
 
 
+# The longest text each column of the audit log takes (PostgreSQL refuses longer).
+_TEXT_LIMITS = {
+    column.name: column.type.length
+    for column in audit_log.columns
+    if isinstance(column.type, String) and column.type.length
+}
+
+
+def storable(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's values with every text as its column can hold it (see `storable_text`)."""
+    return {
+        name: storable_text(value, _TEXT_LIMITS.get(name)) if isinstance(value, str) else value
+        for name, value in values.items()
+    }
+
+
 def storable_text(value: str, limit: int | None) -> str:
     """Text the column can hold: a lone surrogate (valid in JSON, not in UTF-8) is escaped, and
     text longer than the column takes is cut (a client may call any name it likes)."""
