@@ -142,7 +142,16 @@ def echo_params(n_tools: int) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable, args=[str(ECHO)], env={"ECHO_TOOLS": str(n_tools)})
 
 
+# --trust-echo: the echo servers are trusted, so their tools' read-only claim is relied on. Without
+# it (the default) the claim is an untrusted server's, and every call is recorded in the audit log
+# before it is forwarded (one commit on the call path); with it, calls are reliably read-only and
+# their records are batched.
+TRUST_ECHO = False
+
+
 def write_config(servers: dict[str, dict[str, Any]], path: Path) -> Path:
+    if TRUST_ECHO:
+        servers = {name: {**entry, "trust": True} for name, entry in servers.items()}
     cfg = {
         "mcpServers": servers,
         # A store of its own, and every tool listed (no toolset, configuration menu off): the
@@ -160,8 +169,9 @@ def gateway_config(servers: dict[str, int], workdir: Path, protocol: str = "auto
             "args": [str(ECHO)],
             "env": {"ECHO_TOOLS": str(n)},
             "protocol": protocol,
-            # The echo tools declare no hints, so the approval policy would ask a person before
-            # each call; the person's setting "never ask" keeps the gate on the path, deciding allow.
+            # The echo tools' read-only claim comes from an untrusted server, so the approval
+            # policy would ask a person before each call; the person's setting "never ask" keeps
+            # the gate on the path, deciding allow.
             "confirm": "never",
         }
         for name, n in servers.items()
@@ -1166,8 +1176,16 @@ def main(argv: list[str] | None = None) -> int:
         help="comma list of figure groups to run and show, e.g. '1,6' (jobs shared by several figures "
         "run if any of them is chosen)",
     )
+    p.add_argument(
+        "--trust-echo",
+        action="store_true",
+        help="trust the echo servers, so their read-only claim is relied on: calls are not recorded "
+        "before they run (the audit log's write-ahead), as for a trusted or pinned read-only tool",
+    )
     p.add_argument("--json", metavar="FILE", help="also write all figures and per-repeat values as JSON")
     args = p.parse_args(argv)
+    global TRUST_ECHO
+    TRUST_ECHO = args.trust_echo
     if args.calls < 1 or args.repeat < 1 or args.concurrency < 1 or args.lists < 1 or args.warmup < 0:
         p.error("--calls, --repeat, --concurrency and --lists must be >= 1, --warmup >= 0")
     try:
