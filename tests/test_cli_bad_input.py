@@ -134,7 +134,7 @@ def test_servers_lists_the_good_one_ready_and_the_bad_ones_invalid(mixed):
     assert rows["typo"] == {
         "name": "typo",
         "state": "invalid",
-        "lastError": "'type' must be a string such as 'stdio', 'http' or 'sse', got ['stdio']",
+        "lastError": "'type' must be a string such as 'stdio', 'http', 'sse' or 'openapi', got ['stdio']",
         "tools": 0,
     }
 

@@ -90,10 +90,11 @@ def audit_command(
 ) -> None:
     """Recorded tool calls, newest first: who called what, what was decided, how it ended.
 
-    Gaps (records that had to be dropped) and anchors (records retention removed) are shown in
-    place whatever the tool, server, decision or principal filters, since a gap may hide calls
-    of any of them; --since narrows them too. A call shown "started, outcome unknown" was
-    recorded before it ran and never completed (its gateway stopped or died meanwhile).
+    Gaps (records that had to be dropped) are shown in place whatever the tool, server, decision
+    or principal filters, since a gap may hide calls of any of them; anchors (where the chain
+    starts, what retention removed) when none of those filters is given. --since narrows both.
+    A call shown "started, outcome unknown" was recorded before it ran and never completed (its
+    gateway stopped or died meanwhile).
 
     With --json, one JSON object per line. `audit verify` checks that no record was changed,
     and `audit export` writes the records for another machine."""

@@ -157,7 +157,7 @@ class AuditWriter:
         self._stalled = False  # a write-ahead waited its whole time; calls do not wait meanwhile
         # The writer thread's side (and a flush's, under `_writing`).
         self._writing = threading.Lock()
-        self._connection: ThreadConnection | None = None
+        self._store_connection: ThreadConnection | None = None
         self._key: audit_chain.ChainKey | None = None
         self._ahead: deque[Started] = deque()  # rows of calls recorded before they ran, not written yet
         self._rows: deque[Record] = deque()  # rows of ended calls, oldest first
@@ -379,8 +379,8 @@ class AuditWriter:
             logger.exception("audit log: the writer stopped; records are no longer written")
             raise
         finally:
-            if self._connection is not None:
-                self._connection.close()
+            if self._store_connection is not None:
+                self._store_connection.close()
 
     def _write_waiting(self) -> bool:
         """Write what was handed over until now, a batch per transaction; False when the store
@@ -486,9 +486,9 @@ class AuditWriter:
         return True
 
     def _connection_now(self) -> ThreadConnection:
-        if self._connection is None:
-            self._connection = ThreadConnection(self.store)
-        return self._connection
+        if self._store_connection is None:
+            self._store_connection = ThreadConnection(self.store)
+        return self._store_connection
 
     def _key_now(self) -> audit_chain.ChainKey:
         if self._key is None:

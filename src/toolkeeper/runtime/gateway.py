@@ -106,6 +106,7 @@ class Gateway:
             else None
         )
         self._store_revision = -1
+        self._loading_state = anyio.Lock()
         # The latest `toolkeeper reload` request seen; the first look only notes it.
         self._reload_request: str | None = None
         self._reload_request_seen = False
@@ -456,25 +457,29 @@ class Gateway:
     async def _load_state(self, revision: int | None = None) -> None:
         services, store = self.services, self.store
         assert services is not None and store is not None, "only a gateway with a store loads state"
-        if revision is None:
-            revision = await store.revision()
-        previous = self.toolset
-        self.toolset = await services.toolsets.equipped()
-        self.annotator = replace(
-            self.annotator, overrides=await services.hints.overrides(), rules=await services.rules.load()
-        )
-        self.policy = await services.policy.load()
-        self.keys = await services.keys.ring()
-        self.scope_toolsets = await services.toolsets.named(self.keys.scope_toolsets())
-        self._store_revision = revision
-        await self._follow_reload_requests()
-        if (
-            self.toolset
-            and (previous is None or previous.name != self.toolset.name)
-            and self.started.is_set()
-        ):
-            # Equipped elsewhere (the CLI, another replica): the auto-exit applies there too.
-            self.mode = Mode.NORMAL
+        # One load at a time: a load that began before this gateway's own equip wrote, and ended
+        # after the model entered configuration mode again, would take that equip for one made
+        # elsewhere and leave configuration mode under the model's feet.
+        async with self._loading_state:
+            if revision is None:
+                revision = await store.revision()
+            previous = self.toolset
+            self.toolset = await services.toolsets.equipped()
+            self.annotator = replace(
+                self.annotator, overrides=await services.hints.overrides(), rules=await services.rules.load()
+            )
+            self.policy = await services.policy.load()
+            self.keys = await services.keys.ring()
+            self.scope_toolsets = await services.toolsets.named(self.keys.scope_toolsets())
+            self._store_revision = revision
+            if (
+                self.toolset
+                and (previous is None or previous.name != self.toolset.name)
+                and self.started.is_set()
+            ):
+                # Equipped elsewhere (the CLI, another replica): the auto-exit applies there too.
+                self.mode = Mode.NORMAL
+            await self._follow_reload_requests()
 
     async def _follow_reload_requests(self) -> None:
         """A `toolkeeper reload` made since the last look: read the sources again."""

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.store.db import StoreError
-from toolkeeper.store.tables import audit_log
+from toolkeeper.store.tables import AUDIT_GAP, audit_log
 
 
 def rejected_record(exc: BaseException) -> bool:
@@ -141,8 +141,9 @@ async def query(
     limit: int = 50,
 ) -> list[Row[Any]]:
     """The newest records first, narrowed by whichever filters are given. The filters of calls
-    (tool, server, decision, principal) leave gaps and anchors in: a gap may hide calls of any
-    tool, and an anchor says which records retention removed. Only `since` narrows those."""
+    (tool, server, decision, principal) leave gaps in, since a gap may hide calls that match
+    them, and anchors out: where the chain starts and what retention removed are facts about
+    time, not about the calls asked for. Only `since` narrows gaps."""
     statement = select(audit_log)
     call_filters: list[ColumnElement[bool]] = []
     if tool is not None:
@@ -154,7 +155,7 @@ async def query(
     if principal is not None:
         call_filters.append(audit_log.c.principal == principal)
     if call_filters:
-        statement = statement.where(or_(and_(*call_filters), audit_log.c.kind != "call"))
+        statement = statement.where(or_(and_(*call_filters), audit_log.c.kind == AUDIT_GAP))
     if since is not None:
         statement = statement.where(audit_log.c.at >= since)
     # The id breaks ties between calls that started in the same microsecond, so pages are stable.

@@ -42,7 +42,7 @@ from sqlalchemy.engine import Dialect
 from toolkeeper.config.model import GatewaySettings
 from toolkeeper.store.audit import RowPlan, row_plan, storable_text
 from toolkeeper.store.db import StoreError, default_home
-from toolkeeper.store.tables import audit_log
+from toolkeeper.store.tables import AUDIT_ANCHOR, AUDIT_CALL, AUDIT_GAP, audit_log
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ FINGERPRINT_TEXT = b"toolkeeper audit key"
 
 STARTED = "started"  # the outcome of a call recorded before it ran, until it completes
 RECORD, DONE = "record", "done"  # the other phases (STARTED is one too)
-CALL, GAP, ANCHOR = "call", "gap", "anchor"
+CALL, GAP, ANCHOR = AUDIT_CALL, AUDIT_GAP, AUDIT_ANCHOR
 
 # What a record's MAC covers, in this order. A column added to `audit_log` must be added here
 # (tests check that every column but the chain's own is).

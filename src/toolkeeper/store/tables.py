@@ -144,6 +144,9 @@ pending_approvals = Table(
     Column("principal", String(200), nullable=True),  # who the gateway let in: a key's name, "local", …
 )
 
+# The kinds of audit record (`audit_log.kind`).
+AUDIT_CALL, AUDIT_GAP, AUDIT_ANCHOR = "call", "gap", "anchor"
+
 # One record per tools/call, written in batches off the call path.
 audit_log = Table(
     "audit_log",
