@@ -151,7 +151,7 @@ TRUST_ECHO = False
 
 def write_config(servers: dict[str, dict[str, Any]], path: Path) -> Path:
     if TRUST_ECHO:
-        servers = {name: {**entry, "trust": True} for name, entry in servers.items()}
+        servers = {name: {**entry, "trust": "trusted"} for name, entry in servers.items()}
     cfg = {
         "mcpServers": servers,
         # A store of its own, and every tool listed (no toolset, configuration menu off): the
