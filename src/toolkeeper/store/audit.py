@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, String, and_, delete, insert, or_, select
+from sqlalchemy import ColumnElement, String, and_, insert, or_, select
 from sqlalchemy.engine import Dialect, Row
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -22,47 +22,25 @@ def rejected_record(exc: BaseException) -> bool:
     return isinstance(exc.__cause__, IntegrityError | DataError) or not isinstance(exc, StoreError)
 
 
-# A row as the driver takes it: values in the statement's order, or keyed by column name for a
-# driver whose placeholders are named.
-StoreRow = tuple[Any, ...] | dict[str, Any]
-
-
 @dataclass(frozen=True)
 class RowPlan:
-    """How values keyed by column name become a row this kind of database takes, and the one
-    statement that inserts such rows.
+    """The one statement that inserts audit rows for this kind of database, and how values keyed
+    by column name become the row its driver takes.
 
     The rows go to the driver as they are, through a statement compiled once: SQLAlchemy's own
-    handling of each row's parameters cost more than the rest of the write, and the gateway's
-    audit writer runs this on the event loop that serves calls."""
+    handling of each row's parameters cost more than the rest of the write."""
 
     sql: str
     columns: tuple[str, ...]  # in the order of the statement's placeholders
-    limits: tuple[int | None, ...]  # the longest text each column takes (PostgreSQL refuses longer)
     # The database's own conversions (a datetime as text for SQLite), one per column or None.
     processors: tuple[Callable[[Any], Any] | None, ...]
     positional: bool
 
-    def row(self, values: Mapping[str, Any]) -> StoreRow:
-        out = []
-        for column, limit, process in zip(self.columns, self.limits, self.processors, strict=True):
-            value = values.get(column)
-            if isinstance(value, str):
-                value = storable_text(value, limit)
-            if process is not None:
-                value = process(value)
-            out.append(value)
-        return tuple(out) if self.positional else dict(zip(self.columns, out, strict=True))
 
-    def value(self, row: StoreRow, column: str) -> Any:
-        return row[self.columns.index(column)] if isinstance(row, tuple) else row[column]
-
-
-# The longest text each column of the audit log takes (PostgreSQL refuses longer).
+# The longest text each text column of the audit log takes (PostgreSQL refuses longer); None
+# for any length.
 _TEXT_LIMITS = {
-    column.name: column.type.length
-    for column in audit_log.columns
-    if isinstance(column.type, String) and column.type.length
+    column.name: column.type.length or None for column in audit_log.columns if isinstance(column.type, String)
 }
 
 
@@ -105,19 +83,10 @@ def _compile_row_plan(dialect: Dialect) -> RowPlan:
         columns = tuple(compiled.positiontup or ())
     else:
         columns = tuple(column.name for column in audit_log.columns)
-    limits = []
-    processors = []
-    for name in columns:
-        column_type = audit_log.columns[name].type
-        limits.append(column_type.length if isinstance(column_type, String) and column_type.length else None)
-        processors.append(column_type.dialect_impl(dialect).bind_processor(dialect))
-    return RowPlan(compiled.string, columns, tuple(limits), tuple(processors), compiled.positional)
-
-
-async def insert_rows(conn: AsyncConnection, plan: RowPlan, rows: Sequence[StoreRow]) -> None:
-    """Rows made by `plan.row`, written with one statement."""
-    if rows:
-        await conn.exec_driver_sql(plan.sql, list(rows))
+    processors = tuple(
+        audit_log.columns[name].type.dialect_impl(dialect).bind_processor(dialect) for name in columns
+    )
+    return RowPlan(compiled.string, columns, processors, compiled.positional)
 
 
 def _tool_matches(tool: str) -> ColumnElement[bool]:
@@ -161,10 +130,3 @@ async def query(
     # The id breaks ties between calls that started in the same microsecond, so pages are stable.
     statement = statement.order_by(audit_log.c.at.desc(), audit_log.c.id.desc()).limit(limit)
     return list((await conn.execute(statement)).all())
-
-
-async def delete_older_than(conn: AsyncConnection, cutoff: datetime) -> int:
-    """Delete the records of calls that started before `cutoff`; how many went. This breaks the
-    audit chain: retention goes through `audit_chain.retain`, which leaves an anchor."""
-    result = await conn.execute(delete(audit_log).where(audit_log.c.at < cutoff))
-    return int(result.rowcount or 0)

@@ -36,11 +36,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, String, bindparam, func, select, text, update
+from sqlalchemy import Connection, bindparam, func, select, text, update
 from sqlalchemy.engine import Dialect
 
 from toolkeeper.config.model import GatewaySettings
-from toolkeeper.store.audit import RowPlan, row_plan, storable_text
+from toolkeeper.store.audit import RowPlan, row_plan, storable
 from toolkeeper.store.db import StoreError, default_home
 from toolkeeper.store.tables import AUDIT_ANCHOR, AUDIT_CALL, AUDIT_GAP, audit_log
 
@@ -255,8 +255,6 @@ class _Statements:
     complete_sql: str
     complete_columns: tuple[str, ...]
     positional: bool
-    # Every text column, with the longest text it takes (None: any length).
-    text_limits: tuple[tuple[str, int | None], ...]
     # The database's own conversions of the insert's values, by their place (a datetime as text
     # for SQLite): the values are cut already, so only these are left to apply.
     conversions: tuple[tuple[int, Callable[[Any], Any]], ...]
@@ -293,16 +291,11 @@ def _compile_statements(dialect: Dialect) -> _Statements:
     )
     compiled = complete.compile(dialect=dialect)
     columns = tuple(compiled.positiontup or ()) if compiled.positional else tuple(compiled.binds)
-    limits = tuple(
-        (column.name, column.type.length or None)
-        for column in audit_log.columns
-        if isinstance(column.type, String) and column.name not in CHAIN_COLUMNS
-    )
     plan = row_plan(dialect)
     conversions = tuple(
         (place, convert) for place, convert in enumerate(plan.processors) if convert is not None
     )
-    return _Statements(plan, compiled.string, columns, compiled.positional, limits, conversions)
+    return _Statements(plan, compiled.string, columns, compiled.positional, conversions)
 
 
 @dataclass
@@ -402,7 +395,7 @@ def _write(
     conn.execute(_MOVE_HEAD, {"seq": head.seq, "mac": head.mac, "fingerprint": key.fingerprint, "name": HEAD})
 
 
-def _storable(row: Mapping[str, Any], statements: _Statements) -> dict[str, Any]:
+def _storable(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row's values exactly as the store will hand them back (the MAC covers these)."""
     values = dict(row)
     if values.get("id") is None:
@@ -418,15 +411,11 @@ def _storable(row: Mapping[str, Any], statements: _Statements) -> dict[str, Any]
         number = values.get(column)
         if number is not None and not isinstance(number, int):
             values[column] = int(number)
-    for column, limit in statements.text_limits:
-        value = values.get(column)
-        if value.__class__ is str and ((limit is not None and len(value) > limit) or not value.isascii()):
-            values[column] = storable_text(value, limit)
-    return values
+    return storable(values)
 
 
 def _add_row(head: _Head, key: ChainKey, statements: _Statements, row: Mapping[str, Any]) -> dict[str, Any]:
-    values = _storable(row, statements)
+    values = _storable(row)
     phase = STARTED if values["outcome"] == STARTED else RECORD
     head.seq += 1
     head.mac = entry_mac(key.secret, head.mac, head.seq, phase, content(values, phase))
@@ -466,7 +455,7 @@ def _complete(
                 done.get("outcome"),
             )
             continue
-        result = _storable({**values, **{column: done.get(column) for column in RESULT_COLUMNS}}, statements)
+        result = _storable({**values, **{column: done.get(column) for column in RESULT_COLUMNS}})
         head.seq += 1
         head.mac = entry_mac(key.secret, head.mac, head.seq, DONE, content(result, DONE))
         bound = {
