@@ -82,6 +82,11 @@ def serve(
     ),
     host: str | None = typer.Option(None, "--host", help="HTTP host (default from config, 127.0.0.1)."),
     port: int | None = typer.Option(None, "--port", help="HTTP port (default from config, 8765)."),
+    ui: bool = typer.Option(
+        False,
+        "--ui",
+        help="Serve the web dashboard too: at / beside /mcp over HTTP; over stdio on --host/--port.",
+    ),
 ) -> None:
     """Run the gateway: over stdio for a client that starts it, or over streamable HTTP at /mcp."""
     loaded = load(config, demo, serving=True)
@@ -91,22 +96,51 @@ def serve(
     spawn_early(loaded)
     from toolkeeper.edge.auth import CannotStart
     from toolkeeper.edge.serve import serve_http, serve_stdio
+    from toolkeeper.edge.web import CannotServeDashboard
+
+    settings = loaded.settings
+    address = (host or settings.http_host, port or settings.http_port)
 
     async def main() -> None:
         async with await open_store(loaded) as store:
             if transport is TransportChoice.stdio:
-                await serve_stdio(loaded, store)
+                await serve_stdio(loaded, store, address if ui else None)
             else:
-                settings = loaded.settings
-                await serve_http(loaded, store, host or settings.http_host, port or settings.http_port)
+                await serve_http(loaded, store, *address, ui=ui)
 
     try:
         anyio.run(main, backend_options={"use_uvloop": UVLOOP})
-    except CannotStart as exc:
+    except (CannotStart, CannotServeDashboard) as exc:
         err.print(styled(f"error: {exc}"), soft_wrap=True)
         raise typer.Exit(2) from None
     finally:
         stop_early()
+
+
+@app.command("ui")
+def serve_dashboard(
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    host: str | None = typer.Option(None, "--host", help="Host (default from config, 127.0.0.1)."),
+    port: int | None = typer.Option(None, "--port", help="Port (default from config, 8765)."),
+) -> None:
+    """Serve the web dashboard alone: the servers are connected to show their tools, no client
+    is served. Approvals asked by other toolkeeper processes on the same store show up here."""
+    loaded = load(config, demo, serving=True)
+    from toolkeeper.edge.serve import serve_ui
+    from toolkeeper.edge.web import CannotServeDashboard
+
+    settings = loaded.settings
+
+    async def main() -> None:
+        async with await open_store(loaded) as store:
+            await serve_ui(loaded, store, host or settings.http_host, port or settings.http_port)
+
+    try:
+        anyio.run(main, backend_options={"use_uvloop": UVLOOP})
+    except CannotServeDashboard as exc:
+        err.print(styled(f"error: {exc}"), soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()

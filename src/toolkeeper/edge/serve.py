@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -30,6 +31,7 @@ from toolkeeper.edge.guard import HostGuard
 from toolkeeper.edge.http_fastlane import HttpFastLane, respond
 from toolkeeper.edge.oauth import JwtVerifier
 from toolkeeper.edge.stdio import stdio_streams
+from toolkeeper.edge.web import Dashboard, McpOrDashboard, dashboard
 from toolkeeper.faces.mcp.config_tools import ConfigMenu
 from toolkeeper.faces.mcp.server import build_server
 from toolkeeper.log import redact_every_handler
@@ -89,10 +91,12 @@ async def _collect_garbage_once_up(gateway: Gateway) -> None:
     gc.enable()
 
 
-async def serve_stdio(config: Config, store: Store) -> None:
-    """Serve one client on stdin and stdout until it closes stdin or a signal stops the gateway."""
+async def serve_stdio(config: Config, store: Store, ui: tuple[str, int] | None = None) -> None:
+    """Serve one client on stdin and stdout until it closes stdin or a signal stops the gateway;
+    with `ui` (host, port), the dashboard too."""
     gateway = Gateway(config, store, menu=ConfigMenu)
     server = build_server(gateway, client_of)
+    web = _dashboard_server(gateway, config, *ui) if ui is not None else None
     stop_reading = anyio.Event()
     reason = "the client closed stdin"
 
@@ -103,6 +107,8 @@ async def serve_stdio(config: Config, store: Store) -> None:
 
     async def wind_down() -> None:
         _announce_stop(reason)
+        if web is not None:
+            web.stop()
         gateway.stop_calls(reason)
         await gateway.calls_ended(CALLS_ENDED_SECONDS)
 
@@ -110,6 +116,8 @@ async def serve_stdio(config: Config, store: Store) -> None:
         tg.start_soon(_on_signals, stop, tg.cancel_scope, gateway)
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
+        if web is not None:
+            tg.start_soon(web.serve)
         fast_lane = FastLane(gateway, server.server_info_stamp)
         async with stdio_streams(
             fast_lane=fast_lane,
@@ -249,9 +257,10 @@ class NoProxyBuffering:
         await self.app(scope, receive, send_unbuffered)
 
 
-async def serve_http(config: Config, store: Store, host: str, port: int) -> None:
-    """Serve streamable HTTP at /mcp; CannotStart when it would reach beyond this machine with
-    no way for a client to authenticate."""
+async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: bool = False) -> None:
+    """Serve streamable HTTP at /mcp, and with `ui` the dashboard at / on the same port;
+    CannotStart when it would reach beyond this machine with no way for a client to
+    authenticate."""
     gateway = Gateway(config, store, menu=ConfigMenu)
     services = gateway.services
     keys = await services.keys.ring() if services is not None else KeyRing.empty()
@@ -282,24 +291,16 @@ async def serve_http(config: Config, store: Store, host: str, port: int) -> None
         auth=auth,
         max_bytes=max_bytes,
     )
-    streams = ClosableStreams(fast)
-    web = _WebServer(
-        uvicorn.Config(
-            streams,
-            host=host,
-            port=port,
-            log_level="warning",
-            lifespan="on",
-            # A backstop only: the stop ends every stream itself.
-            timeout_graceful_shutdown=CALLS_ENDED_SECONDS + 1,
-        )
-    )
-    redact_every_handler()  # uvicorn's configuration just gave its loggers handlers of their own
+    board = dashboard(gateway, config, host, fast.guard) if ui else None
+    streams = ClosableStreams(McpOrDashboard(fast, board.app, MCP_PATH) if board is not None else fast)
+    web = _web_server(streams, host, port)
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
         tg.start_soon(_on_signals, _stop_web(web, gateway, streams), tg.cancel_scope, gateway)
         tg.start_soon(_announce_when_listening, web, gateway, host, port, plan)
+        if board is not None:
+            tg.start_soon(_announce_dashboard, web, board, host, port)
         if services is not None:
             tg.start_soon(auth.record_key_uses, services.keys.touch)
         try:
@@ -324,3 +325,69 @@ async def _announce_when_listening(
         file=sys.stderr,
         flush=True,
     )
+
+
+def _web_server(app: ASGIApp, host: str, port: int) -> _WebServer:
+    web = _WebServer(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            # A backstop only: the stop ends every stream itself.
+            timeout_graceful_shutdown=CALLS_ENDED_SECONDS + 1,
+        )
+    )
+    redact_every_handler()  # uvicorn's configuration just gave its loggers handlers of their own
+    return web
+
+
+@dataclass
+class DashboardServer:
+    """The dashboard on a port of its own, guarded as /mcp would be on that host."""
+
+    web: _WebServer
+    streams: ClosableStreams
+    board: Dashboard
+    host: str
+    port: int
+
+    async def serve(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_announce_dashboard, self.web, self.board, self.host, self.port)
+            await self.web.serve()
+            tg.cancel_scope.cancel()
+
+    def stop(self) -> None:
+        self.web.should_exit = True
+        self.streams.close()
+
+
+def _dashboard_server(gateway: Gateway, config: Config, host: str, port: int) -> DashboardServer:
+    security = transport_security(config, host)
+    board = dashboard(gateway, config, host, HostGuard(security.allowed_hosts, security.allowed_origins))
+    streams = ClosableStreams(board.app)
+    return DashboardServer(_web_server(streams, host, port), streams, board, host, port)
+
+
+async def _announce_dashboard(web: uvicorn.Server, board: Dashboard, host: str, port: int) -> None:
+    while not web.started:
+        await anyio.sleep(0.05)
+    board.announce(host, port)
+
+
+async def serve_ui(config: Config, store: Store, host: str, port: int) -> None:
+    """The dashboard alone, over a gateway that connects the servers but serves no client."""
+    gateway = Gateway(config, store, menu=ConfigMenu)
+    web = _dashboard_server(gateway, config, host, port)
+
+    async def stop(reason: str) -> None:
+        _announce_stop(reason)
+        web.stop()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(gateway.run)
+        tg.start_soon(_on_signals, stop, tg.cancel_scope, gateway)
+        await web.serve()
+        tg.cancel_scope.cancel()

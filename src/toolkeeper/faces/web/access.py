@@ -1,0 +1,78 @@
+"""Who may use the dashboard and its API, and what protects a browser that has access.
+
+- **The access token.** Every `/api/` request needs it; every page needs it too once the
+  dashboard can be reached beyond loopback. It is `TOOLKEEPER_UI_TOKEN`, or one made at random
+  at each start and printed. An admin client key is accepted wherever the token is: one
+  mechanism for both. A browser presents it once (`?token=` on any page, or the login form) and
+  keeps it in an HttpOnly, SameSite=Strict cookie; other programs send `Authorization: Bearer`.
+- **CSRF.** A state-changing request carried by the cookie (or by nothing, on loopback) must
+  echo the CSRF cookie in a form field or the `X-CSRF-Token` header (double submit). A bearer
+  header cannot be sent by another site's page, so a request with one needs no echo.
+- **Size.** A body over the limit is refused with 413 before it is read whole.
+
+Host and Origin are checked before this, by the edge's HostGuard, as on `/mcp`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from starlette.requests import Request
+
+from toolkeeper.services.keys import KeyRing
+
+TOKEN_ENV = "TOOLKEEPER_UI_TOKEN"
+TOKEN_COOKIE = "toolkeeper_ui"
+CSRF_COOKIE = "toolkeeper_csrf"
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "x-csrf-token"
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+
+def ui_token() -> tuple[str, bool]:
+    """The access token, and whether it was made here (so the person must be shown it)."""
+    given = os.environ.get(TOKEN_ENV, "").strip()
+    if given:
+        return given, False
+    return secrets.token_urlsafe(24), True
+
+
+@dataclass(frozen=True)
+class Access:
+    token: str
+    # The gateway's current client keys: an admin key opens the dashboard as the token does.
+    keys: Callable[[], KeyRing]
+    # Pages need the token too (the dashboard can be reached beyond this machine).
+    pages_need_token: bool
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+    def accepts(self, presented: str | None) -> bool:
+        """Whether `presented` is the access token or an admin client key."""
+        if not presented:
+            return False
+        if hmac.compare_digest(presented.encode(), self.token.encode()):
+            return True
+        key = self.keys().verify(presented, datetime.now(UTC))
+        return key is not None and key.admin
+
+    def presented(self, request: Request) -> tuple[str | None, bool]:
+        """The token a request carries, and whether it came in a bearer header (not the cookie)."""
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip(), True
+        return request.cookies.get(TOKEN_COOKIE), False
+
+
+def new_csrf_token() -> str:
+    return secrets.token_urlsafe(18)
+
+
+def csrf_matches(cookie: str | None, echoed: str | None) -> bool:
+    return bool(cookie) and bool(echoed) and hmac.compare_digest(str(cookie), str(echoed))

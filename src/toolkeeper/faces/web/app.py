@@ -1,0 +1,233 @@
+"""The dashboard and its JSON API as one Starlette app over a running gateway's services.
+
+Every request passes `AccessGate` (token, CSRF, body size) before a route sees it. Routes come
+from the page modules and `api.py`; each parses its input, calls a service and formats the
+answer. A `ServiceError` becomes the HTTP status its kind names (404, 409, 422, 503), as JSON
+under `/api/` and as the error page elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from urllib.parse import parse_qs, urlencode
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from toolkeeper.errors import ServiceError
+from toolkeeper.faces.web.access import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    TOKEN_COOKIE,
+    UNSAFE_METHODS,
+    Access,
+    csrf_matches,
+    new_csrf_token,
+)
+from toolkeeper.faces.web.face import (
+    API_PREFIX,
+    HERE,
+    STATIC_PREFIX,
+    JsonResponse,
+    WebFace,
+    is_api,
+    render,
+    service_refusal,
+)
+from toolkeeper.runtime.gateway import Gateway
+from toolkeeper.services import Services
+
+
+def build_web_app(gateway: Gateway, services: Services, access: Access) -> ASGIApp:
+    """The dashboard's app: pages at `/`, JSON at `/api/`, static files at `/static/`."""
+    from toolkeeper.faces.web import api, pages
+
+    templates = Jinja2Templates(directory=HERE / "templates")
+    routes: Sequence[BaseRoute] = [
+        Mount(STATIC_PREFIX, app=StaticFiles(directory=HERE / "static"), name="static"),
+        Mount(API_PREFIX, routes=api.routes()),
+        *pages.routes(),
+    ]
+    app = Starlette(
+        routes=list(routes),
+        exception_handlers={ServiceError: _service_error, HTTPException: _http_error},
+    )
+    app.state.face = WebFace(gateway, services, access, templates)
+    return AccessGate(app, access)
+
+
+async def _service_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ServiceError)
+    return service_refusal(request, exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if is_api(request):
+        body = {"error": {"kind": "http", "message": exc.detail}}
+        return JsonResponse(body, status_code=exc.status_code, headers=exc.headers)
+    return render(request, "error.html", {"status": exc.status_code, "message": exc.detail}, exc.status_code)
+
+
+class AccessGate:
+    """Token, CSRF and body size for every request (see access.py for the rules)."""
+
+    def __init__(self, app: ASGIApp, access: Access) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        path = request.url.path
+        if path.startswith(STATIC_PREFIX + "/"):
+            await self.app(scope, receive, send)
+            return
+        is_api = path == API_PREFIX or path.startswith(API_PREFIX + "/")
+        query_token = request.query_params.get("token")
+        if query_token is not None and not is_api and request.method == "GET":
+            await self._log_in(scope, receive, send, query_token)
+            return
+        presented, by_header = self.access.presented(request)
+        if (is_api or self.access.pages_need_token) and not self.access.accepts(presented):
+            await self._refuse_unknown(scope, receive, send, is_api, presented)
+            return
+        csrf = request.cookies.get(CSRF_COOKIE)
+        fresh_csrf = None
+        if not csrf:
+            csrf = fresh_csrf = new_csrf_token()
+        scope.setdefault("state", {})["csrf"] = csrf
+        if request.method in UNSAFE_METHODS:
+            body = await self._bounded_body(request, receive)
+            if body is None:
+                too_big = f"the request body is over {self.access.max_body_bytes} bytes"
+                await _plain(scope, receive, send, 413, too_big)
+                return
+            stored_csrf = None if fresh_csrf else csrf  # a request with no CSRF cookie cannot echo it
+            if not by_header and not csrf_matches(stored_csrf, _echoed_csrf(request, body)):
+                await _plain(
+                    scope,
+                    receive,
+                    send,
+                    403,
+                    "the form's CSRF token is missing or stale: reload the page and send it again",
+                )
+                return
+            receive = _replay(body)
+        await self.app(scope, receive, _with_cookie(send, CSRF_COOKIE, fresh_csrf) if fresh_csrf else send)
+
+    async def _log_in(self, scope: Scope, receive: Receive, send: Send, token: str) -> None:
+        """A page opened with `?token=`: the cookie is set and the address loses the token."""
+        request = Request(scope)
+        if not self.access.accepts(token):
+            await self._refuse_unknown(scope, receive, send, False, token)
+            return
+        rest = {k: v for k, v in parse_qs(request.url.query).items() if k != "token"}
+        target = request.url.path + ("?" + urlencode(rest, doseq=True) if rest else "")
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", path="/")
+        await response(scope, receive, send)
+
+    async def _refuse_unknown(
+        self, scope: Scope, receive: Receive, send: Send, is_api: bool, presented: str | None
+    ) -> None:
+        why = "a wrong access token" if presented else "no access token"
+        message = (
+            f"401: {why}. Send the dashboard's token (printed when it started, or "
+            "TOOLKEEPER_UI_TOKEN) as 'Authorization: Bearer <token>', or open a page with ?token=<token>"
+        )
+        response: Response
+        if is_api:
+            response = JsonResponse({"error": {"kind": "unauthorized", "message": message}}, status_code=401)
+        else:
+            response = HTMLResponse(_LOGIN_PAGE.format(message=_escape(message)), status_code=401)
+        response.headers["www-authenticate"] = 'Bearer realm="toolkeeper dashboard"'
+        await response(scope, receive, send)
+
+    async def _bounded_body(self, request: Request, receive: Receive) -> bytes | None:
+        """The whole body, or None once it is over the limit (declared or sent)."""
+        limit = self.access.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def _echoed_csrf(request: Request, body: bytes) -> str | None:
+    header = request.headers.get(CSRF_HEADER)
+    if header:
+        return header
+    if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        values = parse_qs(body.decode("latin-1")).get(CSRF_FIELD)
+        return values[0] if values else None
+    return None
+
+
+def _replay(body: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+def _with_cookie(send: Send, name: str, value: str) -> Send:
+    cookie = f"{name}={value}; Path=/; SameSite=Strict".encode("latin-1")
+
+    async def send_with_cookie(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", []), (b"set-cookie", cookie)]
+        await send(message)
+
+    return send_with_cookie
+
+
+async def _plain(scope: Scope, receive: Receive, send: Send, status: int, text: str) -> None:
+    is_api = scope["path"].startswith(API_PREFIX)
+    response: Response = (
+        JsonResponse({"error": {"kind": "http", "message": text}}, status_code=status)
+        if is_api
+        else HTMLResponse(_escape(text), status_code=status)
+    )
+    await response(scope, receive, send)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+# Standalone, so that a refusal never renders the layout (which shows the gateway's state).
+_LOGIN_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>toolkeeper: sign in</title>
+<link rel="stylesheet" href="/static/style.css"></head>
+<body class="login"><main><h1>toolkeeper</h1><p class="error">{message}</p>
+<form method="get" action=""><label>Access token
+<input name="token" type="password" autocomplete="current-password" required></label>
+<button type="submit">Open the dashboard</button></form></main></body></html>"""

@@ -1,0 +1,7 @@
+"""The approvals page."""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+ROUTES: list[BaseRoute] = []

@@ -1,0 +1,7 @@
+"""The toolsets page."""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+ROUTES: list[BaseRoute] = []
