@@ -19,7 +19,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 if TYPE_CHECKING:
+    from browser import PageAt
     from oauth_issuer import TestIssuer
+    from playwright.async_api import Browser
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTROLLABLE = str(ROOT / "tests" / "servers" / "controllable.py")
@@ -245,3 +247,25 @@ def oauth_issuer() -> Iterator[TestIssuer]:
 
     with running_issuer() as issuer:
         yield issuer
+
+
+# The dashboard's browser tests (tests/browser.py); async, so their tests are `pytest.mark.anyio`.
+# Imported when used: Playwright is needed only by these tests.
+@pytest.fixture
+async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
+    """Headless Chromium for this test alone; skipped when missing (failed in CI)."""
+    from browser import launched_chromium, require_chromium
+
+    require_chromium()
+    async with launched_chromium(tmp_path / "chromium") as launched:
+        yield launched
+
+
+@pytest.fixture
+async def page_at(browser: Browser) -> AsyncIterator[PageAt]:
+    """`await page_at(width)` (or `page_at(width, height)`): a new page with that viewport, in a
+    context of its own; the test fails if a page's scripts throw and nothing catches it."""
+    from browser import page_opener
+
+    async with page_opener(browser) as open_page:
+        yield open_page
