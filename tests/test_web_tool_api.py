@@ -4,6 +4,7 @@ made here does to a real MCP client's next `tools/list`."""
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -162,10 +163,10 @@ def test_confirm_mode_and_the_policy_explanation(board: Dashboard) -> None:
 # -- the page's forms ---------------------------------------------------------------------------
 
 
-def form(board: Dashboard, path: str, fields: dict[str, str]) -> Any:
+def form(board: Dashboard, path: str, fields: dict[str, str], tool: str = GET_NOTE) -> Any:
     board.client.get("/")  # the CSRF cookie
     data = {**fields, "csrf": board.client.cookies[CSRF_COOKIE]}
-    return board.client.post(f"/tools/{GET_NOTE}{path}", data=data, follow_redirects=False)
+    return board.client.post(f"/tools/{tool}{path}", data=data, follow_redirects=False)
 
 
 def test_the_hint_form_pins_and_a_stale_one_writes_nothing(board: Dashboard) -> None:
@@ -216,3 +217,32 @@ async def test_a_pin_and_a_note_reach_a_real_clients_next_tools_list(tmp_path: P
             assert description.startswith("Get a note by its id.")
             assert "**ids**: Ids look like n-123." in description
             assert description == served.api("GET", f"/tools/{GET_NOTE}").json()["listing"]["description"]
+
+
+def test_the_rule_forms_move_and_remove_and_refuse_a_stale_order(board: Dashboard) -> None:
+    for rule in (READ_RULE, ERASE_RULE):
+        assert form(board, "/rules", {"rule": json.dumps(rule)}, tool=EDIT_NOTE).status_code == 303
+    version = api(board, "GET", f"{EDIT_NOTE}/rules").json()["version"]
+    moved = form(board, "/rules/move", {"number": "2", "direction": "up", "version": version}, tool=EDIT_NOTE)
+    assert moved.status_code == 303 and moved.headers["location"].endswith("?done=rule-moved")
+    rules = api(board, "GET", f"{EDIT_NOTE}/rules").json()["rules"]
+    assert [r["when"]["equals"] for r in rules] == ["erase", "read"]
+    stale = form(board, "/rules/remove", {"number": "1", "version": version}, tool=EDIT_NOTE)
+    assert stale.status_code == 409 and "rules changed since" in stale.text
+    assert len(api(board, "GET", f"{EDIT_NOTE}/rules").json()["rules"]) == 2
+    fresh = api(board, "GET", f"{EDIT_NOTE}/rules").json()["version"]
+    edge = form(board, "/rules/move", {"number": "1", "direction": "up", "version": fresh}, tool=EDIT_NOTE)
+    assert edge.status_code == 422 and "cannot move up" in edge.text
+    removed = form(board, "/rules/remove", {"number": "1", "version": fresh}, tool=EDIT_NOTE)
+    assert removed.status_code == 303
+    assert [r["when"]["equals"] for r in api(board, "GET", f"{EDIT_NOTE}/rules").json()["rules"]] == ["read"]
+
+
+def test_the_confirm_form_sets_and_clears_the_mode(board: Dashboard) -> None:
+    bad = form(board, "/confirm", {"mode": "sometimes"})
+    assert bad.status_code == 422 and "A confirm mode is one of" in bad.text
+    assert form(board, "/confirm", {"mode": "always", "text": "Look first."}).status_code == 303
+    page = board.client.get(f"/tools/{GET_NOTE}")
+    assert '<option value="always" selected>' in page.text and 'value="Look first."' in page.text
+    assert form(board, "/confirm", {"mode": ""}).status_code == 303
+    assert api(board, "GET", GET_NOTE).json()["confirmModes"] == []
