@@ -98,7 +98,7 @@ class HintService:
         """Per tool, each field's value and source (and a suggestion for a gap): for tool listings."""
         catalog = self._live()
         annotator, toolset = await self._current(None)
-        return {t.namespaced_name: _brief(annotator.effective(t, toolset)) for t in catalog.tools}
+        return {t.namespaced_name: brief(annotator.effective(t, toolset)) for t in catalog.tools}
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -320,7 +320,8 @@ def _explained(tool: CatalogTool, annotator: Annotator, toolset: str | None) -> 
     }
 
 
-def _brief(effective: EffectiveHints) -> dict[str, Any]:
+def brief(effective: EffectiveHints) -> dict[str, Any]:
+    """Each field's value and source, and the suggestion for a gap: what a listing of tools shows."""
     out: dict[str, Any] = {}
     for name in FIELDS:
         hint = effective.fields[name]

@@ -7,6 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from toolkeeper.faces.web import api_tools
 from toolkeeper.faces.web.face import JsonResponse, face_of
 from toolkeeper.services.inspect import server_rows
 
@@ -16,4 +17,4 @@ async def servers(request: Request) -> Response:
 
 
 def routes() -> list[BaseRoute]:
-    return [Route("/servers", servers, methods=["GET"])]
+    return [Route("/servers", servers, methods=["GET"]), *api_tools.ROUTES]
