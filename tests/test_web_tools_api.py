@@ -132,11 +132,18 @@ def test_each_hint_comes_with_its_source_under_its_mcp_name(big: Dashboard) -> N
     assert read["changed"] is False and read["inToolset"] is False
 
 
-def test_the_groups_view_orders_safe_then_modifying_then_destructive(big: Dashboard) -> None:
-    risks = [t["risk"] for t in listing(big, view="groups", q="gamma", limit=500)["tools"]]
-    order = {"safe": 0, "modifying": 1, "destructive": 2}
-    assert risks == sorted(risks, key=order.__getitem__)
-    assert risks.count("safe") == 133 and len(risks) == 400
+def test_the_groups_view_pages_through_each_group_in_step(big: Dashboard) -> None:
+    first = listing(big, view="groups", q="gamma", limit=50)
+    risks = [t["risk"] for t in first["tools"]]
+    assert risks == ["safe"] * 50 + ["modifying"] * 50 + ["destructive"] * 50
+    assert first["total"] == 400 and first["pagedOver"] == 134  # the largest group: modifying
+    last = listing(big, view="groups", q="gamma", limit=50, offset=100)
+    assert [t["risk"] for t in last["tools"]] == ["safe"] * 33 + ["modifying"] * 34 + ["destructive"] * 33
+    safe_names = [t["exposedName"] for t in listing(big, risk="safe", q="gamma", limit=500)["tools"]]
+    assert [t["exposedName"] for t in last["tools"][:33]] == safe_names[100:]
+    page = big.client.get("/tools", params={"q": "gamma", "view": "groups", "limit": "50"}).text
+    assert page.count('name="tool"') == 150 and "Page 1 of 3" in page
+    assert 'href="/tools?q=gamma&amp;view=groups&amp;limit=50&amp;offset=50"' in page
 
 
 @pytest.mark.parametrize(
@@ -267,9 +274,9 @@ def test_the_page_escapes_server_text_and_its_pager_keeps_the_search(big: Dashbo
     html = big.client.get("/tools", params={"q": "html"}).text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;b&gt;x&lt;/b&gt;" in html
     assert "<script>alert(1)" not in html and "<b>x</b>" not in html
-    page = big.client.get("/tools", params={"q": "gamma", "risk": "safe", "view": "groups"}).text
+    page = big.client.get("/tools", params={"q": "gamma", "risk": "safe"}).text
     assert 'Tools 1–100 of <b class="total">133</b>' in page
-    assert 'href="/tools?q=gamma&amp;risk=safe&amp;view=groups&amp;offset=100"' in page
+    assert 'href="/tools?q=gamma&amp;risk=safe&amp;offset=100"' in page
     assert page.count('name="tool"') == 100
     bad = big.client.get("/tools", params={"limit": "0"})
     assert bad.status_code == 200 and "limit is a whole number" in bad.text

@@ -56,7 +56,9 @@ RISK_ORDER = {risk: i for i, risk in enumerate(Risk)}
 
 class View(StrEnum):
     LIST = "list"  # by name
-    GROUPS = "groups"  # Option C: safe, then modifying, then destructive; by name within each
+    # Option C: safe, then modifying, then destructive, by name within each; a page holds the
+    # same stretch (offset, limit) of each group.
+    GROUPS = "groups"
 
 
 class BulkAction(StrEnum):
@@ -183,7 +185,8 @@ class ListingService:
         """One page of the tools that pass the query's filters, each with its effective hints
         and their sources, its risk group, its confirm mode, what the policy decides for a call
         with no arguments, and whether the equipped toolset holds it changed. `counts` gives
-        each risk group's size under the server and text filters (the risk filter aside)."""
+        each risk group's size under the server and text filters (the risk filter aside);
+        `pagedOver` how far the offset runs (the total, or in the groups view the largest group)."""
         catalog = self._live()
         async with self.store.read() as conn:
             overrides = await pins_rows.load(conn)
@@ -195,13 +198,14 @@ class ListingService:
             known = ", ".join(servers) or "none"
             raise ListingError(f"No connected server is named {query.server!r}; the servers are: {known}.")
         found, counts = _filtered(catalog.tools, annotator, equipped_name, query)
-        page = found[query.offset : query.offset + query.limit]
+        page, paged_over = _page(found, query)
         facts = await self._policy.listing_facts([f.tool for f in page])
         return {
             "tools": [_entry(f, annotator, equipped, catalog, facts[f.tool.namespaced_name]) for f in page],
             "total": len(found),
             "offset": query.offset,
             "limit": query.limit,
+            "pagedOver": paged_over,
             "counts": counts,
             "servers": servers,
             "toolset": equipped_name,
@@ -288,11 +292,23 @@ def _filtered(
         counts[risk] += 1
         if query.risk is None or risk is query.risk:
             found.append(_Found(tool, effective, risk))
-    if query.view is View.GROUPS:
-        found.sort(key=lambda f: (RISK_ORDER[f.risk], f.tool.exposed_name.casefold()))
-    else:
+    found.sort(key=lambda f: (RISK_ORDER[f.risk], f.tool.exposed_name.casefold()))
+    if query.view is View.LIST:
         found.sort(key=lambda f: f.tool.exposed_name.casefold())
     return found, {risk.value: count for risk, count in counts.items()}
+
+
+def _page(found: list[_Found], query: ToolQuery) -> tuple[list[_Found], int]:
+    """The query's page, and how many places its offset runs over. In the groups view the
+    offset and limit apply within each group, so every page shows each group's next tools."""
+    window = slice(query.offset, query.offset + query.limit)
+    if query.view is View.LIST:
+        return found[window], len(found)
+    groups: dict[Risk, list[_Found]] = {risk: [] for risk in Risk}
+    for entry in found:  # in risk order already
+        groups[entry.risk].append(entry)
+    page = [entry for members in groups.values() for entry in members[window]]
+    return page, max(len(members) for members in groups.values())
 
 
 def _mentions(tool: CatalogTool, effective: EffectiveHints, needle: str) -> bool:

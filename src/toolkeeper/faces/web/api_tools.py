@@ -27,14 +27,16 @@ async def list_tools(request: Request) -> Response:
       - name: view
         in: query
         schema: {type: string, enum: [list, groups]}
-        description: "groups: ordered safe, then modifying, then destructive"
+        description: >
+          groups: safe, then modifying, then destructive; offset and limit apply within each
+          group, and pagedOver is the largest group
       - {name: offset, in: query, schema: {type: integer, minimum: 0, default: 0}}
       - {name: limit, in: query, schema: {type: integer, minimum: 1, maximum: 500, default: 100}}
     responses:
       200:
         description: >
-          {"tools": [...], "total", "offset", "limit", "counts": {safe, modifying, destructive},
-          "servers", "toolset"}. Each tool has exposedName, namespacedName, server, title,
+          {"tools": [...], "total", "offset", "limit", "pagedOver", "counts": {safe, modifying,
+          destructive}, "servers", "toolset"}. Each tool has exposedName, namespacedName, server, title,
           description, available, inToolset, changed, risk, hints (readOnlyHint, destructiveHint,
           idempotentHint, openWorldHint and title, each {value, source}), confirmMode and
           withoutArguments (the policy's decision for a call with no arguments).

@@ -58,7 +58,7 @@ async def tools_page(request: Request) -> Response:
             "risks": [r.value for r in Risk],
             "modes": [*(m.value for m in ConfirmMode), INHERIT],
             "hint_names": HINTS,
-            "pages": _pages(query, listing["total"]),
+            "pages": _pages(query, listing["pagedOver"]),
             "view_links": {v.value: _link(_with(query, view=v, offset=0)) for v in View},
         },
     )
