@@ -15,6 +15,7 @@ import pytest
 from conftest import ROOT
 from web_support import Dashboard, config_for, running_dashboard
 
+from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.faces.web.access import CSRF_COOKIE
 
 MANY_TOOLS = str(ROOT / "tests" / "servers" / "many_tools.py")
@@ -304,3 +305,25 @@ def test_a_bulk_form_comes_back_to_the_same_filtered_page_with_its_outcome(small
     refused = small.client.post("/tools", data={**form, "mode": "sometimes"}, follow_redirects=False)
     assert refused.status_code == 303
     assert "A confirm mode is one of" in small.client.get(refused.headers["location"]).text
+
+
+def test_without_a_person_bulk_changes_may_only_make_tools_look_riskier(small: Dashboard) -> None:
+    services = small.gateway.services
+    assert services is not None
+    model_bulk = partial(services.listing.bulk, by_person=False)
+    relax = {"hint": "readOnlyHint", "value": True}
+    with pytest.raises(ServiceError) as refused:
+        small.call(model_bulk, "pin", ["many__update_0002"], relax)
+    assert refused.value.kind is ErrorKind.CONFLICT and "needs a person" in str(refused.value)
+    stricter = small.call(model_bulk, "pin", ["many__update_0002"], {"hint": "readOnlyHint", "value": False})
+    assert stricter["done"] == ["many__update_0002"]
+    with pytest.raises(ServiceError) as lax:
+        small.call(model_bulk, "confirm", ["many__update_0002"], {"mode": "never"})
+    assert lax.value.kind is ErrorKind.CONFLICT
+    assert small.call(model_bulk, "confirm", ["many__update_0002"], {"mode": "deny"})["done"]
+    small.call(partial(services.toolsets.build, "guarded", ["many.read_0000"], by_person=True))
+    small.call(partial(services.policy.set_confirm_mode, "*", "never", toolset="guarded", by_person=True))
+    with pytest.raises(ServiceError) as guarded:
+        small.call(model_bulk, "add-to-toolset", ["many__delete_0001"], {"toolset": "guarded"})
+    assert guarded.value.kind is ErrorKind.CONFLICT and "confirm modes" in str(guarded.value)
+    assert small.call(services.toolsets.show, "guarded")["toolCount"] == 1

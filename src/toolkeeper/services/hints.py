@@ -30,7 +30,7 @@ from toolkeeper.annotations.hints import (
     unknown_field_message,
 )
 from toolkeeper.catalog import Catalog, CatalogTool
-from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.errors import ErrorKind, ServiceError, refusal_of
 from toolkeeper.services.toolsets import NOT_STARTED, Change, require_toolset_id
 from toolkeeper.store import Store
 from toolkeeper.store import overrides as pins_rows
@@ -152,6 +152,49 @@ class HintService:
         if not_pinned:
             result["warnings"] = [f"Not pinned before, nothing to clear: {', '.join(not_pinned)}."]
         return result
+
+    async def pin_many(
+        self, refs: list[Any], fields: Mapping[str, Any], *, by_person: bool
+    ) -> dict[str, Any]:
+        """Pin the same fields (a None value clears that pin) on many tools globally, in one
+        transaction and with one reload of what clients are listed. A tool that cannot be found,
+        or (without a person) whose pin would relax how its calls are confirmed, is reported with
+        its reason in `errors` and the others are pinned."""
+        changes = _checked_fields(fields)
+        if not changes:
+            raise HintError('Nothing to pin: give hints such as {"readOnlyHint": false}.')
+        found, errors = self._found(refs)
+        done: list[Any] = []
+        async with self.store.write() as conn:
+            stored = await pins_rows.load(conn)
+            for ref, tool in found:
+                try:
+                    if not by_person:
+                        pinned = stored.pins(tool.namespaced_name, GLOBAL).fields
+                        _refuse_relaxing(tool.namespaced_name, GLOBAL, changes, pinned)
+                except ServiceError as exc:
+                    errors.append(refusal_of(ref, exc))
+                    continue
+                cleared = [k for k, v in changes.items() if v is None]
+                await pins_rows.remove(conn, tool.namespaced_name, GLOBAL, cleared)
+                for key, value in changes.items():
+                    if value is not None:
+                        await pins_rows.put(conn, tool.namespaced_name, GLOBAL, key, value)
+                done.append(ref)
+        if done:
+            await self._changed()
+        return {"done": done, "errors": errors}
+
+    def _found(self, refs: list[Any]) -> tuple[list[tuple[Any, CatalogTool]], list[dict[str, str]]]:
+        """Each reference's live tool, and a refusal for each one that names none."""
+        found: list[tuple[Any, CatalogTool]] = []
+        errors: list[dict[str, str]] = []
+        for ref in refs:
+            try:
+                found.append((ref, self._tool(ref)))
+            except ServiceError as exc:
+                errors.append(refusal_of(ref, exc))
+        return found, errors
 
     async def clear(
         self, ref: Any, fields: list[str] | None = None, toolset: str | None = None, *, by_person: bool

@@ -12,7 +12,7 @@ read-only; modifying is everything else. They follow the effective hints, as the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -234,14 +234,13 @@ class ListingService:
             return await self._add_to_toolset(names, options.get("toolset"), by_person=by_person)
         if chosen is BulkAction.CONFIRM:
             mode = _confirm_choice(options.get("mode"))
-            return await _each(chosen, names, lambda name: self._confirm(name, mode, by_person=by_person))
+            outcome = await self._policy.set_confirm_modes(
+                names, mode.value if mode else None, by_person=by_person
+            )
+            return _summed(chosen, outcome, {"mode": mode.value if mode else INHERIT})
         hint, value = _pin_choice(options.get("hint"), options.get("value"))
-        return await _each(
-            chosen,
-            names,
-            lambda name: self._hints.set(name, {hint: value}, by_person=by_person),
-            detail={"hint": hint, "value": value},
-        )
+        outcome = await self._hints.pin_many(names, {hint: value}, by_person=by_person)
+        return _summed(chosen, outcome, {"hint": hint, "value": INHERIT if value is None else value})
 
     async def _add_to_toolset(self, names: list[str], toolset: Any, *, by_person: bool) -> dict[str, Any]:
         if not is_text(toolset):
@@ -260,18 +259,6 @@ class ListingService:
             "errors": [],
             "message": message,
         }
-
-    async def _confirm(self, name: str, mode: ConfirmMode | None, *, by_person: bool) -> Any:
-        if mode is not None:
-            return await self._policy.set_confirm_mode(name, mode.value, by_person=by_person)
-        try:
-            return await self._policy.clear_confirm_mode(name, by_person=by_person)
-        except ServiceError as exc:
-            catalog = self._live()
-            known = catalog.by_exposed.get(name) or catalog.by_namespaced.get(name)
-            if exc.kind is ErrorKind.NOT_FOUND and known is not None:
-                return None  # it had no mode of its own: it inherits already
-            raise
 
 
 def _filtered(
@@ -387,27 +374,14 @@ def _pin_choice(hint: Any, value: Any) -> tuple[str, bool | None]:
     raise ListingError(f"A pinned hint is true, false or {INHERIT} (to clear the pin); got {value!r}.")
 
 
-async def _each(
-    action: BulkAction,
-    names: list[str],
-    change: Callable[[str], Awaitable[Any]],
-    detail: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """`change` for each tool on its own; a refusal is kept with its tool. When no tool could be
-    changed the request is refused, with every tool's reason."""
-    done: list[str] = []
-    errors: list[dict[str, str]] = []
-    for name in names:
-        try:
-            await change(name)
-        except ServiceError as exc:
-            errors.append({"tool": name, "kind": exc.kind.value, "message": str(exc)})
-        else:
-            done.append(name)
+def _summed(action: BulkAction, outcome: Mapping[str, Any], detail: Mapping[str, Any]) -> dict[str, Any]:
+    """A bulk change's outcome with its summary. When no tool could be changed the request is
+    refused, with every tool's reason."""
+    done, errors = outcome["done"], outcome["errors"]
     if not done:
         reasons = "\n".join(f"{e['tool']}: {e['message']}" for e in errors)
         raise ListingError(f"No tool was changed.\n{reasons}", ErrorKind(errors[0]["kind"]))
     message = f"Changed {len(done)} tool(s)."
     if errors:
         message += f" {len(errors)} could not be changed."
-    return {"action": action.value, **(detail or {}), "done": done, "errors": errors, "message": message}
+    return {"action": action.value, **detail, **outcome, "message": message}

@@ -27,7 +27,7 @@ from toolkeeper.annotations.patterns import off_loop_when_heavy
 from toolkeeper.annotations.resolve import Resolution, ResolveError, static_hints
 from toolkeeper.catalog import Catalog, CatalogTool
 from toolkeeper.config.model import Config, GatewaySettings
-from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.errors import ErrorKind, ServiceError, refusal_of
 from toolkeeper.policy.decide import (
     EVERY_TOOL,
     MODE_STRICTNESS,
@@ -139,6 +139,51 @@ class PolicyService:
             "before": _mode_json(before),
         }
         warnings = _allow_rules_first(name, server, new, rules)
+        if warnings:
+            result["warnings"] = warnings
+        return result
+
+    async def set_confirm_modes(self, tools: list[Any], mode: Any, *, by_person: bool) -> dict[str, Any]:
+        """Set (or with mode None clear, which needs a person) the global confirm mode of many
+        tools, in one transaction and with one reload of the policy. A tool that cannot be found,
+        or (without a person) whose mode would be relaxed, is reported with its reason in `errors`
+        and the others are set. Clearing a tool that has no mode of its own changes nothing."""
+        new = None if mode is None else _checked_mode(mode)
+        if new is None and not by_person:
+            raise PolicyError(
+                "Clearing a confirm mode can relax how calls are confirmed, and relaxing needs a person.",
+                ErrorKind.CONFLICT,
+            )
+        targets: list[tuple[Any, str, str | None]] = []
+        errors: list[dict[str, str]] = []
+        for ref in tools:
+            try:
+                if ref == EVERY_TOOL:
+                    raise PolicyError("'*' is not a tool; a toolset's default is set one toolset at a time.")
+                targets.append((ref, *self._target(ref, None)))
+            except ServiceError as exc:
+                errors.append(refusal_of(ref, exc))
+        done: list[Any] = []
+        warnings: list[str] = []
+        async with self.store.write() as conn:
+            policy = await self._policy(conn)
+            for ref, name, server in targets:
+                if new is None:
+                    await policy_rows.remove_mode(conn, name, GLOBAL)
+                    done.append(ref)
+                    continue
+                try:
+                    if not by_person:
+                        _refuse_relaxing(name, GLOBAL, _in_force_where(policy, name, server, GLOBAL), new)
+                except ServiceError as exc:
+                    errors.append(refusal_of(ref, exc))
+                    continue
+                await policy_rows.put_mode(conn, name, GLOBAL, ConfirmSetting(new, None))
+                warnings += _allow_rules_first(name, server, new, policy.rules_for(None))
+                done.append(ref)
+        if done:
+            await self._changed()
+        result: dict[str, Any] = {"done": done, "errors": errors}
         if warnings:
             result["warnings"] = warnings
         return result
