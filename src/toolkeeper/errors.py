@@ -60,3 +60,9 @@ HTTP_STATUS: dict[ErrorKind, int] = {
 def http_status(kind: ErrorKind) -> int:
     """The HTTP status a web face answers a refusal of this kind with."""
     return HTTP_STATUS[kind]
+
+
+def refusal_of(subject: object, error: ServiceError) -> dict[str, str]:
+    """One thing's refusal within a request about many (a bulk action on tools): which, what
+    kind, why."""
+    return {"tool": str(subject), "kind": error.kind.value, "message": str(error)}

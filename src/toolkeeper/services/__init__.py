@@ -18,6 +18,7 @@ from toolkeeper.services.audit import AuditService
 from toolkeeper.services.backup import BackupService
 from toolkeeper.services.hints import HintService
 from toolkeeper.services.keys import KeyService
+from toolkeeper.services.listing import ListingService
 from toolkeeper.services.policy import PolicyService
 from toolkeeper.services.reloads import ReloadService
 from toolkeeper.services.rules import Resolver, RuleService
@@ -36,6 +37,7 @@ class Services:
     backup: BackupService
     keys: KeyService
     reloads: ReloadService
+    listing: ListingService
 
 
 def _offline() -> Catalog | None:
@@ -56,18 +58,22 @@ def build_services(
     every write (the gateway rebuilds its listing); without `config` the policy has the default
     settings and no configured confirm modes, late approvals the default retry window, and the
     servers a client key names are not checked."""
+    toolsets = ToolsetService(store, catalog, on_change)
+    hints = HintService(store, catalog, annotator, on_change)
+    policy = PolicyService(store, catalog, annotator, resolver, config, on_change)
     return Services(
-        toolsets=ToolsetService(store, catalog, on_change),
-        hints=HintService(store, catalog, annotator, on_change),
+        toolsets=toolsets,
+        hints=hints,
         rules=RuleService(store, catalog, resolver, on_change),
         approvals=ApprovalService(store, retry_window=config.settings.retry_window)
         if config is not None
         else ApprovalService(store),
         audit=AuditService(store, config.settings if config is not None else None),
-        policy=PolicyService(store, catalog, annotator, resolver, config, on_change),
+        policy=policy,
         backup=BackupService(store),
         keys=KeyService(store, config),
         reloads=ReloadService(store),
+        listing=ListingService(store, catalog, annotator, toolsets=toolsets, hints=hints, policy=policy),
     )
 
 

@@ -35,7 +35,7 @@ from toolkeeper.annotations.hints import (
 )
 from toolkeeper.catalog import Catalog, CatalogTool
 from toolkeeper.catalog.identity import canonical_json
-from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.errors import ErrorKind, ServiceError, refusal_of
 from toolkeeper.services.toolsets import NOT_STARTED, Change, require_toolset_id
 from toolkeeper.store import Store
 from toolkeeper.store import overrides as pins_rows
@@ -104,7 +104,7 @@ class HintService:
         """Per tool, each field's value and source (and a suggestion for a gap): for tool listings."""
         catalog = self._live()
         annotator, toolset = await self._current(None)
-        return {t.namespaced_name: _brief(annotator.effective(t, toolset)) for t in catalog.tools}
+        return {t.namespaced_name: brief(annotator.effective(t, toolset)) for t in catalog.tools}
 
     async def version(self, ref: Any) -> str:
         """A fingerprint of every pin the tool has (any scope): a form made from it can tell, when
@@ -190,6 +190,49 @@ class HintService:
         if not_pinned:
             result["warnings"] = [f"Not pinned before, nothing to clear: {', '.join(not_pinned)}."]
         return result
+
+    async def pin_many(
+        self, refs: list[Any], fields: Mapping[str, Any], *, by_person: bool
+    ) -> dict[str, Any]:
+        """Pin the same fields (a None value clears that pin) on many tools globally, in one
+        transaction and with one reload of what clients are listed. A tool that cannot be found,
+        or (without a person) whose pin would relax how its calls are confirmed, is reported with
+        its reason in `errors` and the others are pinned."""
+        changes = _checked_fields(fields)
+        if not changes:
+            raise HintError('Nothing to pin: give hints such as {"readOnlyHint": false}.')
+        found, errors = self._found(refs)
+        done: list[Any] = []
+        async with self.store.write() as conn:
+            stored = await pins_rows.load(conn)
+            for ref, tool in found:
+                try:
+                    if not by_person:
+                        pinned = stored.pins(tool.namespaced_name, GLOBAL).fields
+                        _refuse_relaxing(tool.namespaced_name, GLOBAL, changes, pinned)
+                except ServiceError as exc:
+                    errors.append(refusal_of(ref, exc))
+                    continue
+                cleared = [k for k, v in changes.items() if v is None]
+                await pins_rows.remove(conn, tool.namespaced_name, GLOBAL, cleared)
+                for key, value in changes.items():
+                    if value is not None:
+                        await pins_rows.put(conn, tool.namespaced_name, GLOBAL, key, value)
+                done.append(ref)
+        if done:
+            await self._changed()
+        return {"done": done, "errors": errors}
+
+    def _found(self, refs: list[Any]) -> tuple[list[tuple[Any, CatalogTool]], list[dict[str, str]]]:
+        """Each reference's live tool, and a refusal for each one that names none."""
+        found: list[tuple[Any, CatalogTool]] = []
+        errors: list[dict[str, str]] = []
+        for ref in refs:
+            try:
+                found.append((ref, self._tool(ref)))
+            except ServiceError as exc:
+                errors.append(refusal_of(ref, exc))
+        return found, errors
 
     async def clear(
         self,
@@ -382,7 +425,8 @@ def _explained(tool: CatalogTool, annotator: Annotator, toolset: str | None) -> 
     }
 
 
-def _brief(effective: EffectiveHints) -> dict[str, Any]:
+def brief(effective: EffectiveHints) -> dict[str, Any]:
+    """Each field's value and source, and the suggestion for a gap: what a listing of tools shows."""
     out: dict[str, Any] = {}
     for name in FIELDS:
         hint = effective.fields[name]

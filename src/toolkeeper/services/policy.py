@@ -15,7 +15,7 @@ ones whose process is gone (`drop_ended_sessions`).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -25,9 +25,9 @@ from toolkeeper.annotations.effective import GLOBAL, Annotator, Overrides, scope
 from toolkeeper.annotations.hints import HINTS, SPEC_DEFAULTS
 from toolkeeper.annotations.patterns import off_loop_when_heavy
 from toolkeeper.annotations.resolve import Resolution, ResolveError, static_hints
-from toolkeeper.catalog import Catalog
+from toolkeeper.catalog import Catalog, CatalogTool
 from toolkeeper.config.model import Config, GatewaySettings
-from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.errors import ErrorKind, ServiceError, refusal_of
 from toolkeeper.policy.decide import (
     EVERY_TOOL,
     MODE_STRICTNESS,
@@ -39,7 +39,7 @@ from toolkeeper.policy.decide import (
     session_scope,
 )
 from toolkeeper.policy.model import CONFIRM_TEXT_MAX, ConfirmMode, Decision
-from toolkeeper.policy.rules import ApprovalRuleError, parse_approval_rule, rules_work
+from toolkeeper.policy.rules import ApprovalRule, ApprovalRuleError, parse_approval_rule, rules_work
 from toolkeeper.services.approvals import BOOT, HOLDER, held_by_a_gone_process
 from toolkeeper.services.rules import Resolver
 from toolkeeper.services.toolsets import NOT_STARTED, Change, iso, require_toolset_id
@@ -139,6 +139,51 @@ class PolicyService:
             "before": _mode_json(before),
         }
         warnings = _allow_rules_first(name, server, new, rules)
+        if warnings:
+            result["warnings"] = warnings
+        return result
+
+    async def set_confirm_modes(self, tools: list[Any], mode: Any, *, by_person: bool) -> dict[str, Any]:
+        """Set (or with mode None clear, which needs a person) the global confirm mode of many
+        tools, in one transaction and with one reload of the policy. A tool that cannot be found,
+        or (without a person) whose mode would be relaxed, is reported with its reason in `errors`
+        and the others are set. Clearing a tool that has no mode of its own changes nothing."""
+        new = None if mode is None else _checked_mode(mode)
+        if new is None and not by_person:
+            raise PolicyError(
+                "Clearing a confirm mode can relax how calls are confirmed, and relaxing needs a person.",
+                ErrorKind.CONFLICT,
+            )
+        targets: list[tuple[Any, str, str | None]] = []
+        errors: list[dict[str, str]] = []
+        for ref in tools:
+            try:
+                if ref == EVERY_TOOL:
+                    raise PolicyError("'*' is not a tool; a toolset's default is set one toolset at a time.")
+                targets.append((ref, *self._target(ref, None)))
+            except ServiceError as exc:
+                errors.append(refusal_of(ref, exc))
+        done: list[Any] = []
+        warnings: list[str] = []
+        async with self.store.write() as conn:
+            policy = await self._policy(conn)
+            for ref, name, server in targets:
+                if new is None:
+                    await policy_rows.remove_mode(conn, name, GLOBAL)
+                    done.append(ref)
+                    continue
+                try:
+                    if not by_person:
+                        _refuse_relaxing(name, GLOBAL, _in_force_where(policy, name, server, GLOBAL), new)
+                except ServiceError as exc:
+                    errors.append(refusal_of(ref, exc))
+                    continue
+                await policy_rows.put_mode(conn, name, GLOBAL, ConfirmSetting(new, None))
+                warnings += _allow_rules_first(name, server, new, policy.rules_for(None))
+                done.append(ref)
+        if done:
+            await self._changed()
+        result: dict[str, Any] = {"done": done, "errors": errors}
         if warnings:
             result["warnings"] = warnings
         return result
@@ -345,45 +390,66 @@ class PolicyService:
         catalog = self._catalog()
         if catalog is None:
             raise PolicyError(NOT_STARTED, ErrorKind.UNAVAILABLE)
+        found = await self.listing_facts(catalog.tools)
+        return [
+            {"tool": tool.namespaced_name, "server": tool.server, **verdict}
+            for tool in catalog.tools
+            if (verdict := found[tool.namespaced_name]["withoutArguments"]) is not None
+        ]
+
+    async def listing_facts(self, tools: Sequence[CatalogTool]) -> dict[str, dict[str, Any]]:
+        """Per tool (by namespacedName), what a listing of tools shows of the policy: the confirm
+        mode in force and what `without_arguments` decides (None for an unavailable tool), both
+        from one reading of the store."""
         async with self.store.read() as conn:
             toolset = await toolset_rows.get_equipped(conn)
             policy = await self._policy(conn)
         annotator = self._annotator()
         rules = tuple(r.rule for r in policy.rules_for(None))
-        found: list[dict[str, Any]] = []
-        for tool in catalog.tools:
-            if not tool.available:
-                continue
-            effective = annotator.effective(tool, toolset, explain=False)
-            static = Resolution(static_hints(effective), "static", "the tool's static hints")
-            decide = partial(
-                policy.decide,
-                tool,
-                {},
-                static,
-                effective,
-                trusted=annotator.policy(tool.server).trusted,
-                toolset=toolset,
-                session=None,
-                retry_approved=False,
+        found: dict[str, dict[str, Any]] = {}
+        for tool in tools:
+            mode = policy.confirm_in_force(tool.namespaced_name, tool.server, toolset, ref_id=tool.ref_id)
+            verdict = (
+                await _without_arguments(policy, annotator, tool, toolset, rules) if tool.available else None
             )
-            work = rules_work(rules, {}, server=tool.server, tool=tool.name)
-            verdict = await off_loop_when_heavy(work, decide)
-            found.append(
-                {
-                    "tool": tool.namespaced_name,
-                    "server": tool.server,
-                    "decision": verdict.decision.value,
-                    "madeBy": verdict.made_by,
-                    "reason": verdict.reason,
-                    "dependsOnArguments": annotator.refinable(tool),
-                }
-            )
+            found[tool.namespaced_name] = {"confirmMode": _mode_json(mode), "withoutArguments": verdict}
         return found
 
     async def _changed(self) -> None:
         if self._on_change is not None:
             await self._on_change(Change.POLICY)
+
+
+async def _without_arguments(
+    policy: Policy,
+    annotator: Annotator,
+    tool: CatalogTool,
+    toolset: str | None,
+    rules: tuple[ApprovalRule, ...],
+) -> dict[str, Any]:
+    """What the policy decides for a call of `tool` with no arguments from its static hints,
+    outside any client session."""
+    effective = annotator.effective(tool, toolset, explain=False)
+    static = Resolution(static_hints(effective), "static", "the tool's static hints")
+    decide = partial(
+        policy.decide,
+        tool,
+        {},
+        static,
+        effective,
+        trusted=annotator.policy(tool.server).trusted,
+        toolset=toolset,
+        session=None,
+        retry_approved=False,
+    )
+    work = rules_work(rules, {}, server=tool.server, tool=tool.name)
+    verdict = await off_loop_when_heavy(work, decide)
+    return {
+        "decision": verdict.decision.value,
+        "madeBy": verdict.made_by,
+        "reason": verdict.reason,
+        "dependsOnArguments": annotator.refinable(tool),
+    }
 
 
 # -- checks ---------------------------------------------------------------------------------

@@ -107,6 +107,11 @@ class ToolsetService:
         catalog = self._catalog()
         return {"toolsets": [self.describe(t, equipped, catalog) for t in toolsets], "equipped": equipped}
 
+    async def names(self) -> list[str]:
+        """The saved toolsets' names, without reading their tools."""
+        async with self.store.read() as conn:
+            return await rows.names(conn)
+
     async def show(self, name: str) -> dict[str, Any]:
         check_toolset_name(name)
         async with self.store.read() as conn:
@@ -228,6 +233,51 @@ class ToolsetService:
         if warnings:
             result["warnings"] = warnings
         return result
+
+    async def add_tools(self, name: Any, tools: Any, *, by_person: bool) -> dict[str, Any]:
+        """Add tools of the live catalog to an existing toolset, after the ones it holds; a tool
+        it holds already stays where it is. Without a person, not to a toolset that holds confirm
+        modes: its default mode would then hold for tools the person did not choose."""
+        check_toolset_name(name)
+        if not isinstance(tools, list) or not tools:
+            raise ToolsetError("Give at least one tool to add.")
+        catalog = self.live_catalog()
+        found: list[CatalogTool] = []
+        problems: list[str] = []
+        for i, raw in enumerate(tools):
+            try:
+                found.append(resolve(ToolRef.parse(raw), catalog))
+            except ToolsetError as exc:
+                problems.append(f"tools[{i}]: {exc}")
+        if problems:
+            raise ToolsetError("Invalid tool references:\n" + "\n".join(problems))
+        async with self.store.write() as conn:
+            toolset = await load_toolset(conn, name)
+            if not by_person and await policy_rows.count_modes_of(conn, name):
+                raise ToolsetError(
+                    f'Toolset "{name}" holds confirm modes, which would hold for the tools added; '
+                    "adding tools to it needs a person.",
+                    ErrorKind.CONFLICT,
+                )
+            unique = list({t.namespaced_name: t for t in found}.values())
+            added = [t for t in unique if not toolset.contains(t)]
+            refs = toolset.tools + tuple(ToolRef(t.namespaced_name, t.ref_id) for t in added)
+            if len(refs) > MAX_TOOLS:
+                raise ToolsetError(
+                    f'Toolset "{name}" would hold {len(refs)} tools; a toolset holds at most {MAX_TOOLS}.'
+                )
+            if added:
+                await rows.set_tools(conn, name, refs)
+        if added:
+            await self._changed(Change.CONTENT)
+        kept = [t.namespaced_name for t in unique if t not in added]
+        return {
+            "success": True,
+            "toolsetName": name,
+            "added": [t.namespaced_name for t in added],
+            "alreadyIn": kept,
+            "toolCount": len(refs),
+        }
 
     async def equip(self, name: str) -> dict[str, Any]:
         check_toolset_name(name)
