@@ -135,6 +135,23 @@ def test_always_writes_a_rule_that_is_listed_and_revoked(board: Dashboard) -> No
     assert board.client.delete("/api/approval-rules/first", headers=board.auth).status_code == 422
 
 
+def test_the_inbox_page_lists_the_rules_and_revokes_one(board: Dashboard) -> None:
+    added = board.call(
+        board.gateway.services.policy.add_rule,  # type: ignore[union-attr]
+        '{"match": {"server": "ctl", "tool": "sleep"}, "decision": "allow"}',
+    )
+    page = board.client.get("/approvals")
+    assert f'id="rule-{added}"' in page.text
+    csrf = board.client.cookies[CSRF_COOKIE]
+    done = board.client.post(f"/approvals/rules/{added}/revoke", data={"csrf": csrf}, follow_redirects=False)
+    assert done.status_code == 303
+    after = board.client.get(done.headers["location"])
+    assert f"Revoked approval rule {added}: its calls are asked again." in after.text
+    assert f'id="rule-{added}"' not in after.text
+    again = board.client.post(f"/approvals/rules/{added}/revoke", data={"csrf": csrf})
+    assert again.status_code == 404 and f"There is no approval rule {added}" in again.text
+
+
 def test_bad_answers_are_refused_with_the_services_words(board: Dashboard) -> None:
     unknown = board.client.post("/api/approvals/nope/approve", headers=board.auth, json={})
     assert unknown.status_code == 404 and "No call has the approval ID 'nope'" in unknown.text

@@ -103,6 +103,13 @@ async def test_a_call_waits_in_the_inbox_live_is_approved_and_another_denied_the
             refused = results["modern"]
             assert refused.is_error and "a person declined it: not in production" in only_text(refused)
 
+        await page.get_by_role("link", name="Show the latest").click()
+        decided = [await row.inner_text() for row in await page.locator("table.decided tbody tr").all()]
+        assert len(decided) == 2
+        assert "denied" in decided[0] and "not in production" in decided[0]
+        assert "approved (once)" in decided[1] and "person via dashboard" in decided[1]
+        await screenshot(page, "approvals-decided")
+
         await page.goto(f"{base}/audit")
         rows = page.locator("tr.call")
         with anyio.fail_after(20):  # the gateway writes its records within a second
