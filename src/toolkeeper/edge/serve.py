@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -126,6 +126,8 @@ async def serve_stdio(config: Config, store: Store, ui: tuple[str, int] | None =
             wind_down=wind_down,
         ) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
+        if web is not None:
+            await web.stopped(CALLS_ENDED_SECONDS + 1)
         tg.cancel_scope.cancel()
 
 
@@ -327,14 +329,14 @@ async def _announce_when_listening(
     )
 
 
-def _web_server(app: ASGIApp, host: str, port: int) -> _WebServer:
+def _web_server(app: ASGIApp, host: str, port: int, *, lifespan: bool = True) -> _WebServer:
     web = _WebServer(
         uvicorn.Config(
             app,
             host=host,
             port=port,
             log_level="warning",
-            lifespan="on",
+            lifespan="on" if lifespan else "off",
             # A backstop only: the stop ends every stream itself.
             timeout_graceful_shutdown=CALLS_ENDED_SECONDS + 1,
         )
@@ -352,23 +354,34 @@ class DashboardServer:
     board: Dashboard
     host: str
     port: int
+    done: anyio.Event = field(default_factory=anyio.Event)
 
     async def serve(self) -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_announce_dashboard, self.web, self.board, self.host, self.port)
-            await self.web.serve()
-            tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_announce_dashboard, self.web, self.board, self.host, self.port)
+                await self.web.serve()
+                tg.cancel_scope.cancel()
+        finally:
+            self.done.set()
 
     def stop(self) -> None:
         self.web.should_exit = True
         self.streams.close()
+
+    async def stopped(self, timeout: float) -> None:
+        """Stop it, and wait up to `timeout` for uvicorn to close its connections."""
+        self.stop()
+        with anyio.move_on_after(timeout):
+            await self.done.wait()
 
 
 def _dashboard_server(gateway: Gateway, config: Config, host: str, port: int) -> DashboardServer:
     security = transport_security(config, host)
     board = dashboard(gateway, config, host, HostGuard(security.allowed_hosts, security.allowed_origins))
     streams = ClosableStreams(board.app)
-    return DashboardServer(_web_server(streams, host, port), streams, board, host, port)
+    # The dashboard has nothing to start or stop with the server: no lifespan.
+    return DashboardServer(_web_server(streams, host, port, lifespan=False), streams, board, host, port)
 
 
 async def _announce_dashboard(web: uvicorn.Server, board: Dashboard, host: str, port: int) -> None:

@@ -332,6 +332,16 @@ class Gateway:
                 add(self._downstream_view(rest, None, warn=False), lambda target: True)
         return View(listing, MappingProxyType(routes), frozenset(refinable))
 
+    def as_listed(self, tool: CatalogTool) -> tuple[dict[str, Any], bool]:
+        """A downstream tool's `tools/list` entry as clients get it now (the equipped toolset's
+        notes and pins included), and whether it is listed now. One no view lists gets the entry
+        it would have outside any toolset."""
+        for entry in self.normal_view.listing:
+            if entry.get("name") == tool.exposed_name:
+                return entry, True
+        alone = self._downstream_view([tool], None, warn=False).listing
+        return (alone[0] if alone else self.annotator.listed(tool, None)), False
+
     def offerings_for(self, principal: Principal) -> Offerings:
         """The resources, templates and prompts of the servers a principal's scope reaches."""
         return self._reach(principal)[1] if principal.scoped else self.offerings

@@ -12,9 +12,13 @@ a cautious value may not be cleared. Titles and parameter descriptions spare no 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.annotations.effective import GLOBAL, Annotator, EffectiveHints, Overrides, scope_label
 from toolkeeper.annotations.hints import (
@@ -30,6 +34,7 @@ from toolkeeper.annotations.hints import (
     unknown_field_message,
 )
 from toolkeeper.catalog import Catalog, CatalogTool
+from toolkeeper.catalog.identity import canonical_json
 from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.services.toolsets import NOT_STARTED, Change, require_toolset_id
 from toolkeeper.store import Store
@@ -39,6 +44,7 @@ from toolkeeper.store.overrides import PARAM
 from toolkeeper.toolsets.model import ToolRef, check_toolset_name, resolve
 
 ACCEPT_ALL = "all"
+STALE = "This tool's hints changed since you opened the page; nothing was written. Look again and repeat."
 
 
 class HintError(ServiceError):
@@ -100,6 +106,35 @@ class HintService:
         annotator, toolset = await self._current(None)
         return {t.namespaced_name: _brief(annotator.effective(t, toolset)) for t in catalog.tools}
 
+    async def version(self, ref: Any) -> str:
+        """A fingerprint of every pin the tool has (any scope): a form made from it can tell, when
+        it is sent, whether someone pinned or unpinned in between."""
+        name = self._tool(ref).namespaced_name
+        return pins_version(await self.overrides(), name)
+
+    async def inherited(self, ref: Any, toolset: str | None = None) -> dict[str, Any]:
+        """Each field as it would be with no pin of the tool in this scope (global, or the named
+        toolset's): what unpinning it gives back. Shown beside a pin so a person knows what
+        'inherit' means before choosing it."""
+        tool = self._tool(ref)
+        annotator, applied = await self._current(toolset)
+        scope = GLOBAL if toolset is None else check_toolset_name(toolset)
+        unpinned = {
+            key: pins
+            for key, pins in annotator.overrides.by_tool.items()
+            if key != (scope, tool.namespaced_name)
+        }
+        without = replace(annotator, overrides=Overrides(MappingProxyType(unpinned)))
+        fields = without.effective(tool, applied).fields
+        return {
+            name: {
+                "value": fields[name].value,
+                "source": fields[name].source.value,
+                "reason": fields[name].reason,
+            }
+            for name in FIELDS
+        }
+
     # -- writing ---------------------------------------------------------------------------
 
     async def set(
@@ -111,9 +146,11 @@ class HintService:
         accept: list[str] | str | None = None,
         *,
         by_person: bool,
+        version: str | None = None,
     ) -> dict[str, Any]:
         """Pin fields (a None value clears that pin), parameter descriptions and accepted
-        suggestions. Without a person, only what makes the tool look riskier."""
+        suggestions. Without a person, only what makes the tool look riskier. With `version`
+        (from `version()`), nothing is written if the tool's pins changed since."""
         tool = self._tool(ref)
         scope = GLOBAL if toolset is None else check_toolset_name(toolset)
         changes = _checked_fields(fields or {})
@@ -127,6 +164,7 @@ class HintService:
                 "suggestions to accept."
             )
         async with self.store.write() as conn:
+            await _require_version(conn, tool.namespaced_name, version)
             if toolset is not None:
                 await require_toolset_id(conn, scope)
             if not by_person:
@@ -154,10 +192,17 @@ class HintService:
         return result
 
     async def clear(
-        self, ref: Any, fields: list[str] | None = None, toolset: str | None = None, *, by_person: bool
+        self,
+        ref: Any,
+        fields: list[str] | None = None,
+        toolset: str | None = None,
+        *,
+        by_person: bool,
+        version: str | None = None,
     ) -> dict[str, Any]:
         """Unpin fields (every pin of the tool in that scope when none are named), to inherit again.
-        Without a person, no pin of a cautious hint value.
+        Without a person, no pin of a cautious hint value. With `version`, nothing is cleared if
+        the tool's pins changed since.
 
         Works with the servers offline too: a stored pin is found by its namespacedName.
         """
@@ -166,6 +211,7 @@ class HintService:
         scope = GLOBAL if toolset is None else check_toolset_name(toolset)
         keys = None if not fields else [_field_key(f) for f in fields]
         async with self.store.write() as conn:
+            await _require_version(conn, name, version)
             if not by_person:
                 pinned = (await pins_rows.load(conn)).pins(name, scope).fields
                 _refuse_relaxing(name, scope, dict.fromkeys(keys or pinned), pinned)
@@ -185,6 +231,22 @@ class HintService:
     async def _changed(self) -> None:
         if self._on_change is not None:
             await self._on_change(Change.CONTENT)
+
+
+def pins_version(overrides: Overrides, name: str) -> str:
+    """A short fingerprint of every pin of one tool, in every scope."""
+    pins = {
+        scope: {"fields": dict(p.fields), "parameters": dict(p.parameters)}
+        for (scope, tool), p in overrides.by_tool.items()
+        if tool == name and p
+    }
+    return hashlib.sha256(canonical_json(pins).encode("utf-8")).hexdigest()[:16]
+
+
+async def _require_version(conn: AsyncConnection, name: str, version: str | None) -> None:
+    """Inside the write: refuse when the tool's pins are not what the form was made from."""
+    if version is not None and pins_version(await pins_rows.load(conn), name) != version:
+        raise HintError(STALE, ErrorKind.CONFLICT)
 
 
 # -- checking input -----------------------------------------------------------------------

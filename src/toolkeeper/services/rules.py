@@ -9,13 +9,17 @@ and write rules that repeat the cautious values.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.annotations.hints import SPEC_DEFAULTS, input_properties
 from toolkeeper.annotations.resolve import Resolution, ResolveError
 from toolkeeper.annotations.rules import Rule, RuleError, parse_rule
 from toolkeeper.catalog import Catalog, CatalogTool
+from toolkeeper.catalog.identity import canonical_json
 from toolkeeper.errors import ErrorKind
 from toolkeeper.services.toolsets import NOT_STARTED, Change
 from toolkeeper.store import Store
@@ -23,6 +27,7 @@ from toolkeeper.store import rules as rule_rows
 from toolkeeper.toolsets.model import ToolRef, resolve
 
 Resolver = Callable[[CatalogTool, Any], Awaitable[Resolution]]
+STALE = "This tool's rules changed since you looked at them; nothing was written. Look again and repeat."
 
 
 class RuleService:
@@ -67,8 +72,11 @@ class RuleService:
             await rule_rows.add(conn, tool.namespaced_name, rule)
         return await self._written(tool.namespaced_name, warnings)
 
-    async def replace(self, ref: Any, raws: Any, *, by_person: bool) -> dict[str, Any]:
-        """The tool's whole ordered list at once (an empty list removes every rule)."""
+    async def replace(
+        self, ref: Any, raws: Any, *, by_person: bool, version: str | None = None
+    ) -> dict[str, Any]:
+        """The tool's whole ordered list at once (an empty list removes every rule). With
+        `version` (a listing's), nothing is written if the rules changed since that listing."""
         if not isinstance(raws, list):
             raise RuleError("rules must be a list (empty to remove them all).")
         parsed = []
@@ -82,15 +90,19 @@ class RuleService:
         tool = self._live_tool(ref)
         warnings = [w for rule in parsed for w in _unknown_argument(tool, rule)]
         async with self.store.write() as conn:
+            await _require_version(conn, tool.namespaced_name, version)
             for rule_id in await rule_rows.ids(conn, tool.namespaced_name):
                 await rule_rows.remove(conn, rule_id)
             for rule in parsed:
                 await rule_rows.add(conn, tool.namespaced_name, rule)
         return await self._written(tool.namespaced_name, warnings)
 
-    async def remove(self, ref: Any, number: int) -> dict[str, Any]:
+    async def remove(self, ref: Any, number: int, *, version: str | None = None) -> dict[str, Any]:
+        """Remove the rule listed as `number`; with `version` (a listing's), only if the rules are
+        still as listed then (else another rule may hold that number now)."""
         name = self._name(ref)
         async with self.store.write() as conn:
+            await _require_version(conn, name, version)
             ids = await rule_rows.ids(conn, name)
             if not 1 <= number <= len(ids):
                 have = f"rules 1-{len(ids)}, as they are listed" if ids else "no rules"
@@ -124,9 +136,21 @@ class RuleService:
             await self._on_change(Change.CONTENT)
 
 
+def rules_version(rules: Sequence[Rule]) -> str:
+    """A short fingerprint of a tool's rules in order: a form made from a listing carries it."""
+    listed = [rule.as_json() for rule in rules]
+    return hashlib.sha256(canonical_json(listed).encode("utf-8")).hexdigest()[:16]
+
+
+async def _require_version(conn: AsyncConnection, name: str, version: str | None) -> None:
+    if version is not None and rules_version((await rule_rows.load(conn)).get(name, ())) != version:
+        raise RuleError(STALE, ErrorKind.CONFLICT)
+
+
 def _listing(name: str, rules: tuple[Rule, ...]) -> dict[str, Any]:
     return {
         "tool": name,
+        "version": rules_version(rules),
         "rules": [
             {"number": i, **rule.as_json(), "text": rule.describe()} for i, rule in enumerate(rules, 1)
         ],

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from toolkeeper.faces.web import api_approvals, api_audit
+from toolkeeper.faces.web import api_approvals, api_audit, api_tool
 from toolkeeper.faces.web.face import JsonResponse, face_of
 from toolkeeper.faces.web.openapi import openapi_document
 from toolkeeper.services.inspect import server_rows
@@ -28,7 +28,12 @@ async def servers(request: Request) -> Response:
 
 def documented_routes() -> list[BaseRoute]:
     """Every API route the OpenAPI document describes."""
-    return [Route("/servers", servers, methods=["GET"]), *api_approvals.ROUTES, *api_audit.ROUTES]
+    return [
+        Route("/servers", servers, methods=["GET"]),
+        *api_tool.ROUTES,
+        *api_approvals.ROUTES,
+        *api_audit.ROUTES,
+    ]
 
 
 async def openapi(request: Request) -> Response:
