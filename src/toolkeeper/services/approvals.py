@@ -77,6 +77,17 @@ def describe(call: PendingCall) -> dict[str, Any]:
     }
 
 
+def parse_answer(text: Any) -> Answer:
+    """How far a yes reaches, as a face was given it: once, session or always."""
+    try:
+        return Answer(text)
+    except ValueError:
+        choices = ", ".join(a.value for a in Answer)
+        raise ServiceError(
+            f"An approval's scope is one of {choices}; got {text!r}.", ErrorKind.INVALID
+        ) from None
+
+
 class ApprovalService:
     def __init__(self, store: Store, *, retry_window: float = DEFAULT_RETRY_WINDOW) -> None:
         self.store = store
@@ -109,6 +120,13 @@ class ApprovalService:
             if limit is not None and total >= limit:
                 total = await rows.counted(conn, include_decided=include_decided)
         return {"calls": [describe(c) for c in calls], "total": total}
+
+    async def waiting_ids(self) -> list[str]:
+        """The ids of the calls waiting now, newest first, read from the store (whichever gateway
+        process asked): what a face watches to know the waiting set changed. Settles nothing,
+        so that watching stays a cheap read."""
+        async with self.store.read() as conn:
+            return await rows.waiting_ids(conn)
 
     async def approve(
         self, call_id: str, answer: Answer = Answer.ONCE, *, by: str, channel: str

@@ -13,7 +13,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from toolkeeper.config.model import GatewaySettings
-from toolkeeper.errors import ServiceError
+from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.jsonwire import has_utf8_form
 from toolkeeper.policy.model import Decision
 from toolkeeper.services.durations import DURATION_FORMS, parse_duration
 from toolkeeper.store import Store
@@ -23,6 +24,17 @@ from toolkeeper.store import audit_chain as chain
 # The decisions a record can hold: what happened to the call (a person asked ends in one of these).
 RECORDED_DECISIONS = (Decision.ALLOW.value, Decision.DENY.value)
 MAX_LIMIT = 10_000
+MAX_OFFSET = 10_000_000  # far beyond any log a person pages through; keeps the number a number
+
+
+class FilterError(ServiceError):
+    """A filter of the audit log that cannot be read: `field` names it, so that a form can show
+    the message beside it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message, ErrorKind.INVALID)
+        self.field = field
+
 
 SINCE_FORMS = (
     f"a duration back from now ({DURATION_FORMS}) or an ISO date or time "
@@ -32,6 +44,12 @@ SINCE_FORMS = (
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
     """The moment a `since` filter names, in UTC."""
+    return parse_moment(text, "since", now)
+
+
+def parse_moment(text: str, field: str, now: datetime | None = None) -> datetime:
+    """The moment a time filter (`since`, `until`) names, in UTC: a duration back from now, or an
+    ISO date or time."""
     value = text.strip()
     duration = parse_duration(value)
     if duration is not None:
@@ -42,7 +60,7 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise ServiceError(f"since: {text!r} is not a time. Use {SINCE_FORMS}.") from None
+        raise FilterError(field, f"{field}: {text!r} is not a time. Use {SINCE_FORMS}.") from None
     if moment.tzinfo is None:
         moment = moment.astimezone()  # the person's own clock
     return moment.astimezone(UTC)
@@ -51,9 +69,10 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
 def parse_decision(text: str) -> str:
     value = text.strip().lower()
     if value not in RECORDED_DECISIONS:
-        raise ServiceError(
+        raise FilterError(
+            "decision",
             f"decision: {text!r} is not a recorded decision. Use {' or '.join(RECORDED_DECISIONS)} "
-            "(a call a person was asked about is recorded as what they decided)."
+            "(a call a person was asked about is recorded as what they decided).",
         )
     return value
 
@@ -103,14 +122,26 @@ class AuditService:
         limit: int = 50,
         *,
         principal: str | None = None,
+        client: str | None = None,
+        until: str | None = None,
+        offset: int = 0,
     ) -> list[dict[str, Any]]:
-        """The newest records first, at most `limit`, narrowed by the filters given. `tool` is the
-        exposed name a client called, the downstream tool's name, or `server.tool`; `principal` is
-        who the gateway let in, exactly as recorded (a key's name, "oauth:<subject>", "local")."""
+        """The newest records first, at most `limit` from the `offset`th on, narrowed by the
+        filters given. `tool` is the exposed name a client called, the downstream tool's name, or
+        `server.tool`; `principal` is who the gateway let in, exactly as recorded (a key's name,
+        "oauth:<subject>", "local"); `client` the name the client gave itself, exactly; `since`
+        and `until` are moments as `parse_moment` reads them, both included."""
         if not 1 <= limit <= MAX_LIMIT:
-            raise ServiceError(f"limit: {limit} is out of range; give a number from 1 to {MAX_LIMIT}.")
+            raise FilterError(
+                "limit", f"limit: {limit} is out of range; give a number from 1 to {MAX_LIMIT}."
+            )
+        if not 0 <= offset <= MAX_OFFSET:
+            raise FilterError(
+                "offset", f"offset: {offset} is out of range; give a number from 0 to {MAX_OFFSET}."
+            )
         recorded = parse_decision(decision) if decision else None
-        start = parse_since(since) if since else None
+        start = parse_moment(since, "since") if since else None
+        end = parse_moment(until, "until") if until else None
         async with self.store.read() as conn:
             rows = await audit_rows.query(
                 conn,
@@ -118,10 +149,24 @@ class AuditService:
                 server=server or None,
                 decision=recorded,
                 since=start,
+                until=end,
                 principal=principal or None,
+                client=client or None,
                 limit=limit,
+                offset=offset,
             )
         return [_record_json(dict(row._mapping)) for row in rows]
+
+    async def record(self, record_id: str) -> dict[str, Any]:
+        """One record, as `query` shows it."""
+        async with self.store.read() as conn:
+            row = await audit_rows.get(conn, record_id) if has_utf8_form(record_id) else None
+        if row is None:
+            raise ServiceError(
+                f"No audit record has the id {record_id!r}. The records are listed with their ids.",
+                ErrorKind.NOT_FOUND,
+            )
+        return _record_json(dict(row._mapping))
 
     async def verify(self, export: Iterable[str] | None = None, *, source: str | None = None) -> Verification:
         """Walk the store's chain, or the lines of an export (`source` names it in messages)."""

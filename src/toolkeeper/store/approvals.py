@@ -118,6 +118,13 @@ async def listed(
     return [_row(row) for row in (await conn.execute(query)).all()]
 
 
+async def waiting_ids(conn: AsyncConnection) -> list[str]:
+    """The ids of the calls waiting now, newest first: a cheap look at whether the set changed."""
+    newest_first = pending_approvals.c.created_at.desc()
+    query = select(pending_approvals.c.id).where(*_waiting_now()).order_by(newest_first)
+    return [row.id for row in (await conn.execute(query)).all()]
+
+
 async def counted(conn: AsyncConnection, *, include_decided: bool = False) -> int:
     """How many calls `listed` would give without a limit."""
     query = select(func.count()).select_from(pending_approvals)

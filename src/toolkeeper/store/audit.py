@@ -106,13 +106,17 @@ async def query(
     server: str | None = None,
     decision: str | None = None,
     since: datetime | None = None,
+    until: datetime | None = None,
     principal: str | None = None,
+    client: str | None = None,
     limit: int = 50,
+    offset: int = 0,
 ) -> list[Row[Any]]:
-    """The newest records first, narrowed by whichever filters are given. The filters of calls
-    (tool, server, decision, principal) leave gaps in, since a gap may hide calls that match
-    them, and anchors out: where the chain starts and what retention removed are facts about
-    time, not about the calls asked for. Only `since` narrows gaps."""
+    """The newest records first, narrowed by whichever filters are given, from the `offset`th on.
+    The filters of calls (tool, server, decision, principal, client) leave gaps in, since a gap
+    may hide calls that match them, and anchors out: where the chain starts and what retention
+    removed are facts about time, not about the calls asked for. Only `since` and `until` narrow
+    gaps."""
     statement = select(audit_log)
     call_filters: list[ColumnElement[bool]] = []
     if tool is not None:
@@ -123,10 +127,19 @@ async def query(
         call_filters.append(audit_log.c.decision == decision)
     if principal is not None:
         call_filters.append(audit_log.c.principal == principal)
+    if client is not None:
+        call_filters.append(audit_log.c.client_name == client)
     if call_filters:
         statement = statement.where(or_(and_(*call_filters), audit_log.c.kind == AUDIT_GAP))
     if since is not None:
         statement = statement.where(audit_log.c.at >= since)
+    if until is not None:
+        statement = statement.where(audit_log.c.at <= until)
     # The id breaks ties between calls that started in the same microsecond, so pages are stable.
-    statement = statement.order_by(audit_log.c.at.desc(), audit_log.c.id.desc()).limit(limit)
+    statement = statement.order_by(audit_log.c.at.desc(), audit_log.c.id.desc()).limit(limit).offset(offset)
     return list((await conn.execute(statement)).all())
+
+
+async def get(conn: AsyncConnection, record_id: str) -> Row[Any] | None:
+    """One record by its id, whatever its kind."""
+    return (await conn.execute(select(audit_log).where(audit_log.c.id == record_id))).first()

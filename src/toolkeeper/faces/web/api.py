@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from toolkeeper.faces.web import api_tool, api_tools
+from toolkeeper.faces.web import api_approvals, api_audit, api_tool, api_tools
 from toolkeeper.faces.web.face import JsonResponse, face_of
 from toolkeeper.faces.web.openapi import openapi_document
 from toolkeeper.services.inspect import server_rows
@@ -29,7 +29,13 @@ async def servers(request: Request) -> Response:
 def documented_routes() -> list[BaseRoute]:
     """Every API route the OpenAPI document describes."""
     # The list's own paths (`/tools/bulk`) before one tool's (`/tools/{name}`).
-    return [Route("/servers", servers, methods=["GET"]), *api_tools.ROUTES, *api_tool.ROUTES]
+    return [
+        Route("/servers", servers, methods=["GET"]),
+        *api_tools.ROUTES,
+        *api_tool.ROUTES,
+        *api_approvals.ROUTES,
+        *api_audit.ROUTES,
+    ]
 
 
 async def openapi(request: Request) -> Response:

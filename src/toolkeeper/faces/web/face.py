@@ -22,6 +22,8 @@ API_PREFIX = "/api"
 STATIC_PREFIX = "/static"
 # How an approval decided in the browser names its channel.
 CHANNEL = "dashboard"
+# Who answered, as the records show it (the CLI's answers read "person via cli").
+BY_DASHBOARD = f"person via {CHANNEL}"
 
 
 @dataclass(frozen=True)
