@@ -13,7 +13,9 @@ it cannot delete or replace a toolset that holds confirm modes or hint pins.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from datetime import datetime
@@ -79,11 +81,13 @@ class ToolsetService:
             raise ToolsetError(NOT_STARTED, ErrorKind.UNAVAILABLE)
         return catalog
 
-    async def available_tools(self) -> dict[str, Any]:
+    async def available_tools(self, query: str = "") -> dict[str, Any]:
+        """The catalog's tools by server; with `query`, only those it matches (`tool_matches`)."""
         catalog = self.live_catalog()
         by_server: dict[str, list[CatalogTool]] = {}
         for tool in catalog.tools:
-            by_server.setdefault(tool.server, []).append(tool)
+            if tool_matches(tool, query):
+                by_server.setdefault(tool.server, []).append(tool)
         servers = []
         for server in sorted(by_server):
             tools = sorted(by_server[server], key=lambda t: t.name)
@@ -96,7 +100,15 @@ class ToolsetService:
                 }
             )
         return {
-            "summary": {"totalTools": len(catalog.tools), "totalServers": len(by_server)},
+            "summary": {
+                "totalTools": len(catalog.tools),
+                "totalServers": len(by_server),
+                **(
+                    {"query": query, "matchingTools": sum(len(t) for t in by_server.values())}
+                    if query
+                    else {}
+                ),
+            },
             "toolsByServer": servers,
         }
 
@@ -107,12 +119,17 @@ class ToolsetService:
         catalog = self._catalog()
         return {"toolsets": [self.describe(t, equipped, catalog) for t in toolsets], "equipped": equipped}
 
-    async def show(self, name: str) -> dict[str, Any]:
+    async def show(self, name: str, *, with_version: bool = False) -> dict[str, Any]:
+        """One toolset; `with_version` adds its `version`, which a form or a program sends back
+        with a change so that a change made meanwhile is not overwritten."""
         check_toolset_name(name)
         async with self.store.read() as conn:
             toolset = await load_toolset(conn, name)
             equipped = await rows.get_equipped(conn)
-        return self.describe(toolset, equipped, self._catalog())
+        info = self.describe(toolset, equipped, self._catalog())
+        if with_version:
+            info["version"] = version_of(toolset)
+        return info
 
     async def notes(self, toolset: str | None = None) -> dict[str, Any]:
         """The notes of a toolset, tool by tool: the equipped one unless one is named."""
@@ -190,7 +207,7 @@ class ToolsetService:
         self, name: Any, tools: Any, description: Any = "", auto_equip: bool = False, *, by_person: bool
     ) -> dict[str, Any]:
         check_toolset_name(name)
-        description = _check_description(description)
+        description = check_description(description)
         if not isinstance(tools, list) or not tools:
             raise ToolsetError("Toolset must include at least one tool")
         if len(tools) > MAX_TOOLS:
@@ -259,12 +276,17 @@ class ToolsetService:
             "message": f'Toolset "{previous}" unequipped.' if previous else "No toolset was equipped.",
         }
 
-    async def delete(self, name: str, confirm: bool = False, *, by_person: bool) -> dict[str, Any]:
+    async def delete(
+        self, name: str, confirm: bool = False, *, by_person: bool, expected_version: str | None = None
+    ) -> dict[str, Any]:
         """Delete a toolset with its notes, pins and confirm modes; only when the request confirms
-        it, and without a person only when it holds no confirm modes or pins."""
+        it, and without a person only when it holds no confirm modes or pins. With
+        `expected_version`, only the toolset as it was at that version (see `show`)."""
         check_toolset_name(name)
         async with self.store.write() as conn:
             await require_toolset_id(conn, name)
+            if expected_version is not None:
+                check_version(await load_toolset(conn, name), expected_version)
             if not by_person:
                 await _refuse_dropping_guards(conn, name, "deleting")
             if confirm is not True:
@@ -347,12 +369,15 @@ class ToolsetService:
         await self._changed(Change.CONTENT)
         return {"toolset": target.name, "tool": tool_ref.as_json(), "removedNotes": removed}
 
-    async def repin(self, name: str) -> dict[str, Any]:
-        """Accept the live schema of every changed tool: store its current refId."""
+    async def repin(self, name: str, *, expected_version: str | None = None) -> dict[str, Any]:
+        """Accept the live schema of every changed tool: store its current refId. With
+        `expected_version`, only the toolset as it was at that version (see `show`)."""
         check_toolset_name(name)
         catalog = self.live_catalog()
         async with self.store.write() as conn:
             toolset = await load_toolset(conn, name)
+            if expected_version is not None:
+                check_version(toolset, expected_version)
             refs, repinned, unavailable = [], [], []
             for ref in toolset.tools:
                 tool, status = status_of(ref, catalog)
@@ -605,6 +630,49 @@ async def _insert_new(conn: AsyncConnection, toolset: Toolset, taken: ToolsetErr
         raise taken from None
 
 
+def tool_matches(tool: CatalogTool, query: str) -> bool:
+    """Whether every word of `query` is in the tool's names, title or description (any case)."""
+    words = query.lower().split()
+    if not words:
+        return True
+    declared = tool.declared
+    title = declared.get("title") or (declared.get("annotations") or {}).get("title") or ""
+    text = " ".join(
+        str(part)
+        for part in (tool.namespaced_name, tool.exposed_name, title, declared.get("description") or "")
+    ).lower()
+    return all(word in text for word in words)
+
+
+def version_of(toolset: Toolset) -> str:
+    """A digest of what a toolset holds (description, tools, notes, maker), short enough for a
+    form's hidden field: any change to it gives another."""
+    content = {
+        "description": toolset.description,
+        "tools": [ref.as_json() for ref in toolset.tools],
+        "notes": [_notes_json(entry) for entry in toolset.notes],
+        "byPerson": toolset.made_by_person,
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_version(toolset: Toolset, expected: str) -> None:
+    """Refuse a change asked for against an older state of the toolset (a stale form)."""
+    if expected != version_of(toolset):
+        raise ToolsetError(
+            f'Toolset "{toolset.name}" changed since it was shown to you: look at it again, and '
+            "repeat the change if it still holds. Nothing was changed.",
+            ErrorKind.CONFLICT,
+        )
+
+
+def status_counts(info: dict[str, Any]) -> dict[str, int]:
+    """How many of a described toolset's tools are ok, changed and unavailable (no status is
+    known without a live catalog)."""
+    counts = Counter(tool.get("status") for tool in info["tools"])
+    return {status.value: counts.get(status.value, 0) for status in ToolStatus}
+
+
 def _tool_entry(tool: CatalogTool) -> dict[str, Any]:
     declared = tool.declared
     entry: dict[str, Any] = {
@@ -633,7 +701,7 @@ def _complete(ref: ToolRef, catalog: Catalog) -> ToolRef:
     return ToolRef(ref.namespaced_name or tool.namespaced_name, ref.ref_id or tool.ref_id)
 
 
-def _check_description(description: Any) -> str:
+def check_description(description: Any) -> str:
     if description is None:
         return ""
     if not isinstance(description, str):
@@ -705,7 +773,7 @@ def parse_toolset_document(document: Any, name: str | None = None) -> Toolset:
             refs.append(ref)
     return Toolset(
         name=name,
-        description=_check_description(document.get("description")),
+        description=check_description(document.get("description")),
         tools=tuple(refs),
         notes=_parse_notes(document.get("toolNotes")),
         created_at=_parse_time(document.get("createdAt")),

@@ -3,17 +3,10 @@ its OpenAPI document is served at `/api/openapi.json`."""
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
-from toolkeeper.faces.web.face import JsonResponse, face_of
-from toolkeeper.services.inspect import server_rows
-
-
-async def servers(request: Request) -> Response:
-    return JsonResponse({"servers": server_rows(face_of(request).gateway)})
+from toolkeeper.faces.web import api_servers, api_toolsets
 
 
 def routes() -> list[BaseRoute]:
-    return [Route("/servers", servers, methods=["GET"])]
+    return [*api_servers.ROUTES, *api_toolsets.ROUTES]
