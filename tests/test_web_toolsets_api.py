@@ -216,3 +216,49 @@ def test_the_pages_show_status_and_escape_server_text(board) -> None:  # type: i
     exported = board.client.get("/toolsets/research/export")
     assert exported.headers["content-disposition"].startswith("attachment;")
     assert board.client.get("/toolsets/nope").status_code == 404
+
+
+def test_editing_keeps_a_changed_tool_changed_and_drops_the_notes_of_removed_ones(board) -> None:  # type: ignore[no-untyped-def]
+    stale_echo = {"namespacedName": ECHO, "refId": "f" * 64}
+    document = {
+        "name": "old",
+        "tools": [stale_echo, {"namespacedName": PID}],
+        "toolNotes": [{"toolRef": {"namespacedName": PID}, "notes": [{"name": "n", "note": "about pid"}]}],
+    }
+    assert board.client.post("/api/toolsets/import", headers=board.auth, json=document).status_code == 201
+    version = board.client.get("/api/toolsets/old", headers=board.auth).json()["version"]
+    edit = {"tools": [ECHO, "ctl.fail"], "description": "edited", "expectedVersion": version}
+    done = board.client.put("/api/toolsets/old", headers=board.auth, json=edit)
+    assert done.status_code == 200, done.text
+    shown = board.client.get("/api/toolsets/old", headers=board.auth).json()
+    assert [(t["namespacedName"], t["status"]) for t in shown["tools"]] == [
+        (ECHO, "changed"),  # editing accepted no schema change: that is repin's
+        ("ctl.fail", "ok"),
+    ]
+    assert shown["description"] == "edited" and shown["toolNotes"] == []
+    again = board.client.put("/api/toolsets/old", headers=board.auth, json=edit)
+    assert again.status_code == 409  # the version it was asked against is gone
+    bad = board.client.put("/api/toolsets/old", headers=board.auth, json={"tools": ["ctl.nope"]})
+    assert bad.status_code == 422
+    assert (
+        board.client.put("/api/toolsets/gone", headers=board.auth, json={"tools": [ECHO]}).status_code == 404
+    )
+
+
+def test_the_edit_page_refuses_a_stale_form(board) -> None:  # type: ignore[no-untyped-def]
+    assert build(board, "research", [ECHO, PID]).status_code == 201
+    page = board.client.get("/toolsets/research/edit")
+    assert page.status_code == 200 and page.text.count(" checked>") == 2
+    version = board.client.get("/api/toolsets/research", headers=board.auth).json()["version"]
+    assert f'name="version" value="{version}"' in page.text
+    board.call(lambda: board.gateway.services.toolsets.replace("research", [ECHO], by_person=True))
+    stale = form_post(board, "/toolsets/research/edit", {"action": "save", "version": version, "tool": [PID]})
+    assert stale.status_code == 409 and "changed since it was shown" in stale.text
+    shown = board.client.get("/api/toolsets/research", headers=board.auth).json()
+    assert [t["namespacedName"] for t in shown["tools"]] == [ECHO]  # not overwritten
+    fresh = form_post(
+        board, "/toolsets/research/edit", {"action": "save", "version": shown["version"], "tool": [PID, ECHO]}
+    )
+    assert fresh.status_code == 303 and fresh.headers["location"] == "/toolsets/research?done=edited"
+    after = board.client.get("/api/toolsets/research", headers=board.auth).json()
+    assert [t["namespacedName"] for t in after["tools"]] == [ECHO, PID]  # its own order, then the new

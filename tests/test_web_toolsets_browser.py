@@ -20,6 +20,14 @@ from mcp import Client
 pytestmark = pytest.mark.anyio
 
 TOKEN = "browser-test-token"
+CHANGED_TOOLSET = {
+    "name": "drifted",
+    "description": "Its echo changed since it was added <b>(not bold)</b>",
+    "tools": [{"namespacedName": "ctl.echo", "refId": "f" * 64}, {"namespacedName": "ctl.sleep"}],
+    "toolNotes": [
+        {"toolRef": {"namespacedName": "ctl.sleep"}, "notes": [{"name": "use", "note": "Short naps only."}]}
+    ],
+}
 
 
 @contextmanager
@@ -28,9 +36,9 @@ def dashboard_gateway(tmp_path: Path) -> Iterator[str]:
     equipping a toolset changes the listing); its base URL."""
     config = write_config(tmp_path, {"ctl": controllable()})
     port = free_port()
+    serve = ["serve", "--config", str(config), "--transport", "http", "--ui", "--port", str(port)]
     process: subprocess.Popen[bytes] = spawn(
-        [PY, "-m", "toolkeeper", "serve", "--config", str(config), "--transport", "http", "--ui"]
-        + ["--port", str(port)],
+        [PY, "-m", "toolkeeper", *serve],
         cwd=config.parent,
         env={"TOOLKEEPER_UI_TOKEN": TOKEN, "TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU": "true"},
     )
@@ -104,6 +112,11 @@ async def test_screenshots_of_the_overview_and_the_toolsets_pages(page_at: PageA
             page = await signed_in(page_at, base, width)
             if width == WIDE:
                 await build_and_equip_in_the_browser(page, base)
+                # A second toolset, one of whose tools changed since it was added.
+                imported = await page.context.request.post(
+                    f"{base}/api/toolsets/import", headers=bearer(), data=CHANGED_TOOLSET
+                )
+                assert imported.status == 201
             await page.goto(f"{base}/")
             assert await page.locator("table.servers button:text-is('Reconnect')").count() == 1
             await screenshot(page, "overview")
@@ -111,6 +124,9 @@ async def test_screenshots_of_the_overview_and_the_toolsets_pages(page_at: PageA
             await screenshot(page, "toolsets")
             await page.goto(f"{base}/toolsets/picked")
             await screenshot(page, "toolset")
+            await page.goto(f"{base}/toolsets/drifted")
+            assert "1 tool changed since added" in await page.inner_text("main")
+            await screenshot(page, "toolset-changed")
             await page.goto(f"{base}/toolsets/new?q=e")
             await screenshot(page, "toolset-new")
             await assert_no_sideways_scroll(page, width)
@@ -152,5 +168,7 @@ async def test_a_wrong_token_gets_the_sign_in_page_and_no_data(page_at: PageAt, 
         assert await page.locator("input[name=token]").count() == 1
         api = await page.context.request.get(f"{base}/api/tools")
         assert api.status == 401 and "ctl" not in await api.text()
-        refused = await page.context.request.get(f"{base}/api/toolsets", headers={"authorization": "Bearer no"})
+        refused = await page.context.request.get(
+            f"{base}/api/toolsets", headers={"authorization": "Bearer no"}
+        )
         assert refused.status == 401

@@ -208,27 +208,8 @@ class ToolsetService:
     ) -> dict[str, Any]:
         check_toolset_name(name)
         description = check_description(description)
-        if not isinstance(tools, list) or not tools:
-            raise ToolsetError("Toolset must include at least one tool")
-        if len(tools) > MAX_TOOLS:
-            raise ToolsetError(f"A toolset holds at most {MAX_TOOLS} tools; split this one.")
         catalog = self.live_catalog()
-        refs: list[ToolRef] = []
-        problems: list[str] = []
-        warnings: list[str] = []
-        for i, raw in enumerate(tools):
-            try:
-                tool = resolve(ToolRef.parse(raw), catalog)
-            except ToolsetError as exc:
-                problems.append(f"tools[{i}]: {exc}")
-                continue
-            ref = ToolRef(tool.namespaced_name, tool.ref_id)
-            if ref in refs:
-                warnings.append(f"{tool.namespaced_name} was listed twice; it is included once.")
-            else:
-                refs.append(ref)
-        if problems:
-            raise ToolsetError("Invalid tool references:\n" + "\n".join(problems))
+        refs, warnings = _picked_refs(tools, catalog)
         toolset = Toolset(name=name, description=description, tools=tuple(refs), made_by_person=by_person)
         async with self.store.write() as conn:
             await _insert_new(conn, toolset, ToolsetError(EXISTS.format(name=name), ErrorKind.CONFLICT))
@@ -242,6 +223,44 @@ class ToolsetService:
             "autoEquipped": bool(auto_equip),
             "toolset": self.describe(saved, name if auto_equip else None, catalog),
         }
+        if warnings:
+            result["warnings"] = warnings
+        return result
+
+    async def replace(
+        self,
+        name: str,
+        tools: Any,
+        description: Any = "",
+        *,
+        by_person: bool,
+        expected_version: str | None = None,
+    ) -> dict[str, Any]:
+        """Give a saved toolset these tools and this description (a person editing it).
+
+        A tool it holds already keeps the identity it was stored with, so editing never accepts
+        a changed schema behind the person's back (that is `repin`); a new one is resolved
+        against the live servers, as in `build`. The notes of the tools it no longer holds go.
+        With `expected_version`, only the toolset as it was at that version (see `show`);
+        without a person, only a toolset that holds no confirm modes or pins.
+        """
+        check_toolset_name(name)
+        description = check_description(description)
+        catalog = self.live_catalog()
+        async with self.store.write() as conn:
+            toolset = await load_toolset(conn, name)
+            if expected_version is not None:
+                check_version(toolset, expected_version)
+            if not by_person:
+                await _refuse_dropping_guards(conn, name, "replacing")
+            refs, warnings = _picked_refs(tools, catalog, kept=toolset.tools)
+            await rows.set_tools(conn, name, tuple(refs))
+            await rows.set_description(conn, name, description)
+            await rows.keep_notes_of(conn, name, tuple(refs))
+            saved = await load_toolset(conn, name)
+            equipped = await rows.get_equipped(conn)
+        await self._changed(Change.CONTENT)
+        result: dict[str, Any] = {"success": True, "toolset": self.describe(saved, equipped, catalog)}
         if warnings:
             result["warnings"] = warnings
         return result
@@ -628,6 +647,49 @@ async def _insert_new(conn: AsyncConnection, toolset: Toolset, taken: ToolsetErr
         await rows.insert_toolset(conn, toolset)
     except ToolsetError:  # another writer took the name between the check and the insert
         raise taken from None
+
+
+def _picked_refs(
+    tools: Any, catalog: Catalog, kept: tuple[ToolRef, ...] = ()
+) -> tuple[list[ToolRef], list[str]]:
+    """The references to store for the tools a person picked, and warnings: each resolved
+    against the live catalog, except one a toolset holds already (in `kept`), which stays as it
+    was stored. Refused as a whole when any cannot be resolved."""
+    if not isinstance(tools, list) or not tools:
+        raise ToolsetError("Toolset must include at least one tool")
+    if len(tools) > MAX_TOOLS:
+        raise ToolsetError(f"A toolset holds at most {MAX_TOOLS} tools; split this one.")
+    refs: list[ToolRef] = []
+    problems: list[str] = []
+    warnings: list[str] = []
+    for i, raw in enumerate(tools):
+        try:
+            asked = ToolRef.parse(raw)
+            ref = _stored_match(asked, kept) or _live_ref(asked, catalog)
+        except ToolsetError as exc:
+            problems.append(f"tools[{i}]: {exc}")
+            continue
+        if ref in refs:
+            warnings.append(f"{ref} was listed twice; it is included once.")
+        else:
+            refs.append(ref)
+    if problems:
+        raise ToolsetError("Invalid tool references:\n" + "\n".join(problems))
+    return refs, warnings
+
+
+def _stored_match(asked: ToolRef, stored: tuple[ToolRef, ...]) -> ToolRef | None:
+    for ref in stored:
+        if (asked.namespaced_name and asked.namespaced_name == ref.namespaced_name) or (
+            asked.ref_id and asked.ref_id == ref.ref_id
+        ):
+            return ref
+    return None
+
+
+def _live_ref(asked: ToolRef, catalog: Catalog) -> ToolRef:
+    tool = resolve(asked, catalog)
+    return ToolRef(tool.namespaced_name, tool.ref_id)
 
 
 def tool_matches(tool: CatalogTool, query: str) -> bool:

@@ -102,6 +102,44 @@ async def show(request: Request) -> Response:
     return JsonResponse(info)
 
 
+async def replace(request: Request) -> Response:
+    """Replace a toolset's tools and description.
+    ---
+    summary: Edit a toolset
+    description: Tools it holds already keep the identity they were stored with (a changed one
+      stays changed until repinned); new ones are resolved against the live servers. The notes
+      of tools it no longer holds go. With expectedVersion, refused if the toolset changed since.
+    parameters:
+      - {name: name, in: path, required: true, schema: {type: string}}
+    requestBody:
+      required: true
+      content:
+        application/json:
+          schema:
+            type: object
+            required: [tools]
+            properties:
+              tools: {type: array, items: {oneOf: [{type: string}, {type: object}]}}
+              description: {type: string}
+              expectedVersion: {type: string}
+    responses:
+      200: {description: "{toolset, warnings?}"}
+      404: {description: No toolset of that name}
+      409: {description: The toolset changed since expectedVersion}
+      422: {description: Bad description or tool references}
+      503: {description: The servers have not connected yet}
+    """
+    body = await json_object(request)
+    result = await face_of(request).services.toolsets.replace(
+        request.path_params["name"],
+        body.get("tools"),
+        body.get("description", ""),
+        by_person=True,
+        expected_version=body.get("expectedVersion"),
+    )
+    return JsonResponse(result)
+
+
 async def delete(request: Request) -> Response:
     """Delete a toolset.
     ---
@@ -251,6 +289,7 @@ ROUTES: list[BaseRoute] = [
     # Before /toolsets/{name}: "import" is not a toolset's name here.
     Route("/toolsets/import", import_toolset, methods=["POST"]),
     Route("/toolsets/{name}", show, methods=["GET"]),
+    Route("/toolsets/{name}", replace, methods=["PUT"]),
     Route("/toolsets/{name}", delete, methods=["DELETE"]),
     Route("/toolsets/{name}/export", export, methods=["GET"]),
     Route("/toolsets/{name}/repin", repin, methods=["POST"]),

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from toolkeeper.catalog import Catalog
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError, http_status
 from toolkeeper.faces.web.api_toolsets import download_headers
 from toolkeeper.faces.web.face import JsonResponse, face_of, render
@@ -29,6 +30,7 @@ from toolkeeper.toolsets.model import check_toolset_name
 # so a link cannot make the page say anything else).
 DONE = {
     "built": "Toolset saved.",
+    "edited": "Changes saved.",
     "equipped": "Equipped: clients are offered its tools now.",
     "unequipped": "Unequipped: clients are offered every tool again.",
     "repinned": "Changed tools accepted.",
@@ -123,15 +125,20 @@ class Picker:
     query: str = ""
     picked: set[str] = field(default_factory=set)
     errors: dict[str, str] = field(default_factory=dict)
+    # Editing a saved toolset: its name, and the version the form was first shown at.
+    editing: str | None = None
+    version: str = ""
 
     @classmethod
-    def from_form(cls, form: FormData) -> Picker:
+    def from_form(cls, form: FormData, editing: str | None = None) -> Picker:
         return cls(
-            name=str(form.get("name") or "").strip(),
+            name=editing or str(form.get("name") or "").strip(),
             description=str(form.get("description") or ""),
             equip=form.get("equip") == "yes",
             query=str(form.get("q") or ""),
             picked={str(v) for v in form.getlist("tool")},
+            editing=editing,
+            version=str(form.get("version") or ""),
         )
 
 
@@ -158,10 +165,25 @@ async def new_toolset(request: Request) -> Response:
     return await show_picker(request, Picker(query=request.query_params.get("q", "")))
 
 
+async def edit_toolset(request: Request) -> Response:
+    name = request.path_params["name"]
+    info = await face_of(request).services.toolsets.show(name, with_version=True)
+    picker = Picker(
+        name=name,
+        description=info["description"],
+        query=request.query_params.get("q", ""),
+        picked={t["namespacedName"] for t in info["tools"] if t.get("namespacedName")},
+        editing=name,
+        version=info["version"],
+    )
+    return await show_picker(request, picker)
+
+
 async def picker_action(request: Request) -> Response:
-    """One of the build form's buttons: search, select or clear what is shown, or save."""
+    """One of the build (or edit) form's buttons: search, select or clear what is shown, or save."""
+    editing = request.path_params.get("name")
     async with request.form() as form:
-        picker = Picker.from_form(form)
+        picker = Picker.from_form(form, editing)
         action = str(form.get("action") or "save")
         shown_query = str(form.get("shown_q") or "")
     toolsets = face_of(request).services.toolsets
@@ -172,7 +194,18 @@ async def picker_action(request: Request) -> Response:
         picker.query = shown_query
     if action != "save":
         return await show_picker(request, picker)
+    if editing is not None:
+        return await save_edited(request, picker, editing)
     return await save_picked(request, picker)
+
+
+def in_order(picked: set[str], catalog: Catalog, first: list[str] | None = None) -> list[str]:
+    """The picked tools as the toolset lists them: those in `first` (a toolset's own order) in
+    that order, then the others as the catalog lists them, then any the catalog does not know
+    (gone meanwhile: the service names them in its refusal)."""
+    ordered = [name for name in first or [] if name in picked]
+    ordered += [t.namespaced_name for t in catalog.tools if t.namespaced_name in picked - set(ordered)]
+    return ordered + sorted(picked - set(ordered))
 
 
 async def save_picked(request: Request, picker: Picker) -> Response:
@@ -190,15 +223,39 @@ async def save_picked(request: Request, picker: Picker) -> Response:
         picker.errors["tools"] = "Pick at least one tool."
     if picker.errors:
         return await show_picker(request, picker, 422)
-    catalog = toolsets.live_catalog()
-    ordered = [t.namespaced_name for t in catalog.tools if t.namespaced_name in picker.picked]
-    ordered += sorted(picker.picked - set(ordered))  # gone meanwhile: the service names them
+    ordered = in_order(picker.picked, toolsets.live_catalog())
     try:
         await toolsets.build(picker.name, ordered, picker.description, picker.equip, by_person=True)
     except ServiceError as exc:
         picker.errors["name" if exc.kind is ErrorKind.CONFLICT else "tools"] = str(exc)
         return await show_picker(request, picker, http_status(exc.kind))
     return redirect(toolset_url(picker.name, "built"))
+
+
+async def save_edited(request: Request, picker: Picker, name: str) -> Response:
+    try:
+        check_description(picker.description)
+    except ServiceError as exc:
+        picker.errors["description"] = str(exc)
+    if not picker.picked:
+        picker.errors["tools"] = "Pick at least one tool (or delete the toolset)."
+    if picker.errors:
+        return await show_picker(request, picker, 422)
+    toolsets = face_of(request).services.toolsets
+    current = await toolsets.show(name)
+    stored_order = [t["namespacedName"] for t in current["tools"] if t.get("namespacedName")]
+    try:
+        await toolsets.replace(
+            name,
+            in_order(picker.picked, toolsets.live_catalog(), stored_order),
+            picker.description,
+            by_person=True,
+            expected_version=picker.version or None,
+        )
+    except ServiceError as exc:
+        picker.errors["stale" if exc.kind is ErrorKind.CONFLICT else "tools"] = str(exc)
+        return await show_picker(request, picker, http_status(exc.kind))
+    return redirect(toolset_url(name, "edited"))
 
 
 # -- one toolset --------------------------------------------------------------------------------
@@ -290,6 +347,8 @@ ROUTES: list[BaseRoute] = [
     Route("/toolsets/import", import_toolset, methods=["POST"]),
     Route("/toolsets/unequip", unequip, methods=["POST"]),
     Route("/toolsets/{name}", show_toolset, methods=["GET"], name="toolset"),
+    Route("/toolsets/{name}/edit", edit_toolset, methods=["GET"]),
+    Route("/toolsets/{name}/edit", picker_action, methods=["POST"]),
     Route("/toolsets/{name}/equip", equip, methods=["POST"]),
     Route("/toolsets/{name}/repin", repin, methods=["POST"]),
     Route("/toolsets/{name}/delete", delete, methods=["POST"]),
