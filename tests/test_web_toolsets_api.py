@@ -200,6 +200,12 @@ def test_import_by_file_upload_and_by_paste(board) -> None:  # type: ignore[no-u
         follow_redirects=False,
     )
     assert uploaded.status_code == 303 and uploaded.headers["location"] == "/toolsets/uploaded?done=imported"
+    forged = board.client.post(
+        "/toolsets/import",
+        data={"csrf": "forged", "name": "forged"},
+        files={"file": ("research.toolset.json", text.encode(), "application/json")},
+    )
+    assert forged.status_code == 403  # an upload's CSRF field is checked like a plain form's
     pasted = form_post(board, "/toolsets/import", {"document": text})
     assert pasted.status_code == 409 and "Replace a toolset of the same name" in pasted.text
     broken = form_post(board, "/toolsets/import", {"document": "{oops"})

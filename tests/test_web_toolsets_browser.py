@@ -61,14 +61,17 @@ async def signed_in(page_at: PageAt, base: str, width: int) -> Any:
 
 async def build_and_equip_in_the_browser(page: Any, base: str) -> None:
     await page.goto(f"{base}/toolsets/new")
-    await page.fill("#ts-q", "echo")
+    await page.fill("#ts-q", "echo the text")
     await page.click("button.secondary[value=search]")
-    await page.check('input[name=tool][value="ctl.echo"]')
+    await page.click("button:text-is('Select all shown')")  # the page's script ticks the boxes shown
+    assert await page.is_checked('input[name=tool][value="ctl.echo"]')
+    assert await page.inner_text("#picked-count") == "1 picked"
     await page.fill("#ts-q", "process id")
     await page.click("button.secondary[value=search]")
     # echo, hidden by the new search, stays picked.
     assert await page.locator('input[type=hidden][name=tool][value="ctl.echo"]').count() == 1
     await page.check('input[name=tool][value="ctl.pid"]')
+    assert await page.inner_text("#picked-count") == "2 picked"
     await page.fill("#ts-name", "picked")
     await page.fill("#ts-description", "echo and pid, picked in a browser")
     await page.click("#save")
@@ -127,6 +130,13 @@ async def test_screenshots_of_the_overview_and_the_toolsets_pages(page_at: PageA
             await page.goto(f"{base}/toolsets/drifted")
             assert "1 tool changed since added" in await page.inner_text("main")
             await screenshot(page, "toolset-changed")
+            await page.click("button:text-is('Delete…')")
+            assert "Delete drifted?" in await page.inner_text("h1")
+            await screenshot(page, "toolset-delete")
+            await page.click("a:text-is('Keep it')")
+            await page.goto(f"{base}/toolsets/drifted/edit")
+            assert await page.is_checked('input[name=tool][value="ctl.sleep"]')
+            await screenshot(page, "toolset-edit")
             await page.goto(f"{base}/toolsets/new?q=e")
             await screenshot(page, "toolset-new")
             await assert_no_sideways_scroll(page, width)
