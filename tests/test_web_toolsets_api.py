@@ -127,7 +127,7 @@ def test_reconnect_starts_a_new_connection_and_lists_the_tools_again(board) -> N
     before_pid, before_connects = call_pid(board), ctl.connects
     answer = board.client.post("/api/servers/ctl/reconnect", headers=board.auth)
     assert answer.status_code == 202 and answer.json()["server"] == "ctl"
-    board.call(eventually, lambda: ctl.connects == before_connects + 1 and ctl.available, 10)
+    board.call(eventually, lambda: ctl.connects == before_connects + 1 and ctl.available, 30)
     assert call_pid(board) != before_pid  # a new process: the old session was dropped
     assert {t["name"] for t in ctl.tools} >= {"echo", "pid"}
     assert "ctl__echo" in [tool["name"] for tool in board.gateway.view.listing]
@@ -149,7 +149,7 @@ def test_the_overview_reconnect_button(board) -> None:  # type: ignore[no-untype
     before = board.gateway.pool["ctl"].connects
     done = form_post(board, "/servers/ctl/reconnect", {})
     assert done.status_code == 303 and done.headers["location"] == "/?reconnecting=ctl"
-    board.call(eventually, lambda: board.gateway.pool["ctl"].connects == before + 1, 10)
+    board.call(eventually, lambda: board.gateway.pool["ctl"].connects == before + 1, 30)
     assert "Server ctl is reconnecting" in board.client.get("/?reconnecting=ctl").text
     assert form_post(board, "/servers/nope/reconnect", {}).status_code == 404
 
