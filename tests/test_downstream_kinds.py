@@ -161,3 +161,20 @@ def test_a_kind_cannot_take_a_type_another_kind_has() -> None:
                 connect=CannedSource,
             )
         )
+
+
+def test_a_source_without_a_connection_reads_itself_again_when_asked_to_reconnect() -> None:
+    class Rereading(CannedSource):
+        rereads = 0
+
+        def reload(self) -> None:
+            self.rereads += 1
+
+    config = parse_config_text(
+        canned_config({"canned": {"type": "canned"}}), environ={}, kinds=WITH_CANNED.entries
+    )
+    [entry] = config.servers
+    assert isinstance(entry, CannedConfig)
+    source = Rereading(entry, listener=None)  # type: ignore[arg-type]  # never told anything here
+    source.reconnect()
+    assert source.rereads == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -167,3 +168,41 @@ def test_child_stderr_goes_to_the_log_prefixed_with_the_server_name(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "[chatty] controllable server controllable pid" in result.stderr
     assert "controllable server" not in result.stdout
+
+
+class QuietListener:
+    """Hears a downstream's state changes and nothing else (what `reconnect` needs)."""
+
+    def downstream_changed(self, downstream: object, lists: object = None) -> None:
+        return None
+
+
+async def test_reconnect_skips_the_wait_after_a_failed_attempt(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that cannot start waits a long backoff before its next attempt; asked to
+    reconnect, the next attempt starts at once, and a ready server's old process goes."""
+    from toolkeeper.config.loader import parse_config_text
+    from toolkeeper.downstreams import connection
+    from toolkeeper.downstreams.base import State
+
+    monkeypatch.setattr(connection, "INITIAL_BACKOFF", 60.0)
+    gate = tmp_path / "delay"
+    gate.write_text("not a number")  # the server fails to start while this holds garbage
+    entry = controllable(server_args={"start-delay-file": str(gate)})
+    config = parse_config_text(json.dumps({"mcpServers": {"ctl": entry}}), environ=os.environ)
+    server = connection.McpConnection(config.servers[0], QuietListener())  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.run, anyio.CapacityLimiter(1))
+        # Waiting for the next attempt (not making one): "attempt 2, next in 59.9s".
+        await eventually(lambda: "next in" in server.describe_unavailable(), 30)
+        assert server.connects == 0
+        gate.write_text("0")
+        server.reconnect()
+        await eventually(lambda: server.state is State.READY, 30)  # well before the 60 s wait
+        first = await server.call_tool("pid", {})
+        server.reconnect()
+        await eventually(lambda: server.connects == 2 and server.state is State.READY, 30)
+        second = await server.call_tool("pid", {})
+        assert first["content"][0]["text"] != second["content"][0]["text"]
+        tg.cancel_scope.cancel()

@@ -175,6 +175,12 @@ class Downstream(Protocol):
         does nothing."""
         ...
 
+    def reconnect(self) -> None:
+        """Drop the current connection and connect again now, the backoff started over (a person
+        asked for it). A source with no connection of its own reads again what it was made from,
+        as `reload` does."""
+        ...
+
     def stop_calls(self, reason: str) -> int:
         """The gateway is stopping (`reason`): refuse calls from now on and cancel those in
         flight, each caller told why. How many were in flight."""

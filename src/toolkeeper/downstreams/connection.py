@@ -68,6 +68,7 @@ INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 CONNECT_TIMEOUT = 30.0
 CLOSED_BY_SERVER = "connection closed by the server"
+RECONNECT_ASKED = "reconnecting: a person asked for it"
 LISTEN_RETRY_SECONDS = 1.0
 SERVER_INPUT: TypeAdapter[ServerInput] = TypeAdapter(ServerInput)
 
@@ -91,6 +92,8 @@ class McpConnection(SourceStatus):
         # The raw lane while connected (None for SSE servers).
         self._link: RawLane | None = None
         self._lost = anyio.Event()
+        # Set to skip the wait before the next attempt (a person asked to reconnect now).
+        self._reconnect_now = anyio.Event()
         self._subscriptions = Subscriptions(self, timeout=config.timeout)
         # The log level last asked of a handshake-era server (None: never asked).
         self.log_level: str | None = None
@@ -159,6 +162,7 @@ class McpConnection(SourceStatus):
         try:
             while True:
                 self._lost = anyio.Event()
+                self._reconnect_now = anyio.Event()
                 self._lists.clear_dirty()
                 self._next_attempt_at = None
                 self._attempting = True
@@ -183,8 +187,10 @@ class McpConnection(SourceStatus):
                 self._next_attempt_at = time.monotonic() + backoff
                 self._set_state(State.RECONNECTING)
                 logger.info("server %r: reconnecting in %.1fs", self.name, backoff)
-                await anyio.sleep(backoff)
-                self._backoff = min(backoff * 2, MAX_BACKOFF)
+                with anyio.move_on_after(backoff):
+                    await self._reconnect_now.wait()
+                asked = self._reconnect_now.is_set()
+                self._backoff = INITIAL_BACKOFF if asked else min(backoff * 2, MAX_BACKOFF)
         finally:
             self._client = None
             self.state = State.STOPPED
@@ -280,6 +286,19 @@ class McpConnection(SourceStatus):
             raise
         finally:
             self._client = None
+
+    def reconnect(self) -> None:
+        """Close the session (the server's process too, over stdio) and connect again at once, the
+        backoff started over; while waiting to reconnect, stop waiting. An attempt already under
+        way is left to finish: it is the reconnection asked for."""
+        if self._attempting or self.state is State.STOPPED:
+            return
+        logger.info("server %r: reconnecting now, as asked", self.name)
+        self._backoff = INITIAL_BACKOFF
+        if self._client is not None:
+            self.last_error = RECONNECT_ASKED
+            self._lost.set()
+        self._reconnect_now.set()
 
     def _connection_lost(self) -> None:
         """Say so at once: closing the old session and its process can take seconds, and a call

@@ -98,6 +98,10 @@ class ToolSource(SourceStatus, ABC):
     def stop_calls(self, reason: str) -> int:
         return self._calls.stop(reason)
 
+    def reconnect(self) -> None:
+        """No connection to drop: what the source was made from is read again instead."""
+        self.reload()
+
     # -- what only an MCP server offers --------------------------------------------------------
     async def request(self, request: Any, *, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
         raise NotOffered(f"server '{self.name}' answers tool calls only, not {request.method}")

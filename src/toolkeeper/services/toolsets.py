@@ -13,7 +13,9 @@ it cannot delete or replace a toolset that holds confirm modes or hint pins.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from datetime import datetime
@@ -79,11 +81,13 @@ class ToolsetService:
             raise ToolsetError(NOT_STARTED, ErrorKind.UNAVAILABLE)
         return catalog
 
-    async def available_tools(self) -> dict[str, Any]:
+    async def available_tools(self, query: str = "") -> dict[str, Any]:
+        """The catalog's tools by server; with `query`, only those it matches (`tool_matches`)."""
         catalog = self.live_catalog()
         by_server: dict[str, list[CatalogTool]] = {}
         for tool in catalog.tools:
-            by_server.setdefault(tool.server, []).append(tool)
+            if tool_matches(tool, query):
+                by_server.setdefault(tool.server, []).append(tool)
         servers = []
         for server in sorted(by_server):
             tools = sorted(by_server[server], key=lambda t: t.name)
@@ -96,7 +100,15 @@ class ToolsetService:
                 }
             )
         return {
-            "summary": {"totalTools": len(catalog.tools), "totalServers": len(by_server)},
+            "summary": {
+                "totalTools": len(catalog.tools),
+                "totalServers": len(by_server),
+                **(
+                    {"query": query, "matchingTools": sum(len(t) for t in by_server.values())}
+                    if query
+                    else {}
+                ),
+            },
             "toolsByServer": servers,
         }
 
@@ -112,12 +124,17 @@ class ToolsetService:
         async with self.store.read() as conn:
             return await rows.names(conn)
 
-    async def show(self, name: str) -> dict[str, Any]:
+    async def show(self, name: str, *, with_version: bool = False) -> dict[str, Any]:
+        """One toolset; `with_version` adds its `version`, which a form or a program sends back
+        with a change so that a change made meanwhile is not overwritten."""
         check_toolset_name(name)
         async with self.store.read() as conn:
             toolset = await load_toolset(conn, name)
             equipped = await rows.get_equipped(conn)
-        return self.describe(toolset, equipped, self._catalog())
+        info = self.describe(toolset, equipped, self._catalog())
+        if with_version:
+            info["version"] = version_of(toolset)
+        return info
 
     async def notes(self, toolset: str | None = None) -> dict[str, Any]:
         """The notes of a toolset, tool by tool: the equipped one unless one is named."""
@@ -195,28 +212,9 @@ class ToolsetService:
         self, name: Any, tools: Any, description: Any = "", auto_equip: bool = False, *, by_person: bool
     ) -> dict[str, Any]:
         check_toolset_name(name)
-        description = _check_description(description)
-        if not isinstance(tools, list) or not tools:
-            raise ToolsetError("Toolset must include at least one tool")
-        if len(tools) > MAX_TOOLS:
-            raise ToolsetError(f"A toolset holds at most {MAX_TOOLS} tools; split this one.")
+        description = check_description(description)
         catalog = self.live_catalog()
-        refs: list[ToolRef] = []
-        problems: list[str] = []
-        warnings: list[str] = []
-        for i, raw in enumerate(tools):
-            try:
-                tool = resolve(ToolRef.parse(raw), catalog)
-            except ToolsetError as exc:
-                problems.append(f"tools[{i}]: {exc}")
-                continue
-            ref = ToolRef(tool.namespaced_name, tool.ref_id)
-            if ref in refs:
-                warnings.append(f"{tool.namespaced_name} was listed twice; it is included once.")
-            else:
-                refs.append(ref)
-        if problems:
-            raise ToolsetError("Invalid tool references:\n" + "\n".join(problems))
+        refs, warnings = _picked_refs(tools, catalog)
         toolset = Toolset(name=name, description=description, tools=tuple(refs), made_by_person=by_person)
         async with self.store.write() as conn:
             await _insert_new(conn, toolset, ToolsetError(EXISTS.format(name=name), ErrorKind.CONFLICT))
@@ -239,18 +237,7 @@ class ToolsetService:
         it holds already stays where it is. Without a person, not to a toolset that holds confirm
         modes: its default mode would then hold for tools the person did not choose."""
         check_toolset_name(name)
-        if not isinstance(tools, list) or not tools:
-            raise ToolsetError("Give at least one tool to add.")
         catalog = self.live_catalog()
-        found: list[CatalogTool] = []
-        problems: list[str] = []
-        for i, raw in enumerate(tools):
-            try:
-                found.append(resolve(ToolRef.parse(raw), catalog))
-            except ToolsetError as exc:
-                problems.append(f"tools[{i}]: {exc}")
-        if problems:
-            raise ToolsetError("Invalid tool references:\n" + "\n".join(problems))
         async with self.store.write() as conn:
             toolset = await load_toolset(conn, name)
             if not by_person and await policy_rows.count_modes_of(conn, name):
@@ -259,9 +246,9 @@ class ToolsetService:
                     "adding tools to it needs a person.",
                     ErrorKind.CONFLICT,
                 )
-            unique = list({t.namespaced_name: t for t in found}.values())
-            added = [t for t in unique if not toolset.contains(t)]
-            refs = toolset.tools + tuple(ToolRef(t.namespaced_name, t.ref_id) for t in added)
+            picked, _ = _picked_refs(tools, catalog, kept=toolset.tools)
+            added = [ref for ref in picked if ref not in toolset.tools]
+            refs = toolset.tools + tuple(added)
             if len(refs) > MAX_TOOLS:
                 raise ToolsetError(
                     f'Toolset "{name}" would hold {len(refs)} tools; a toolset holds at most {MAX_TOOLS}.'
@@ -270,14 +257,51 @@ class ToolsetService:
                 await rows.set_tools(conn, name, refs)
         if added:
             await self._changed(Change.CONTENT)
-        kept = [t.namespaced_name for t in unique if t not in added]
         return {
             "success": True,
             "toolsetName": name,
-            "added": [t.namespaced_name for t in added],
-            "alreadyIn": kept,
+            "added": [ref.namespaced_name for ref in added],
+            "alreadyIn": [ref.namespaced_name for ref in picked if ref not in added],
             "toolCount": len(refs),
         }
+
+    async def replace(
+        self,
+        name: str,
+        tools: Any,
+        description: Any = "",
+        *,
+        by_person: bool,
+        expected_version: str | None = None,
+    ) -> dict[str, Any]:
+        """Give a saved toolset these tools and this description (a person editing it).
+
+        A tool it holds already keeps the identity it was stored with, so editing never accepts
+        a changed schema behind the person's back (that is `repin`); a new one is resolved
+        against the live servers, as in `build`. The notes of the tools it no longer holds go.
+        With `expected_version`, only the toolset as it was at that version (see `show`);
+        without a person, only a toolset that holds no confirm modes or pins.
+        """
+        check_toolset_name(name)
+        description = check_description(description)
+        catalog = self.live_catalog()
+        async with self.store.write() as conn:
+            toolset = await load_toolset(conn, name)
+            if expected_version is not None:
+                check_version(toolset, expected_version)
+            if not by_person:
+                await _refuse_dropping_guards(conn, name, "replacing")
+            refs, warnings = _picked_refs(tools, catalog, kept=toolset.tools)
+            await rows.set_tools(conn, name, tuple(refs))
+            await rows.set_description(conn, name, description)
+            await rows.keep_notes_of(conn, name, tuple(refs))
+            saved = await load_toolset(conn, name)
+            equipped = await rows.get_equipped(conn)
+        await self._changed(Change.CONTENT)
+        result: dict[str, Any] = {"success": True, "toolset": self.describe(saved, equipped, catalog)}
+        if warnings:
+            result["warnings"] = warnings
+        return result
 
     async def equip(self, name: str) -> dict[str, Any]:
         check_toolset_name(name)
@@ -309,12 +333,17 @@ class ToolsetService:
             "message": f'Toolset "{previous}" unequipped.' if previous else "No toolset was equipped.",
         }
 
-    async def delete(self, name: str, confirm: bool = False, *, by_person: bool) -> dict[str, Any]:
+    async def delete(
+        self, name: str, confirm: bool = False, *, by_person: bool, expected_version: str | None = None
+    ) -> dict[str, Any]:
         """Delete a toolset with its notes, pins and confirm modes; only when the request confirms
-        it, and without a person only when it holds no confirm modes or pins."""
+        it, and without a person only when it holds no confirm modes or pins. With
+        `expected_version`, only the toolset as it was at that version (see `show`)."""
         check_toolset_name(name)
         async with self.store.write() as conn:
             await require_toolset_id(conn, name)
+            if expected_version is not None:
+                check_version(await load_toolset(conn, name), expected_version)
             if not by_person:
                 await _refuse_dropping_guards(conn, name, "deleting")
             if confirm is not True:
@@ -397,12 +426,15 @@ class ToolsetService:
         await self._changed(Change.CONTENT)
         return {"toolset": target.name, "tool": tool_ref.as_json(), "removedNotes": removed}
 
-    async def repin(self, name: str) -> dict[str, Any]:
-        """Accept the live schema of every changed tool: store its current refId."""
+    async def repin(self, name: str, *, expected_version: str | None = None) -> dict[str, Any]:
+        """Accept the live schema of every changed tool: store its current refId. With
+        `expected_version`, only the toolset as it was at that version (see `show`)."""
         check_toolset_name(name)
         catalog = self.live_catalog()
         async with self.store.write() as conn:
             toolset = await load_toolset(conn, name)
+            if expected_version is not None:
+                check_version(toolset, expected_version)
             refs, repinned, unavailable = [], [], []
             for ref in toolset.tools:
                 tool, status = status_of(ref, catalog)
@@ -655,6 +687,92 @@ async def _insert_new(conn: AsyncConnection, toolset: Toolset, taken: ToolsetErr
         raise taken from None
 
 
+def _picked_refs(
+    tools: Any, catalog: Catalog, kept: tuple[ToolRef, ...] = ()
+) -> tuple[list[ToolRef], list[str]]:
+    """The references to store for the tools a person picked, and warnings: each resolved
+    against the live catalog, except one a toolset holds already (in `kept`), which stays as it
+    was stored. Refused as a whole when any cannot be resolved."""
+    if not isinstance(tools, list) or not tools:
+        raise ToolsetError("Toolset must include at least one tool")
+    if len(tools) > MAX_TOOLS:
+        raise ToolsetError(f"A toolset holds at most {MAX_TOOLS} tools; split this one.")
+    refs: list[ToolRef] = []
+    problems: list[str] = []
+    warnings: list[str] = []
+    for i, raw in enumerate(tools):
+        try:
+            asked = ToolRef.parse(raw)
+            ref = _stored_match(asked, kept) or _live_ref(asked, catalog)
+        except ToolsetError as exc:
+            problems.append(f"tools[{i}]: {exc}")
+            continue
+        if ref in refs:
+            warnings.append(f"{ref} was listed twice; it is included once.")
+        else:
+            refs.append(ref)
+    if problems:
+        raise ToolsetError("Invalid tool references:\n" + "\n".join(problems))
+    return refs, warnings
+
+
+def _stored_match(asked: ToolRef, stored: tuple[ToolRef, ...]) -> ToolRef | None:
+    for ref in stored:
+        if (asked.namespaced_name and asked.namespaced_name == ref.namespaced_name) or (
+            asked.ref_id and asked.ref_id == ref.ref_id
+        ):
+            return ref
+    return None
+
+
+def _live_ref(asked: ToolRef, catalog: Catalog) -> ToolRef:
+    tool = resolve(asked, catalog)
+    return ToolRef(tool.namespaced_name, tool.ref_id)
+
+
+def tool_matches(tool: CatalogTool, query: str) -> bool:
+    """Whether every word of `query` is in the tool's names, title or description (any case)."""
+    words = query.lower().split()
+    if not words:
+        return True
+    declared = tool.declared
+    title = declared.get("title") or (declared.get("annotations") or {}).get("title") or ""
+    text = " ".join(
+        str(part)
+        for part in (tool.namespaced_name, tool.exposed_name, title, declared.get("description") or "")
+    ).lower()
+    return all(word in text for word in words)
+
+
+def version_of(toolset: Toolset) -> str:
+    """A digest of what a toolset holds (description, tools, notes, maker), short enough for a
+    form's hidden field: any change to it gives another."""
+    content = {
+        "description": toolset.description,
+        "tools": [ref.as_json() for ref in toolset.tools],
+        "notes": [_notes_json(entry) for entry in toolset.notes],
+        "byPerson": toolset.made_by_person,
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_version(toolset: Toolset, expected: str) -> None:
+    """Refuse a change asked for against an older state of the toolset (a stale form)."""
+    if expected != version_of(toolset):
+        raise ToolsetError(
+            f'Toolset "{toolset.name}" changed since it was shown to you: look at it again, and '
+            "repeat the change if it still holds. Nothing was changed.",
+            ErrorKind.CONFLICT,
+        )
+
+
+def status_counts(info: dict[str, Any]) -> dict[str, int]:
+    """How many of a described toolset's tools are ok, changed and unavailable (no status is
+    known without a live catalog)."""
+    counts = Counter(tool.get("status") for tool in info["tools"])
+    return {status.value: counts.get(status.value, 0) for status in ToolStatus}
+
+
 def _tool_entry(tool: CatalogTool) -> dict[str, Any]:
     declared = tool.declared
     entry: dict[str, Any] = {
@@ -683,7 +801,7 @@ def _complete(ref: ToolRef, catalog: Catalog) -> ToolRef:
     return ToolRef(ref.namespaced_name or tool.namespaced_name, ref.ref_id or tool.ref_id)
 
 
-def _check_description(description: Any) -> str:
+def check_description(description: Any) -> str:
     if description is None:
         return ""
     if not isinstance(description, str):
@@ -755,7 +873,7 @@ def parse_toolset_document(document: Any, name: str | None = None) -> Toolset:
             refs.append(ref)
     return Toolset(
         name=name,
-        description=_check_description(document.get("description")),
+        description=check_description(document.get("description")),
         tools=tuple(refs),
         notes=_parse_notes(document.get("toolNotes")),
         created_at=_parse_time(document.get("createdAt")),

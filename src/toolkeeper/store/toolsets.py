@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, overload
 
-from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy import Table, delete, func, insert, not_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -178,6 +178,25 @@ async def set_tools(conn: AsyncConnection, name: str, refs: tuple[ToolRef, ...])
     toolset_id = await require_id(conn, name)
     await _write_tools(conn, toolset_id, refs)
     await touch(conn, toolset_id)
+
+
+async def set_description(conn: AsyncConnection, name: str, description: str) -> None:
+    toolset_id = await require_id(conn, name)
+    await conn.execute(update(toolsets).where(toolsets.c.id == toolset_id).values(description=description))
+    await touch(conn, toolset_id)
+
+
+async def keep_notes_of(conn: AsyncConnection, name: str, refs: tuple[ToolRef, ...]) -> int:
+    """Remove the notes of tools `refs` does not name (by namespacedName or refId, as notes
+    match their tool); how many went."""
+    toolset_id = await require_id(conn, name)
+    names = [r.namespaced_name for r in refs if r.namespaced_name]
+    ref_ids = [r.ref_id for r in refs if r.ref_id]
+    kept = or_(tool_notes.c.namespaced_name.in_(names), tool_notes.c.ref_id.in_(ref_ids))
+    gone = await conn.execute(
+        delete(tool_notes).where(tool_notes.c.toolset_id == toolset_id, not_(func.coalesce(kept, False)))
+    )
+    return gone.rowcount
 
 
 async def repin_notes(conn: AsyncConnection, name: str, old_ref_id: str, new_ref_id: str) -> None:

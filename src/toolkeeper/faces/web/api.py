@@ -8,31 +8,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from toolkeeper.faces.web import api_approvals, api_audit, api_tool, api_tools
-from toolkeeper.faces.web.face import JsonResponse, face_of
+from toolkeeper.faces.web import api_approvals, api_audit, api_servers, api_tool, api_tools, api_toolsets
+from toolkeeper.faces.web.face import JsonResponse
 from toolkeeper.faces.web.openapi import openapi_document
-from toolkeeper.services.inspect import server_rows
-
-
-async def servers(request: Request) -> Response:
-    """The servers and their state.
-    ---
-    summary: List the servers
-    description: Each configured server with its state, era, trust, tool count and last error.
-    responses:
-      200: {description: "`{servers: [...]}`"}
-      401: {description: No or a wrong token}
-    """
-    return JsonResponse({"servers": server_rows(face_of(request).gateway)})
 
 
 def documented_routes() -> list[BaseRoute]:
     """Every API route the OpenAPI document describes."""
     # The list's own paths (`/tools/bulk`) before one tool's (`/tools/{name}`).
     return [
-        Route("/servers", servers, methods=["GET"]),
+        *api_servers.ROUTES,
         *api_tools.ROUTES,
         *api_tool.ROUTES,
+        *api_toolsets.ROUTES,
         *api_approvals.ROUTES,
         *api_audit.ROUTES,
     ]

@@ -113,7 +113,7 @@ class AccessGate:
                 await _plain(scope, receive, send, 413, too_big)
                 return
             stored_csrf = None if fresh_csrf else csrf  # a request with no CSRF cookie cannot echo it
-            if not by_header and not csrf_matches(stored_csrf, _echoed_csrf(request, body)):
+            if not by_header and not csrf_matches(stored_csrf, await _echoed_csrf(request, body)):
                 await _plain(
                     scope,
                     receive,
@@ -175,13 +175,18 @@ class AccessGate:
         return b"".join(chunks)
 
 
-def _echoed_csrf(request: Request, body: bytes) -> str | None:
+async def _echoed_csrf(request: Request, body: bytes) -> str | None:
     header = request.headers.get(CSRF_HEADER)
     if header:
         return header
-    if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("application/x-www-form-urlencoded"):
         values = parse_qs(body.decode("latin-1")).get(CSRF_FIELD)
         return values[0] if values else None
+    if content_type.startswith("multipart/form-data"):  # a form that uploads a file
+        async with Request(request.scope, _replay(body)).form() as form:
+            value = form.get(CSRF_FIELD)
+        return value if isinstance(value, str) else None
     return None
 
 

@@ -1,6 +1,9 @@
-"""The overview: servers, toolsets and waiting approvals at a glance; the theme switch."""
+"""The overview: servers (with a reconnect button), toolsets and waiting approvals at a glance;
+the theme switch."""
 
 from __future__ import annotations
+
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -8,21 +11,35 @@ from starlette.routing import BaseRoute, Route
 
 from toolkeeper.faces.web.face import face_of, render
 from toolkeeper.services.inspect import server_rows
+from toolkeeper.services.servers import reconnect_server
 
 THEMES = ("auto", "light", "dark")
+# How many waiting calls the overview names; the inbox has them all.
+WAITING_SHOWN = 5
 
 
 async def overview(request: Request) -> Response:
     face = face_of(request)
+    waiting = await face.services.approvals.page(limit=WAITING_SHOWN)
+    reconnecting = request.query_params.get("reconnecting")
     return render(
         request,
         "overview.html",
         {
             "servers": server_rows(face.gateway),
             "toolsets": (await face.services.toolsets.saved()).get("toolsets", []),
-            "waiting": (await face.services.approvals.page()).get("calls", []),
+            "waiting": waiting["calls"],
+            "waiting_total": waiting["total"],
+            "reconnecting": reconnecting if reconnecting in {d.name for d in face.gateway.pool} else None,
         },
     )
+
+
+async def reconnect(request: Request) -> Response:
+    """Reconnect one server now, then back to the overview, which says so."""
+    name = request.path_params["name"]
+    reconnect_server(face_of(request).gateway, name)
+    return RedirectResponse("/?" + urlencode({"reconnecting": name}), status_code=303)
 
 
 async def theme(request: Request) -> Response:
@@ -37,5 +54,6 @@ async def theme(request: Request) -> Response:
 
 ROUTES: list[BaseRoute] = [
     Route("/", overview, name="overview"),
+    Route("/servers/{name}/reconnect", reconnect, methods=["POST"], name="reconnect"),
     Route("/theme", theme, methods=["POST"], name="theme"),
 ]
