@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import controllable
+from openapi_spec_validator import OpenAPIV31SpecValidator
 from web_support import config_for, running_dashboard
 
 from toolkeeper.faces.web.api import documented_routes
@@ -33,6 +34,16 @@ def test_every_api_route_is_documented_with_a_summary_and_its_answers() -> None:
         assert "200" in {str(code)[0] + "00" for code in operation.get("responses", {})}, (
             f"{method.upper()} {path} documents no success answer"
         )
+
+
+def test_the_document_is_valid_openapi_3_1() -> None:
+    # A docstring's YAML that parses but means something else (an unquoted description with a
+    # comma inside braces becomes a mapping) shows up here, not in the route test above.
+    problems = [
+        f"{'/'.join(map(str, error.path))}: {error.message}"
+        for error in OpenAPIV31SpecValidator(openapi_document(documented_routes())).iter_errors()
+    ]
+    assert problems == []
 
 
 def test_the_document_is_served_with_the_token(tmp_path: Path) -> None:

@@ -73,8 +73,8 @@ async def approve(request: Request) -> Response:
     responses:
       200: {description: The call as decided (`late` says whether it runs now or on a retry)}
       404: {description: No call has this ID}
-      409: {description: The call was already decided, or stopped waiting too long ago}
-      422: {description: A scope that is not known, or not offered for this call}
+      409: {description: "The call was already decided, or stopped waiting too long ago"}
+      422: {description: "A scope that is not known, or not offered for this call"}
     """
     body = await json_object(request)
     answer = parse_answer(body.get("scope", Answer.ONCE.value))
@@ -101,7 +101,7 @@ async def deny(request: Request) -> Response:
     responses:
       200: {description: The call as decided}
       404: {description: No call has this ID}
-      409: {description: The call was already decided, or is no longer waiting}
+      409: {description: "The call was already decided, or is no longer waiting"}
       422: {description: A reason that is not text}
     """
     body = await json_object(request)

@@ -149,7 +149,7 @@ async def put_hints(request: Request) -> Response:
               version:
                 {type: string, description: hints.version as read; 409 if the pins changed since}
     responses:
-      200: {description: what was pinned and cleared, and the tool's hints now}
+      200: {description: "what was pinned and cleared, and the tool's hints now"}
       404: {description: no such tool or toolset}
       409: {description: the pins changed since `version` was read}
       422: {description: an unknown field or a value of the wrong type}
@@ -226,7 +226,7 @@ async def post_notes(request: Request) -> Response:
               toolset: {type: string}
     responses:
       200: {description: the notes added and skipped}
-      404: {description: no such tool, no toolset equipped, or the tool is not in the toolset}
+      404: {description: "no such tool, no toolset equipped, or the tool is not in the toolset"}
       422: {description: a note without a name or text}
     """
     face, tool = _tool(request)
@@ -394,7 +394,7 @@ async def delete_confirm(request: Request) -> Response:
       - {name: toolset, in: query, schema: {type: string}}
     responses:
       200: {description: the mode in force now}
-      404: {description: no such tool, or it has no mode there}
+      404: {description: "no such tool, or it has no mode there"}
     """
     face, tool = _tool(request)
     toolset = request.query_params.get("toolset")

@@ -77,7 +77,7 @@ async def bulk(request: Request) -> Response:
       200: {description: '{"action", "done": [tools], "errors": [{tool, kind, message}], "message"}'}
       404: {description: the toolset or every tool was not found}
       409: {description: no tool could be changed (a conflict)}
-      422: {description: the request is not valid, or no tool could be changed}
+      422: {description: "the request is not valid, or no tool could be changed"}
     """
     body = await _json_object(request)
     options: dict[str, Any] = {k: body[k] for k in ("toolset", "mode", "hint", "value") if k in body}

@@ -70,7 +70,7 @@ async def build(request: Request) -> Response:
     responses:
       201: {description: The toolset was saved}
       409: {description: A toolset of that name exists}
-      422: {description: Bad name, description or tool references}
+      422: {description: "Bad name, description or tool references"}
       503: {description: The servers have not connected yet}
     """
     body = await json_object(request)

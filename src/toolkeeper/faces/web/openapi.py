@@ -4,6 +4,7 @@ the routes it describes. Served at `/api/openapi.json`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,4 +54,22 @@ def openapi_document(api_routes: Sequence[BaseRoute]) -> dict[str, Any]:
             "security": [{"token": []}],
         }
     )
-    return generator.get_schema([Mount(API_PREFIX, routes=list(api_routes))])
+    document = generator.get_schema([Mount(API_PREFIX, routes=list(api_routes))])
+    for path, item in document.get("paths", {}).items():
+        for operation in item.values():
+            _declare_path_parameters(path, operation)
+            # YAML reads `200:` as a number; OpenAPI's response keys are strings.
+            answers = operation.get("responses", {})
+            operation["responses"] = {str(code): answer for code, answer in answers.items()}
+    return document
+
+
+def _declare_path_parameters(path: str, operation: dict[str, Any]) -> None:
+    """Each `{name}` of the path as a required string parameter, where the operation does not
+    declare it itself: the route's path already says it, so no docstring repeats it."""
+    declared = {p.get("name") for p in operation.get("parameters", []) if p.get("in") == "path"}
+    missing = [name for name in re.findall(r"{([^}]+)}", path) if name not in declared]
+    operation["parameters"] = [
+        *({"name": name, "in": "path", "required": True, "schema": {"type": "string"}} for name in missing),
+        *operation.get("parameters", []),
+    ]
