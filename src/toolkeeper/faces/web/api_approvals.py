@@ -3,31 +3,14 @@ CLI's (with the dashboard as the channel), and the approval rules with revoke.""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from toolkeeper.errors import ErrorKind, ServiceError
-from toolkeeper.faces.web.face import BY_DASHBOARD, CHANNEL, JsonResponse, face_of
+from toolkeeper.faces.web.face import BY_DASHBOARD, CHANNEL, JsonResponse, face_of, json_object
 from toolkeeper.policy.model import Answer
 from toolkeeper.services.approvals import parse_answer
-
-
-async def json_object(request: Request) -> dict[str, Any]:
-    """The request's body as a JSON object; an empty body is an empty object."""
-    body = await request.body()
-    if not body.strip():
-        return {}
-    try:
-        parsed = json.loads(body)
-    except (ValueError, RecursionError):
-        raise ServiceError("The request body is not JSON; send a JSON object.", ErrorKind.INVALID) from None
-    if not isinstance(parsed, dict):
-        raise ServiceError("The request body must be a JSON object.", ErrorKind.INVALID)
-    return parsed
 
 
 def rule_number(text: str) -> int | str:
@@ -76,7 +59,7 @@ async def approve(request: Request) -> Response:
       409: {description: "The call was already decided, or stopped waiting too long ago"}
       422: {description: "A scope that is not known, or not offered for this call"}
     """
-    body = await json_object(request)
+    body = await json_object(request, required=False)
     answer = parse_answer(body.get("scope", Answer.ONCE.value))
     result = await face_of(request).services.approvals.approve(
         request.path_params["call_id"], answer, by=BY_DASHBOARD, channel=CHANNEL
@@ -104,7 +87,7 @@ async def deny(request: Request) -> Response:
       409: {description: "The call was already decided, or is no longer waiting"}
       422: {description: A reason that is not text}
     """
-    body = await json_object(request)
+    body = await json_object(request, required=False)
     reason = body.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise ServiceError("The reason is text; send it as a JSON string.", ErrorKind.INVALID)

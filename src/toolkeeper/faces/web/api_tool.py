@@ -14,11 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from toolkeeper import jsonwire
 from toolkeeper.annotations.hints import HINTS
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.errors import ErrorKind, ServiceError
-from toolkeeper.faces.web.face import JsonResponse, WebFace, face_of
+from toolkeeper.faces.web.face import JsonResponse, WebFace, face_of, json_object
 
 
 def find_tool(face: WebFace, name: str) -> CatalogTool:
@@ -74,24 +73,6 @@ async def tool_info(face: WebFace, tool: CatalogTool) -> dict[str, Any]:
 
 
 # -- parsing ----------------------------------------------------------------------------------
-
-
-def parse_json(text: str | bytes, what: str) -> Any:
-    """JSON a person or program sent, or a 422 that says what is wrong with it."""
-    try:
-        return jsonwire.loads(text.encode() if isinstance(text, str) else text)
-    except ValueError as exc:  # also what is nested too deeply
-        raise ServiceError(f"{what} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ServiceError(f"{what} is nested too deeply to be read as JSON.") from None
-
-
-async def json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object, or a 422."""
-    data = parse_json(await request.body(), "The body")
-    if not isinstance(data, dict):
-        raise ServiceError("The body must be a JSON object.")
-    return data
 
 
 def optional_text(value: Any, what: str) -> str | None:
@@ -155,7 +136,7 @@ async def put_hints(request: Request) -> Response:
       422: {description: an unknown field or a value of the wrong type}
     """
     face, tool = _tool(request)
-    body = await json_body(request)
+    body = await json_object(request)
     result = await face.services.hints.set(
         tool.namespaced_name,
         body.get("hints"),
@@ -230,7 +211,7 @@ async def post_notes(request: Request) -> Response:
       422: {description: a note without a name or text}
     """
     face, tool = _tool(request)
-    body = await json_body(request)
+    body = await json_object(request)
     toolset = optional_text(body.get("toolset"), "toolset")
     return JsonResponse(
         await face.services.toolsets.add_notes(tool.namespaced_name, body.get("notes"), toolset)
@@ -285,7 +266,7 @@ async def post_rule(request: Request) -> Response:
       422: {description: the rule is malformed}
     """
     face, tool = _tool(request)
-    body = await json_body(request)
+    body = await json_object(request)
     return JsonResponse(await face.services.rules.add(tool.namespaced_name, body.get("rule"), by_person=True))
 
 
@@ -309,7 +290,7 @@ async def put_rules(request: Request) -> Response:
       422: {description: a rule is malformed}
     """
     face, tool = _tool(request)
-    body = await json_body(request)
+    body = await json_object(request)
     version = optional_text(body.get("version"), "version")
     result = await face.services.rules.replace(
         tool.namespaced_name, body.get("rules"), by_person=True, version=version
@@ -351,7 +332,7 @@ async def test_rules(request: Request) -> Response:
       422: {description: the arguments cannot be resolved}
     """
     face, tool = _tool(request)
-    body = await json_body(request)
+    body = await json_object(request)
     return JsonResponse(await face.services.rules.test(tool.namespaced_name, body.get("arguments", {})))
 
 
@@ -375,7 +356,7 @@ async def put_confirm(request: Request) -> Response:
       422: {description: an unknown mode or a text too long}
     """
     face, tool = _tool(request)
-    body = await json_body(request)
+    body = await json_object(request)
     result = await face.services.policy.set_confirm_mode(
         tool.namespaced_name,
         body.get("mode"),
@@ -417,7 +398,7 @@ async def explain(request: Request) -> Response:
       422: {description: the arguments are not an object}
     """
     face, tool = _tool(request)
-    body = await json_body(request)
+    body = await json_object(request)
     return JsonResponse(await face.services.policy.explain(tool.namespaced_name, body.get("arguments")))
 
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from toolkeeper.faces.web.face import JsonResponse, face_of
-from toolkeeper.services.listing import ListingError, ToolQuery
+from toolkeeper.faces.web.face import JsonResponse, face_of, json_object
+from toolkeeper.services.listing import ToolQuery
 
 
 async def list_tools(request: Request) -> Response:
@@ -79,22 +78,12 @@ async def bulk(request: Request) -> Response:
       409: {description: no tool could be changed (a conflict)}
       422: {description: "the request is not valid, or no tool could be changed"}
     """
-    body = await _json_object(request)
+    body = await json_object(request)
     options: dict[str, Any] = {k: body[k] for k in ("toolset", "mode", "hint", "value") if k in body}
     services = face_of(request).services
     return JsonResponse(
         await services.listing.bulk(body.get("action"), body.get("tools"), options, by_person=True)
     )
-
-
-async def _json_object(request: Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        raise ListingError("The body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise ListingError('The body is a JSON object: {"tools": [...], "action": ...}.')
-    return body
 
 
 ROUTES: list[BaseRoute] = [

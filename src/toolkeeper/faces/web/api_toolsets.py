@@ -3,30 +3,13 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from toolkeeper.errors import ServiceError
-from toolkeeper.faces.web.face import JsonResponse, face_of
+from toolkeeper.faces.web.face import JsonResponse, face_of, json_object
 from toolkeeper.services.toolsets import status_counts
-
-
-async def json_object(request: Request, *, required: bool = True) -> dict[str, Any]:
-    """The request's body as a JSON object; a body that is not one is refused (422)."""
-    body = await request.body()
-    if not body.strip() and not required:
-        return {}
-    try:
-        value = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ServiceError(f"The request body is not valid JSON: {exc}.") from None
-    if not isinstance(value, dict):
-        raise ServiceError("The request body must be a JSON object.")
-    return value
 
 
 def flag(request: Request, name: str) -> bool:

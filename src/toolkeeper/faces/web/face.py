@@ -80,3 +80,25 @@ def render(
     }
     context = {**layout, **(context or {})}
     return face.templates.TemplateResponse(request, template, context, status_code=status_code)
+
+
+def parse_json(text: str | bytes, what: str) -> Any:
+    """JSON a person or program sent, or a 422 that says what is wrong with it."""
+    try:
+        return jsonwire.loads(text.encode() if isinstance(text, str) else text)
+    except ValueError as exc:  # also what is nested too deeply
+        raise ServiceError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ServiceError(f"{what} is nested too deeply to be read as JSON.") from None
+
+
+async def json_object(request: Request, *, required: bool = True) -> dict[str, Any]:
+    """The request's body as a JSON object, or a 422; an empty body is an empty object when the
+    body is not `required`."""
+    body = await request.body()
+    if not body.strip() and not required:
+        return {}
+    data = parse_json(body, "The request body")
+    if not isinstance(data, dict):
+        raise ServiceError("The request body must be a JSON object.")
+    return data

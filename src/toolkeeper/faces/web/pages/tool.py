@@ -24,8 +24,8 @@ from starlette.routing import BaseRoute, Route
 from toolkeeper.annotations.hints import HINTS
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.errors import ErrorKind, ServiceError, http_status
-from toolkeeper.faces.web.api_tool import find_tool, parse_json, tool_info
-from toolkeeper.faces.web.face import WebFace, face_of, render
+from toolkeeper.faces.web.api_tool import find_tool, tool_info
+from toolkeeper.faces.web.face import WebFace, face_of, parse_json, render
 from toolkeeper.policy.model import ConfirmMode
 from toolkeeper.services.hints import STALE
 
