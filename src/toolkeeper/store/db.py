@@ -643,7 +643,8 @@ class ThreadConnection:
         return result
 
     def _drop_sqlite_connection(self) -> None:
-        """After a failure the connection is made afresh: whatever state it was left in goes."""
+        """After a failure: the connection goes back to its pool, which rolls back whatever the
+        failure left open, and the next transaction checks it out again."""
         connection, self._sqlite_connection = self._sqlite_connection, None
         if connection is not None:
             with contextlib.suppress(Exception):
