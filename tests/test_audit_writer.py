@@ -168,7 +168,7 @@ async def test_a_gateway_that_stops_during_a_destructive_call_leaves_its_record(
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
-async def test_arguments_nested_past_the_limit_get_a_proper_error_and_within_it_run_and_are_recorded(
+async def test_arguments_nested_past_the_limit_get_a_proper_error_and_are_recorded_and_within_it_run(
     tmp_path: Path, transport: str
 ) -> None:
     config = gated_config(tmp_path)
@@ -199,8 +199,14 @@ async def test_arguments_nested_past_the_limit_get_a_proper_error_and_within_it_
             async with Client(url, mode="legacy") as client:
                 await calls(client)
             await eventually(lambda: stored(tmp_path, "gated__look"))
-    (record,) = audit_records(config)
-    assert record["outcome"] == "ok" and len(record["argumentsSha256"]) == 64
+    # The refused call is recorded too, with the error its client got and no digest of
+    # arguments nobody read.
+    await eventually(lambda: len(stored(tmp_path, "gated__look")) == 2)
+    refused_record, ran = sorted(audit_records(config), key=lambda record: record["outcome"] == "ok")
+    assert refused_record["outcome"] == "protocol_error" and refused_record["argumentsSha256"] == ""
+    assert "deeper than the 128 levels" in refused_record["detail"]
+    assert "the arguments were not read: the message nests 203 levels deep" in refused_record["detail"]
+    assert ran["outcome"] == "ok" and len(ran["argumentsSha256"]) == 64
 
 
 async def test_the_writers_thread_writes_ahead_and_completes_on_either_database(
@@ -252,6 +258,32 @@ async def test_a_write_ahead_the_store_refuses_lets_the_call_run_and_the_record_
         outcomes = sorted((row.detail, row.outcome) for row in await rows(store))
         assert outcomes == [(None, "isError"), (None, "ok")]
         assert "refuses records" in caplog.text
+        await writer.stop()
+
+
+async def test_the_writers_commits_reach_the_file_itself_through_the_checkpointer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolkeeper.store import db as store_db
+
+    monkeypatch.setattr(store_db, "CHECKPOINT_SECONDS", 0.0)
+    path = tmp_path / "audit.db"
+
+    def in_the_file_itself() -> list[tuple[str, str]]:
+        # Without the write-ahead log: what a copy of the file alone would hold.
+        with sqlite3.connect(f"{path.as_uri()}?immutable=1", uri=True) as db:
+            return list(db.execute("SELECT outcome, detail FROM audit_log WHERE kind = 'call'"))
+
+    async with Store(f"sqlite:///{path}") as store:
+        writer = AuditWriter(store, 30, home=tmp_path)
+        started = writer.start(a_record(detail="ahead"))
+        assert await writer.written(started) is True
+        writer.complete(started, outcome="ok", detail=None, latency_ms=3)
+        writer.add(a_record(detail="batched"))
+        assert await writer.flush() is True
+        # The writer's own connection never folds the log (its commits must not wait for the
+        # disk); the checkpointer's thread does, asked by the commits.
+        await eventually(lambda: set(in_the_file_itself()) == {("ok", None), ("ok", "batched")})
         await writer.stop()
 
 

@@ -33,8 +33,9 @@ MAX_NESTING = 128
 
 
 class NestedTooDeep(Exception):
-    """A message nested more than MAX_NESTING levels deep. `envelope`: its top level, every array
-    and object below it left empty, so the message can be answered under its own id."""
+    """A message nested more than MAX_NESTING levels deep. `envelope`: its top two levels, every
+    array and object below them left empty, so the message can be answered under its own id and
+    a call recorded under its name."""
 
     def __init__(self, depth: int, envelope: Any) -> None:
         super().__init__(f"nested {depth} levels deep, past the limit of {MAX_NESTING}")
@@ -60,7 +61,7 @@ def read(data: bytes) -> tuple[Any, str | None]:
     if data.count(b"[") + data.count(b"{") > MAX_NESTING:
         depth = nesting(data)
         if depth > MAX_NESTING:
-            raise NestedTooDeep(depth, loads(top_level(data)))
+            raise NestedTooDeep(depth, loads(top_levels(data, 2)))
     try:
         return orjson.loads(data), None
     except orjson.JSONDecodeError:
@@ -90,10 +91,11 @@ def nesting(data: bytes) -> int:
     return max(accumulate(steps, initial=0))
 
 
-def top_level(data: bytes) -> bytes:
-    """JSON text with every array and object below its top level emptied (`{"id":1,"params":
-    {…}}` becomes `{"id":1,"params":{}}`): what is needed to answer a message however deep the
-    rest of it goes."""
+def top_levels(data: bytes, levels: int = 1) -> bytes:
+    """JSON text with every array and object below its top `levels` emptied (at 1, `{"id":1,
+    "params":{…}}` becomes `{"id":1,"params":{}}`; at 2, `params` keeps its `name` and an empty
+    `arguments`): what is needed to answer a message, and name its call, however deep the rest
+    of it goes."""
     kept: list[bytes] = []
     depth = 0
     start = 0  # where the text being kept resumed
@@ -103,14 +105,14 @@ def top_level(data: bytes) -> bytes:
             continue
         run = token.end() - token.start()
         if first in b"[{":
-            if depth <= 1 < depth + run:  # this run opens a value below the top level
-                kept.append(data[start : token.start() + 2 - depth])
+            if depth <= levels < depth + run:  # this run opens a value below the kept levels
+                kept.append(data[start : token.start() + levels + 1 - depth])
             depth += run
         else:
-            if depth - run <= 1 < depth:  # this run closes the values below the top level
-                start = token.start() + depth - 2
+            if depth - run <= levels < depth:  # this run closes the values below the kept levels
+                start = token.start() + depth - levels - 1
             depth -= run
-    if depth <= 1:
+    if depth <= levels:
         kept.append(data[start:])
     return b"".join(kept)
 

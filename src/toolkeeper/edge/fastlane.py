@@ -22,9 +22,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolkeeper.edge.clients import CLIENT_INFO_META, Transport, identify
+from toolkeeper.pipeline.audit import ARGUMENTS_UNREAD
 from toolkeeper.pipeline.call import LOCAL_USER, Principal, ToolCall
 from toolkeeper.pipeline.stages import fast_lane_fits
-from toolkeeper.protocol import LOG_LEVEL_META, for_client_era, internal_error
+from toolkeeper.protocol import LOG_LEVEL_META, Refusal, for_client_era, internal_error
 
 if TYPE_CHECKING:
     from toolkeeper.runtime.gateway import Gateway
@@ -87,6 +88,41 @@ class FastLane:
             ),
         )
         return call if fast_lane_fits(call, self.gateway) else None
+
+    def record_refused(
+        self,
+        envelope: Any,
+        refused: Refusal,
+        depth: int,
+        *,
+        principal: Principal = LOCAL_USER,
+        session_id: str | None = None,
+    ) -> None:
+        """Record a `tools/call` whose message nested `depth` levels deep, past what the edge
+        reads, and was refused unread (`envelope`: its top two levels). Whichever lane would
+        have taken it, every call is in the audit log, with the error its client got."""
+        params = envelope.get("params") if isinstance(envelope, dict) else None
+        if (
+            not isinstance(envelope, dict)
+            or envelope.get("method") != "tools/call"
+            or not isinstance(params, dict)
+            or refused.answer is None
+        ):
+            return
+        name = params.get("name")
+        meta = params.get("_meta")  # emptied, as everything below the top two levels is
+        call = ToolCall(
+            name if isinstance(name, str) else "",
+            params,
+            isinstance(meta, dict) and PROTOCOL_VERSION_META in meta,
+            client=identify(
+                transport=self.transport, client_info=None, session_id=session_id, principal=principal
+            ),
+        )
+        error = refused.answer["error"]
+        call.error = MCPError(code=error["code"], message=error["message"])
+        call.extra[ARGUMENTS_UNREAD] = f"the message nests {depth} levels deep"
+        self.gateway.record_refused(call)
 
     async def answer(self, request_id: str | int, call: ToolCall) -> dict[str, Any]:
         """The JSON-RPC response to the call: its result, or the error it ended with."""

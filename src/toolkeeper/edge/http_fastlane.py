@@ -86,6 +86,10 @@ class HttpFastLane:
         except jsonwire.NestedTooDeep as exc:
             message = exc.envelope
             refused: Refusal | None = refusal(message, nested=exc.depth)
+            if refused is not None:
+                self.lane.record_refused(
+                    message, refused, exc.depth, principal=principal, session_id=headers.get("mcp-session-id")
+                )
         except ValueError as exc:
             refused = unreadable(str(exc))
         else:

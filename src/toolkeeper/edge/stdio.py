@@ -273,6 +273,8 @@ class StdioLink:
             except jsonwire.NestedTooDeep as exc:
                 message = exc.envelope
                 refused = refusal(message, nested=exc.depth)
+                if refused is not None and self._fast_lane is not None:
+                    self._fast_lane.record_refused(message, refused, exc.depth)
             except ValueError as exc:
                 await self._refuse(unreadable(str(exc)), line)
                 continue

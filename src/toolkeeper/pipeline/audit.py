@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import anyio
 from mcp.shared.exceptions import MCPError
 
-from toolkeeper.pipeline.audit_writer import AuditWriter, HintsHeld, Record, Started
+from toolkeeper.pipeline.audit_writer import AuditWriter, HintsHeld, Record, Started, UnreadArguments
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.policy.model import Decision
 
@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 # Where the record of a call recorded before it ran waits for its completion (`ToolCall.extra`).
 STARTED_RECORD = "audit_started"
+# Why a call's arguments were never read (`ToolCall.extra`): the edge refused its message.
+ARGUMENTS_UNREAD = "audit_arguments_unread"
 
 
 def reliably_read_only(call: ToolCall) -> bool:
@@ -82,6 +84,13 @@ class AuditLog:
             logger.exception("audit log: cannot record a call of %r", call.name)
         return None
 
+    def record_refused(self, call: ToolCall) -> None:
+        """The record of a call refused before any stage ran (see `Gateway.record_refused`)."""
+        try:
+            self.writer.add(self.record(call))
+        except Exception:  # recording must never fail the answer to the call it records
+            logger.exception("audit log: cannot record a call of %r", call.name)
+
     def record(self, call: ToolCall) -> Record:
         elapsed = time.monotonic() - call.started
         target = call.target
@@ -93,7 +102,8 @@ class AuditLog:
                 server, tool, ref_id = catalog_tool.server, catalog_tool.name, catalog_tool.ref_id
             else:
                 tool = target.exposed_name
-        arguments = call.arguments
+        unread = call.extra.get(ARGUMENTS_UNREAD)
+        arguments: Any = call.arguments if unread is None else UnreadArguments(unread)
         decision = call.decision
         outcome, detail = _outcome(call)
         principal = call.client.principal
@@ -110,7 +120,7 @@ class AuditLog:
             # The arguments as the call had them; the writer digests (and, if asked, keeps) them
             # off the call path.
             "arguments_sha256": arguments,
-            "arguments": arguments if self.keep_arguments else None,
+            "arguments": arguments if self.keep_arguments and unread is None else None,
             "hints": _hints(call),
             "decision": decision.final.value if decision else Decision.ALLOW.value,
             "decided_by": decision.decided_by if decision else "no policy",

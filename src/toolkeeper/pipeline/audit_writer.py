@@ -69,21 +69,33 @@ _NO_VALUES: Record = {
 }
 
 STARTED = "started"  # the outcome of a call recorded before it ran, until it is completed
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadArguments:
+    """In a record's place of arguments: they were never read, and why (the edge refused a
+    message nested too deep to read)."""
+
+    why: str
+
+
+_TIMED_OUT = "timed out"  # what a write-ahead's waiter holds when its caller stopped waiting
 GATEWAY_STOPPED = "gateway_stopped"
 
 
 class Started:
     """A call recorded before it runs. The loop's side sets `waiter` and `ended`; the thread's
-    side `row`, `written` and `dropped`."""
+    side `row`, `written`, `stored` and `dropped`."""
 
-    __slots__ = ("dropped", "ended", "record", "row", "waiter", "written")
+    __slots__ = ("dropped", "ended", "record", "row", "stored", "waiter", "written")
 
     def __init__(self, record: Record) -> None:
         self.record = record
-        self.waiter: asyncio.Future[None] | None = None
+        self.waiter: asyncio.Future[str | None] | None = None
         self.ended = False  # its completion was handed over
         self.row: Record | None = None
         self.written = False  # committed as started: its outcome goes as a completion
+        self.stored: Record | None = None  # the values it was committed with, for its completion
         self.dropped = False
 
 
@@ -197,8 +209,17 @@ class AuditWriter:
         waiter = started.waiter
         if waiter is None:
             return False
-        with anyio.move_on_after(self.write_ahead_seconds):
-            await asyncio.shield(waiter)
+        if not waiter.done():
+            # A timer, not a cancel scope and a shield: this wait is on every such call's path.
+            # Cancelled, the caller cancels only the waiter, which the writer then leaves alone.
+            timer = asyncio.get_running_loop().call_later(
+                self.write_ahead_seconds, _resolve, waiter, _TIMED_OUT
+            )
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+        if waiter.result() is not _TIMED_OUT:
             return True
         if not self._stalled:
             self._stalled = True
@@ -429,9 +450,7 @@ class AuditWriter:
             self._completions.append(done)
         elif started.row is not None:  # not written yet: it is written complete
             started.row.update(
-                audit_rows.storable(
-                    {"outcome": done.outcome, "detail": done.detail, "latency_ms": done.latency_ms}
-                )
+                {"outcome": done.outcome, "detail": done.detail, "latency_ms": done.latency_ms}
             )
 
     def _keep_within_bounds(self) -> None:
@@ -462,18 +481,20 @@ class AuditWriter:
             )
 
     def _next_batch(self) -> _Batch:
-        """The calls recorded before they ran first (their callers wait), then the oldest rows
-        and completions, a batch's worth; the gap record, if records were dropped, leads."""
+        """The calls recorded before they ran first, in a transaction of their own: their callers
+        wait for its commit, which the smallest transaction reaches soonest, and the rest is
+        written next, while those calls run. Then the oldest rows and completions, a batch's
+        worth. The gap record, if records were dropped, leads."""
         ahead = _popped(self._ahead, self.batch_size)
-        rows = _popped(self._rows, self.batch_size - len(ahead))
-        completions = _popped(self._completions, self.batch_size)
+        rows = [] if ahead else _popped(self._rows, self.batch_size)
+        completions = [] if ahead else _popped(self._completions, self.batch_size)
         with self._lock:
             gap, self._gap = (self._gap, _Gap()) if self._gap.count else (None, self._gap)
         return _Batch(ahead, rows, completions, gap)
 
     def _write_batch(self, batch: _Batch) -> bool:
         try:
-            self._append(batch)
+            stored = self._append(batch)
         except Exception as exc:  # whatever it is, the gateway runs on
             if not audit_rows.rejected_record(exc):
                 self._put_back(batch)
@@ -481,7 +502,7 @@ class AuditWriter:
                 return False
             # Not the store but something in the batch: keep every record it accepts.
             return self._write_one_by_one(batch)
-        self._written(batch)
+        self._written(batch, stored)
         self._accepted()
         return True
 
@@ -500,7 +521,7 @@ class AuditWriter:
                 raise StoreError(f"Cannot read or make the audit log's key: {exc}") from None
         return self._key
 
-    def _append(self, batch: _Batch) -> None:
+    def _append(self, batch: _Batch) -> dict[str, Record]:
         key = self._key_now()
         connection = self._connection_now()
         rows = [started.row for started in batch.ahead if started.row is not None]
@@ -508,7 +529,7 @@ class AuditWriter:
         if batch.gap is not None:
             rows.insert(0, gap_row(batch.gap, os.urandom(16).hex()))
         completions = [_completion_values(done) for done in batch.completions]
-        connection.transaction(lambda conn: audit_chain.append(conn, key, rows, completions))
+        return connection.transaction(lambda conn: audit_chain.append(conn, key, rows, completions))
 
     def _key_home(self) -> Path:
         if self.home is not None:
@@ -527,7 +548,7 @@ class AuditWriter:
             singles.insert(0, _Batch(gap=batch.gap))
         for index, single in enumerate(singles):
             try:
-                self._append(single)
+                stored = self._append(single)
             except Exception as exc:  # this record only
                 if not audit_rows.rejected_record(exc):
                     for rest in reversed(singles[index:]):
@@ -539,14 +560,15 @@ class AuditWriter:
                     started.dropped = True
                 self._release(single.ahead)
                 continue
-            self._written(single)
+            self._written(single, stored)
         self._accepted()
         return True
 
-    def _written(self, batch: _Batch) -> None:
+    def _written(self, batch: _Batch, stored: dict[str, Record]) -> None:
         for started in batch.ahead:
             if started.row is not None and started.row["outcome"] == STARTED:
                 started.written = True
+                started.stored = stored.get(started.row["id"])
         self._release(batch.ahead)
 
     def _release(self, ahead: Iterable[Started]) -> None:
@@ -628,21 +650,23 @@ def _resolve(future: asyncio.Future[Any], value: Any) -> None:
         future.set_result(value)
 
 
-def _resolve_all(futures: list[asyncio.Future[None]]) -> None:
+def _resolve_all(futures: list[asyncio.Future[str | None]]) -> None:
     for future in futures:
         _resolve(future, None)
 
 
 def _completion_values(done: Completion) -> Record:
-    assert done.started.row is not None
-    return audit_rows.storable(
-        {
-            "id": done.started.row["id"],
-            "outcome": done.outcome,
-            "detail": done.detail,
-            "latency_ms": done.latency_ms,
-        }
-    )
+    started = done.started
+    assert started.row is not None
+    values: Record = {
+        "id": started.row["id"],
+        "outcome": done.outcome,
+        "detail": done.detail,
+        "latency_ms": done.latency_ms,
+    }
+    if started.stored is not None:
+        values[audit_chain.STORED] = started.stored
+    return values
 
 
 # -- making rows (on the writer's thread) ------------------------------------------------------
@@ -655,19 +679,28 @@ def made_row(record: Record, fresh_id: str) -> Record:
     values = {**_NO_VALUES, "kind": "call", **record}
     values["id"] = record.get("id") or fresh_id
     arguments = record["arguments_sha256"]
-    try:
-        values["arguments_sha256"] = arguments_digest(arguments)
-        if record.get("arguments") is not None:
-            values["arguments"] = _arguments_text(record["arguments"])
-    except (RecursionError, ValueError, TypeError) as exc:
-        values["arguments_sha256"] = ""
-        values["arguments"] = None
-        unreadable = f"the arguments could not be serialised ({type(exc).__name__}): {shape(arguments)}"
-        values["detail"] = f"{values['detail']}; {unreadable}" if values.get("detail") else unreadable
+    if isinstance(arguments, UnreadArguments):
+        _no_arguments(values, f"the arguments were not read: {arguments.why}")
+    else:
+        try:
+            values["arguments_sha256"] = arguments_digest(arguments)
+            if record.get("arguments") is not None:
+                values["arguments"] = _arguments_text(record["arguments"])
+        except (RecursionError, ValueError, TypeError) as exc:
+            kind = type(exc).__name__
+            _no_arguments(values, f"the arguments could not be serialised ({kind}): {shape(arguments)}")
     values["at"] = datetime.fromtimestamp(record["at"], UTC)
     if values.get("hints") is not None:
         values["hints"] = _hints_text(values["hints"])
-    return audit_rows.storable(values)
+    return values  # made storable by the chain, which cuts every text it writes
+
+
+def _no_arguments(values: Record, why: str) -> None:
+    """A record whose arguments are not there to digest: no digest, and the detail says why."""
+    values["arguments_sha256"] = ""
+    values["arguments"] = None
+    detail = values.get("detail")
+    values["detail"] = f"{detail}; {why}" if detail else why
 
 
 def shape(value: Any) -> str:

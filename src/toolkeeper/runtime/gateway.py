@@ -28,7 +28,7 @@ from toolkeeper.downstreams.pool import CALLS_ENDED_POLL_SECONDS, Connect, Downs
 from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditAhead, AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
-from toolkeeper.pipeline.call import LOCAL_USER, Principal, Target
+from toolkeeper.pipeline.call import LOCAL_USER, Principal, Target, ToolCall
 from toolkeeper.pipeline.stages import Forward, Pipeline, standard_pipeline
 from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.policy.decide import Policy
@@ -126,11 +126,18 @@ class Gateway:
             else None
         )
         self.pipeline: Pipeline = standard_pipeline(self, decide=ApprovalGate(self))
+        self.audit_log: AuditLog | None = None
         if self.audit_writer is not None:
-            audit_log = AuditLog(self.audit_writer, keep_arguments=config.settings.audit_arguments)
-            self.pipeline = self.pipeline.with_stage(audit_log).with_stage(
-                AuditAhead(audit_log), before=Forward
+            self.audit_log = AuditLog(self.audit_writer, keep_arguments=config.settings.audit_arguments)
+            self.pipeline = self.pipeline.with_stage(self.audit_log).with_stage(
+                AuditAhead(self.audit_log), before=Forward
             )
+
+    def record_refused(self, call: ToolCall) -> None:
+        """Record a call the edge refused before the pipeline saw it (its message nested too
+        deep to read): every call is in the audit log, whatever its arguments."""
+        if self.audit_log is not None:
+            self.audit_log.record_refused(call)
 
     @property
     def listing(self) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +20,9 @@ from toolkeeper.store.tables import AUDIT_GAP, audit_log
 def rejected_record(exc: BaseException) -> bool:
     """Whether a write failed for what a record holds (a constraint, a value its column cannot
     take), not because the store refused (read-only, locked, full, unreachable)."""
-    return isinstance(exc.__cause__, IntegrityError | DataError) or not isinstance(exc, StoreError)
+    cause = exc.__cause__
+    rejected = (IntegrityError, DataError, sqlite3.IntegrityError, sqlite3.DataError)
+    return isinstance(cause, rejected) or not isinstance(exc, StoreError)
 
 
 @dataclass(frozen=True)
@@ -42,14 +45,18 @@ class RowPlan:
 _TEXT_LIMITS = {
     column.name: column.type.length or None for column in audit_log.columns if isinstance(column.type, String)
 }
+_ANY = 2**62  # the limit of a text that is not a column's, or of a column of any length
+_LONGEST = {name: limit or _ANY for name, limit in _TEXT_LIMITS.items()}
 
 
 def storable(values: Mapping[str, Any]) -> dict[str, Any]:
     """A record's values with every text as its column can hold it (see `storable_text`)."""
-    return {
-        name: storable_text(value, _TEXT_LIMITS.get(name)) if isinstance(value, str) else value
-        for name, value in values.items()
-    }
+    stored = dict(values)
+    for name, value in values.items():
+        # Most texts are short ASCII, which every column holds as it is: checked inline.
+        if isinstance(value, str) and (not value.isascii() or len(value) > _LONGEST.get(name, _ANY)):
+            stored[name] = storable_text(value, _TEXT_LIMITS.get(name))
+    return stored
 
 
 def storable_text(value: str, limit: int | None) -> str:

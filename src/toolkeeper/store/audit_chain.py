@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import secrets
+import sqlite3
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ FINGERPRINT_TEXT = b"toolkeeper audit key"
 
 STARTED = "started"  # the outcome of a call recorded before it ran, until it completes
 RECORD, DONE = "record", "done"  # the other phases (STARTED is one too)
+STORED = "stored"  # a completion's key for the values its started record was stored with
 CALL, GAP, ANCHOR = AUDIT_CALL, AUDIT_GAP, AUDIT_ANCHOR
 
 # What a record's MAC covers, in this order. A column added to `audit_log` must be added here
@@ -315,9 +317,30 @@ _MOVE_HEAD = text(
 )
 
 
+# The same head statements for the standard library's SQLite driver, run on it directly.
+_LOCK_HEAD_SQLITE = "UPDATE audit_chain SET seq = seq WHERE name = ? RETURNING seq, mac, key_fingerprint"
+_MOVE_HEAD_SQLITE = "UPDATE audit_chain SET seq = ?, mac = ?, key_fingerprint = ? WHERE name = ?"
+
+
+def _sqlite_driver(conn: Connection) -> sqlite3.Connection | None:
+    """The standard library's SQLite connection under `conn`, when that is its driver. An append's
+    few statements go to it directly: SQLAlchemy's handling of a statement costs several times
+    what SQLite takes to run it, and a call recorded before it runs waits for the whole append."""
+    if conn.dialect.name != "sqlite":
+        return None
+    driver = conn.connection.driver_connection
+    return driver if isinstance(driver, sqlite3.Connection) else None
+
+
 def _lock_head(conn: Connection) -> _Head:
     """The chain's head, locked until the transaction ends (an UPDATE takes the row's lock on
     PostgreSQL and the write lock on SQLite, where a read first could not be upgraded safely)."""
+    driver = _sqlite_driver(conn)
+    if driver is not None:
+        rows = driver.execute(_LOCK_HEAD_SQLITE, (HEAD,)).fetchall()
+        if rows:
+            seq, mac, fingerprint = rows[0]
+            return _Head(int(seq), str(mac), fingerprint)
     found = conn.execute(_LOCK_HEAD, {"name": HEAD}).first()
     if found is None:
         # Deleted: made again from the newest entry there is, so records keep being written;
@@ -326,6 +349,23 @@ def _lock_head(conn: Connection) -> _Head:
         conn.execute(_MAKE_HEAD, {"name": HEAD, "seq": seq, "mac": mac})
         found = conn.execute(_LOCK_HEAD, {"name": HEAD}).one()
     return _Head(int(found.seq), str(found.mac), found.key_fingerprint)
+
+
+def _move_head(conn: Connection, head: _Head, key: ChainKey) -> None:
+    driver = _sqlite_driver(conn)
+    if driver is not None:
+        driver.execute(_MOVE_HEAD_SQLITE, (head.seq, head.mac, key.fingerprint, HEAD))
+        return
+    conn.execute(_MOVE_HEAD, {"seq": head.seq, "mac": head.mac, "fingerprint": key.fingerprint, "name": HEAD})
+
+
+def _execute_many(conn: Connection, sql: str, rows: list[Any]) -> None:
+    """A statement compiled for this database, once per row given as its driver takes it."""
+    driver = _sqlite_driver(conn)
+    if driver is not None:
+        driver.executemany(sql, rows)
+    else:
+        conn.exec_driver_sql(sql, rows)
 
 
 def _newest_entry(conn: Connection) -> tuple[int, str]:
@@ -357,19 +397,21 @@ def append(
     key: ChainKey,
     rows: Sequence[Mapping[str, Any]],
     completions: Sequence[Mapping[str, Any]] = (),
-) -> None:
+) -> dict[str, dict[str, Any]]:
     """Write `rows` (values keyed by column; `kind` "call", "gap" or "anchor"; a call recorded
     before it runs has outcome "started") and complete earlier started calls with `completions`
-    (each: `id`, `outcome`, `detail`, `latency_ms`), in the caller's transaction. Each new row and
-    each completion takes the chain's next place. Text is cut to what its column takes.
+    (each: `id`, `outcome`, `detail`, `latency_ms`, and optionally `STORED`: the values an earlier
+    append returned for it, so that it need not be read back), in the caller's transaction. Each
+    new row and each completion takes the chain's next place. Text is cut to what its column
+    takes. The values stored for the rows written as started and not completed, by id.
 
     A completion of a record that is not there as started (retention deleted it, or it was
     completed already) is logged and left out."""
     if not rows and not completions:
-        return
+        return {}
     head = _lock_head(conn)
     _check_key(head, key)
-    _write(conn, head, key, rows, completions)
+    return _write(conn, head, key, rows, completions)
 
 
 def _write(
@@ -378,8 +420,8 @@ def _write(
     key: ChainKey,
     rows: Sequence[Mapping[str, Any]],
     completions: Sequence[Mapping[str, Any]] = (),
-) -> None:
-    """Append under the locked head, then move it."""
+) -> dict[str, dict[str, Any]]:
+    """Append under the locked head, then move it; the values of the rows left started, by id."""
     statements = _statements_for(conn.dialect)
     if head.seq == 0:
         _add_row(head, key, statements, _start_anchor(conn))
@@ -389,10 +431,11 @@ def _write(
         if values["outcome"] == STARTED:
             started[values["id"]] = values
     if head.made:
-        conn.exec_driver_sql(statements.rows.sql, head.made)
+        _execute_many(conn, statements.rows.sql, head.made)
     if completions:
         _complete(conn, head, key, statements, completions, started)
-    conn.execute(_MOVE_HEAD, {"seq": head.seq, "mac": head.mac, "fingerprint": key.fingerprint, "name": HEAD})
+    _move_head(conn, head, key)
+    return started
 
 
 def _storable(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -414,6 +457,16 @@ def _storable(row: Mapping[str, Any]) -> dict[str, Any]:
     return storable(values)
 
 
+def _result_values(done: Mapping[str, Any]) -> dict[str, Any]:
+    """A completion's result columns as the store will hand them back (the record's other
+    values are stored already)."""
+    result = storable({column: done.get(column) for column in RESULT_COLUMNS})
+    latency = result["latency_ms"]
+    if latency is not None and not isinstance(latency, int):
+        result["latency_ms"] = int(latency)
+    return result
+
+
 def _add_row(head: _Head, key: ChainKey, statements: _Statements, row: Mapping[str, Any]) -> dict[str, Any]:
     values = _storable(row)
     phase = STARTED if values["outcome"] == STARTED else RECORD
@@ -432,7 +485,12 @@ def _complete(
     completions: Sequence[Mapping[str, Any]],
     started: dict[str, dict[str, Any]],
 ) -> None:
-    wanted = [done["id"] for done in completions if done["id"] not in started]
+    wanted = [done["id"] for done in completions if done["id"] not in started and STORED not in done]
+    known = {done["id"]: done[STORED] for done in completions if done["id"] not in started and STORED in done}
+    if known:
+        # Values this writer stored itself: only whether the record is still there as started
+        # is asked, not its content.
+        started.update((found, known[found]) for found in _still_started(conn, list(known)))
     if wanted:
         found = conn.execute(
             select(*(audit_log.c[column] for column in CONTENT_COLUMNS)).where(
@@ -455,7 +513,7 @@ def _complete(
                 done.get("outcome"),
             )
             continue
-        result = _storable({**values, **{column: done.get(column) for column in RESULT_COLUMNS}})
+        result = {**values, **_result_values(done)}
         head.seq += 1
         head.mac = entry_mac(key.secret, head.mac, head.seq, DONE, content(result, DONE))
         bound = {
@@ -470,7 +528,30 @@ def _complete(
             tuple(bound[name] for name in statements.complete_columns) if statements.positional else bound
         )
     if updates:
-        conn.exec_driver_sql(statements.complete_sql, updates)
+        _execute_many(conn, statements.complete_sql, updates)
+
+
+def _still_started(conn: Connection, ids: list[str]) -> list[str]:
+    """Which of these records are in the chain as started and not completed yet."""
+    driver = _sqlite_driver(conn)
+    if driver is not None:
+        marks = ",".join("?" * len(ids))
+        found = driver.execute(
+            f"SELECT id FROM audit_log WHERE id IN ({marks}) AND seq IS NOT NULL AND done_seq IS NULL "
+            "AND outcome = ?",
+            (*ids, STARTED),
+        )
+        return [row[0] for row in found]
+    return list(
+        conn.execute(
+            select(audit_log.c.id).where(
+                audit_log.c.id.in_(ids),
+                audit_log.c.seq.is_not(None),
+                audit_log.c.done_seq.is_(None),
+                audit_log.c.outcome == STARTED,
+            )
+        ).scalars()
+    )
 
 
 def _start_anchor(conn: Connection) -> dict[str, Any]:

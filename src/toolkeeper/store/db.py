@@ -22,6 +22,8 @@ import os
 import secrets
 import shutil
 import sqlite3
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, closing
 from dataclasses import dataclass
@@ -48,6 +50,9 @@ logger = logging.getLogger(__name__)
 STORE_FILE = "toolkeeper.db"
 SQLITE_BUSY_SECONDS = 10.0
 MIGRATIONS = Path(__file__).parent / "migrations"
+# How long after a file's last change its times are trusted to show the next one (file times
+# move in clock ticks of a few milliseconds).
+_SETTLED_NS = 50_000_000
 
 
 class StoreError(ServiceError):
@@ -140,6 +145,8 @@ class Store:
         # the identity SQLite reports for the store (what the header holds once the log is folded).
         self._identity: _FileIdentity | None = None
         self._store_id: int | None = None
+        # The header identity last read, and the file's state then (see `_header_of`).
+        self._header_seen: tuple[tuple[int, ...], int] | None = None
         self._loss_reported = False
 
     @classmethod
@@ -297,7 +304,21 @@ class Store:
             return None
         if stat.st_size == 0:
             return None
-        return _FileIdentity(stat.st_dev, stat.st_ino, _header_identity(self.path))
+        return _FileIdentity(stat.st_dev, stat.st_ino, self._header_of(self.path, stat))
+
+    def _header_of(self, path: Path, stat: os.stat_result) -> int:
+        """The header's identity, read again only when the file may have changed since it was last
+        read: another inode, size, modification or change time (the change time no program can
+        set back), or a change so recent that the clock's granularity could hide the next one.
+        A commit in WAL mode does not touch the file, so most commits cost a `stat` only."""
+        state = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+        seen = self._header_seen
+        settled = time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _SETTLED_NS
+        if seen is not None and seen[0] == state and settled:
+            return seen[1]
+        header = _header_identity(path)
+        self._header_seen = (state, header) if settled else None
+        return header
 
     def _is_the_opened_file(self) -> bool:
         opened = self._identity
@@ -536,7 +557,9 @@ def _use_explicit_sqlite_transactions(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def on_begin(conn: Any) -> None:
-        conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
+        begin = conn.get_execution_options().get("sqlite_begin", "BEGIN")
+        if begin:  # "": the transaction was begun on the driver's connection already
+            conn.exec_driver_sql(begin)
 
 
 Result = TypeVar("Result")
@@ -550,13 +573,20 @@ class ThreadConnection:
 
     SQLite: the standard library's driver, synchronously. Its commits do not wait for the disk
     (`synchronous=NORMAL`): in WAL mode a commit then survives the process being killed, only
-    not the machine losing power, and it costs a tenth of a commit that waits for the disk.
+    not the machine losing power, and it costs a tenth of a commit that waits for the disk. Nor
+    do they fold the write-ahead log into the file: a `Checkpointer` on a thread of its own does
+    that, at most every `CHECKPOINT_SECONDS` (SQLite's own fold, every thousand pages, would
+    wait for the disk inside one commit in a hundred, and fold the same pages over and over).
     PostgreSQL: asyncpg (the only driver installed) on an event loop private to this connection.
     """
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._sqlite: Engine | None = None
+        # Kept open between transactions: checking a connection out of the pool and back (with
+        # its reset) for every transaction cost as much as a small transaction itself.
+        self._sqlite_connection: Connection | None = None
+        self._checkpointer: Checkpointer | None = None
         self._runner: asyncio.Runner | None = None
         self._postgres: AsyncEngine | None = None
 
@@ -567,7 +597,8 @@ class ThreadConnection:
             return self._postgres_transaction(work)
         except StoreError:
             raise
-        except (SQLAlchemyError, OSError) as exc:
+        except (SQLAlchemyError, OSError, sqlite3.Error) as exc:
+            # The driver's own errors too: some statements go to SQLite's driver directly.
             raise StoreError(self.store._explain(exc)) from exc
 
     def _sqlite_transaction(self, work: Callable[[Connection], Result]) -> Result:
@@ -584,14 +615,40 @@ class ThreadConnection:
             @event.listens_for(engine, "connect")
             def commit_without_waiting_for_the_disk(dbapi_connection: Any, _record: Any) -> None:
                 dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+                dbapi_connection.execute("PRAGMA wal_autocheckpoint=0")
 
             self._sqlite = engine
-        with self._sqlite.connect() as conn:
-            conn = conn.execution_options(sqlite_begin="BEGIN IMMEDIATE")
-            with conn.begin():
-                result = work(conn)
-                self.store._check_identity()
+            if self.store.path is not None:
+                self._checkpointer = Checkpointer(self.store.path)
+        if self._sqlite_connection is None:
+            self._sqlite_connection = self._sqlite.connect().execution_options(sqlite_begin="")
+        conn = self._sqlite_connection
+        # Begun and committed on the driver's connection: SQLAlchemy's own begin and commit cost
+        # more than the statements of a small append. A statement `work` runs through SQLAlchemy
+        # joins the transaction begun here (its "begin" emits nothing: `sqlite_begin` is empty).
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, sqlite3.Connection)
+        try:
+            driver.execute("BEGIN IMMEDIATE")
+            result = work(conn)
+            self.store._check_identity()
+            driver.commit()
+            if conn.in_transaction():
+                conn.commit()  # ends SQLAlchemy's view of it; the driver has nothing left to commit
+        except BaseException:
+            self._drop_sqlite_connection()
+            raise
+        if self._checkpointer is not None:
+            self._checkpointer.committed()
         return result
+
+    def _drop_sqlite_connection(self) -> None:
+        """After a failure: the connection goes back to its pool, which rolls back whatever the
+        failure left open, and the next transaction checks it out again."""
+        connection, self._sqlite_connection = self._sqlite_connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.close()
 
     def _postgres_transaction(self, work: Callable[[Connection], Result]) -> Result:
         if self._runner is None:
@@ -610,6 +667,10 @@ class ThreadConnection:
         return self._runner.run(in_transaction())
 
     def close(self) -> None:
+        self._drop_sqlite_connection()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
         if self._sqlite is not None:
             self._sqlite.dispose()
             self._sqlite = None
@@ -620,3 +681,50 @@ class ThreadConnection:
                 self._postgres = None
             self._runner.close()
             self._runner = None
+
+
+CHECKPOINT_SECONDS = 1.0
+
+
+class Checkpointer:
+    """Folds a SQLite store's write-ahead log into its file from a thread and connection of its
+    own, at most every `CHECKPOINT_SECONDS` after a commit asks (`committed`). Passive: it never
+    waits for a writer, and no writer waits for it; the disk is waited for here only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._due = threading.Event()
+        self._closing = False
+        self._last = time.monotonic()
+        self._thread: threading.Thread | None = None
+
+    def committed(self) -> None:
+        if time.monotonic() - self._last < CHECKPOINT_SECONDS or self._due.is_set():
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._work, name="toolkeeper-store-checkpoint", daemon=True
+            )
+            self._thread.start()
+        self._due.set()
+
+    def close(self) -> None:
+        self._closing = True
+        self._due.set()
+        if self._thread is not None:
+            self._thread.join(SQLITE_BUSY_SECONDS)
+            self._thread = None
+
+    def _work(self) -> None:
+        with closing(sqlite3.connect(self.path, timeout=SQLITE_BUSY_SECONDS, check_same_thread=False)) as db:
+            while True:
+                self._due.wait()
+                # Cleared first: a commit during the checkpoint asks for the next one.
+                self._due.clear()
+                if self._closing:
+                    return
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error as exc:  # the next commit asks again; SQLite folds on close too
+                    logger.debug("store %s: checkpoint failed: %s", self.path, exc)
+                self._last = time.monotonic()
