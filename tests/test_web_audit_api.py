@@ -17,7 +17,6 @@ from web_support import Dashboard, config_for, running_dashboard
 from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.store import audit_chain
 
-NOW = datetime.now(UTC)
 
 
 @pytest.fixture
@@ -33,12 +32,15 @@ async def write_records(board: Dashboard) -> None:
     assert board.gateway.store is not None
     key = partial(audit_chain.chain_key, board.config.settings)
     writer = AuditWriter(board.gateway.store, 30, key=key)
+    # Taken when the records are written, not when the module is imported: the test's windows
+    # ("since 65m") are reckoned from the moment of the request.
+    now = datetime.now(UTC)
     for minutes in range(8, 0, -1):
         denied = minutes in (6, 3)
         writer.add(
             a_record(
                 "ctl__echo" if minutes % 2 else "ctl__pid",
-                at=NOW - timedelta(minutes=minutes * 10),
+                at=now - timedelta(minutes=minutes * 10),
                 decision="deny" if denied else "allow",
                 outcome="not_run" if denied else "ok",
                 client_name="other-client" if minutes == 5 else "audit-web",
@@ -50,7 +52,7 @@ async def write_records(board: Dashboard) -> None:
     assert await writer.flush() is True
     dropping = AuditWriter(board.gateway.store, 30, key=key, max_waiting=2)
     for seconds in range(5):
-        dropping.add(a_record(at=NOW - timedelta(seconds=50 - seconds), client_name="dropped"))
+        dropping.add(a_record(at=now - timedelta(seconds=50 - seconds), client_name="dropped"))
     assert await dropping.flush() is True
 
 
@@ -146,8 +148,9 @@ def test_the_page_filters_pages_and_shows_gaps_as_gaps(board: Dashboard) -> None
 async def more_records(board: Dashboard, count: int) -> None:
     assert board.gateway.store is not None
     writer = AuditWriter(board.gateway.store, 30, key=partial(audit_chain.chain_key, board.config.settings))
+    now = datetime.now(UTC)
     for number in range(count):
-        writer.add(a_record(at=NOW - timedelta(hours=2, seconds=number), client_name="audit-web"))
+        writer.add(a_record(at=now - timedelta(hours=2, seconds=number), client_name="audit-web"))
     assert await writer.flush() is True
 
 
