@@ -18,7 +18,6 @@ from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.store import audit_chain
 
 
-
 @pytest.fixture
 def board(tmp_path: Path) -> Iterator[Dashboard]:
     with running_dashboard(config_for(tmp_path, {"ctl": controllable()})) as running:
