@@ -246,3 +246,27 @@ def test_the_confirm_form_sets_and_clears_the_mode(board: Dashboard) -> None:
     assert '<option value="always" selected>' in page.text and 'value="Look first."' in page.text
     assert form(board, "/confirm", {"mode": ""}).status_code == 303
     assert api(board, "GET", GET_NOTE).json()["confirmModes"] == []
+
+
+def test_the_page_edits_a_toolsets_pins_and_confirm_mode_beside_the_global_ones(board: Dashboard) -> None:
+    equip_in_process(board, "nb.get_note", "nb.edit_note")
+    assert board.client.get(f"/tools/{GET_NOTE}?scope=missing").status_code == 404
+    page = board.client.get(f"/tools/{GET_NOTE}?scope=notebook")
+    assert page.status_code == 200 and '<option value="notebook" selected>' in page.text
+    version = api(board, "GET", GET_NOTE, scope="notebook").json()["hints"]["version"]
+    saved = form(board, "/hints", {"readOnlyHint": "true", "version": version, "scope": "notebook"})
+    assert saved.status_code == 303
+    assert saved.headers["location"] == f"/tools/{GET_NOTE}?done=hints&scope=notebook"
+    pins = board.call(board.gateway.services.hints.overrides)  # type: ignore[union-attr]
+    assert pins.pins("nb.get_note", "notebook").fields == {"readOnlyHint": True}
+    assert not pins.pins("nb.get_note").fields  # the global pins are untouched
+    scoped = api(board, "GET", GET_NOTE, scope="notebook").json()["hints"]
+    assert scoped["scope"] == "notebook" and scoped["pinned"] == {"readOnlyHint": True}
+    assert api(board, "GET", GET_NOTE).json()["hints"]["pinned"] == {}
+
+    assert form(board, "/confirm", {"mode": "always", "scope": "notebook"}).status_code == 303
+    modes = api(board, "GET", GET_NOTE).json()["confirmModes"]
+    assert [(m["toolset"], m["mode"]) for m in modes] == [("notebook", "always")]
+    shown = board.client.get(f"/tools/{GET_NOTE}?scope=notebook").text
+    assert '<option value="always" selected>' in shown
+    assert '<option value="always" selected>' not in board.client.get(f"/tools/{GET_NOTE}").text

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from toolkeeper.annotations.effective import GLOBAL
 from toolkeeper.annotations.hints import HINTS
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.errors import ErrorKind, ServiceError
@@ -32,14 +33,15 @@ def find_tool(face: WebFace, name: str) -> CatalogTool:
     return tool
 
 
-async def tool_info(face: WebFace, tool: CatalogTool) -> dict[str, Any]:
+async def tool_info(face: WebFace, tool: CatalogTool, scope: str | None = None) -> dict[str, Any]:
     """Everything the tool page shows: the entry clients are listed, the hints with what each
-    would inherit, the notes, rules and confirm modes."""
+    would inherit, the notes, rules and confirm modes. `scope` names a toolset: the hints as
+    they are while it is equipped, and its pins (None: the global ones)."""
     gateway, services = face.gateway, face.services
     entry, listed = gateway.as_listed(tool)
-    explained = await services.hints.explain(tool.namespaced_name)
+    explained = await services.hints.explain(tool.namespaced_name, scope)
     fields = explained["fields"]
-    global_pins = (await services.hints.overrides()).pins(tool.namespaced_name).fields
+    pins = (await services.hints.overrides()).pins(tool.namespaced_name, scope or GLOBAL).fields
     modes = (await services.policy.confirm_modes())["modes"]
     toolset = gateway.toolset
     return {
@@ -53,8 +55,9 @@ async def tool_info(face: WebFace, tool: CatalogTool) -> dict[str, Any]:
         "hints": {
             "version": await services.hints.version(tool.namespaced_name),
             "fields": fields,
-            "pinnedGlobally": dict(global_pins),
-            "inherited": await services.hints.inherited(tool.namespaced_name),
+            "scope": scope,
+            "pinned": dict(pins),
+            "inherited": await services.hints.inherited(tool.namespaced_name, scope),
             "parameters": explained["parameters"],
             "trust": explained["trust"],
             "inferHints": explained["inferHints"],
@@ -101,15 +104,20 @@ async def get_tool(request: Request) -> Response:
     summary: One tool with everything the tool page shows
     parameters:
       - {name: name, in: path, required: true, schema: {type: string}, description: the exposed tool name}
+      - name: scope
+        in: query
+        required: false
+        schema: {type: string}
+        description: a toolset, for its pins and the hints while it is equipped
     responses:
       200:
         description: >-
           listing (the tools/list entry clients get now, notes included), listed, hints (fields,
-          inherited, version), notes, rules, confirmModes
-      404: {description: no such tool}
+          scope, pinned, inherited, version), notes, rules, confirmModes
+      404: {description: no such tool or toolset}
     """
     face, tool = _tool(request)
-    return JsonResponse(await tool_info(face, tool))
+    return JsonResponse(await tool_info(face, tool, request.query_params.get("scope") or None))
 
 
 async def put_hints(request: Request) -> Response:

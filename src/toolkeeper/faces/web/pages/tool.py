@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from toolkeeper.annotations.effective import GLOBAL
 from toolkeeper.annotations.hints import HINTS
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.errors import ErrorKind, ServiceError, http_status
@@ -55,8 +56,15 @@ def _page_url(tool: CatalogTool) -> str:
     return "/tools/" + quote(tool.exposed_name, safe="")
 
 
-def _done(tool: CatalogTool, notice: str) -> Response:
-    return RedirectResponse(f"{_page_url(tool)}?done={notice}", status_code=303)
+def _done(tool: CatalogTool, notice: str, scope: str | None = None) -> Response:
+    kept = f"&scope={quote(scope, safe='')}" if scope else ""
+    return RedirectResponse(f"{_page_url(tool)}?done={notice}{kept}", status_code=303)
+
+
+def _scope(given: str | None) -> str | None:
+    """The toolset whose pins and confirm mode the page edits (a page address's or a form's
+    `scope`); None: the global ones. The services refuse a toolset that does not exist."""
+    return (given or "").strip() or None
 
 
 def _tool(request: Request) -> tuple[WebFace, CatalogTool]:
@@ -73,8 +81,9 @@ async def _page(
     values: Mapping[str, str] | None = None,
     results: Mapping[str, Any] | None = None,
     status: int = 200,
+    scope: str | None = None,
 ) -> Response:
-    info = await tool_info(face, tool)
+    info = await tool_info(face, tool, scope)
     no_arguments: dict[str, Any] | None = None
     no_arguments_refused = None
     try:
@@ -88,6 +97,8 @@ async def _page(
         "no_arguments": no_arguments,
         "no_arguments_refused": no_arguments_refused,
         "modes": [m.value for m in ConfirmMode],
+        "scope": scope,
+        "scopes": await face.services.toolsets.names(),
         "choices": CHOICES,
         "hint_names": HINTS,
         "notice": NOTICES.get(request.query_params.get("done", "")),
@@ -103,9 +114,21 @@ async def _refused(
 ) -> Response:
     """The page again, with the service's message beside the form that was sent, and what was typed."""
     values = {key: value for key, value in form.items() if isinstance(value, str) and key != "csrf"}
-    return await _page(
-        request, face, tool, errors={where: str(error)}, values=values, status=http_status(error.kind)
-    )
+    scope = _scope(_field(form, "scope"))
+    try:
+        return await _page(
+            request,
+            face,
+            tool,
+            errors={where: str(error)},
+            values=values,
+            status=http_status(error.kind),
+            scope=scope,
+        )
+    except ServiceError:  # the scope itself is what was refused: the page as it is globally
+        return await _page(
+            request, face, tool, errors={where: str(error)}, values=values, status=http_status(error.kind)
+        )
 
 
 # -- the page ---------------------------------------------------------------------------------
@@ -113,12 +136,13 @@ async def _refused(
 
 async def show(request: Request) -> Response:
     face, tool = _tool(request)
-    return await _page(request, face, tool)
+    return await _page(request, face, tool, scope=_scope(request.query_params.get("scope")))
 
 
 def hint_changes(form: FormData, pinned: Mapping[str, Any]) -> dict[str, Any]:
-    """What the editor asks to change against the tool's global pins: a value to pin, None to
-    unpin. A hint left as it is pinned (or left inheriting) is not named."""
+    """What the editor asks to change against the tool's pins: a value to pin, None to
+    unpin. A hint left as it is pinned (or left inheriting) is not named. `pinned`: the pins of
+    the scope the form edits."""
     changes: dict[str, Any] = {}
     for hint in HINTS:
         choice = _field(form, hint) or "inherit"
@@ -140,33 +164,38 @@ def hint_changes(form: FormData, pinned: Mapping[str, Any]) -> dict[str, Any]:
 async def save_hints(request: Request) -> Response:
     face, tool = _tool(request)
     form = await request.form()
-    pinned = (await face.services.hints.overrides()).pins(tool.namespaced_name).fields
+    scope = _scope(_field(form, "scope"))
+    pinned = (await face.services.hints.overrides()).pins(tool.namespaced_name, scope or GLOBAL).fields
     try:
         changes = hint_changes(form, pinned)
         version = _field(form, "version")
         if changes:
-            await face.services.hints.set(tool.namespaced_name, changes, by_person=True, version=version)
+            await face.services.hints.set(
+                tool.namespaced_name, changes, toolset=scope, by_person=True, version=version
+            )
         elif version != await face.services.hints.version(tool.namespaced_name):
             # Nothing differs from the pins as they are now, but the form was made from others.
             raise ServiceError(STALE, ErrorKind.CONFLICT)
     except ServiceError as exc:
         return await _refused(request, face, tool, "hints", exc, form)
-    return _done(tool, "hints" if changes else "unchanged")
+    return _done(tool, "hints" if changes else "unchanged", scope)
 
 
 async def accept_suggestion(request: Request) -> Response:
     face, tool = _tool(request)
     form = await request.form()
+    scope = _scope(_field(form, "scope"))
     try:
         await face.services.hints.set(
             tool.namespaced_name,
+            toolset=scope,
             accept=[_field(form, "accept")],
             by_person=True,
             version=_field(form, "version"),
         )
     except ServiceError as exc:
         return await _refused(request, face, tool, "hints", exc, form)
-    return _done(tool, "accepted")
+    return _done(tool, "accepted", scope)
 
 
 async def add_note(request: Request) -> Response:
@@ -262,15 +291,17 @@ async def set_confirm(request: Request) -> Response:
     face, tool = _tool(request)
     form = await request.form()
     mode = _field(form, "mode")
+    scope = _scope(_field(form, "scope"))
     try:
         if mode:
             text = _field(form, "text").strip() or None
-            await face.services.policy.set_confirm_mode(tool.namespaced_name, mode, text, by_person=True)
+            policy = face.services.policy
+            await policy.set_confirm_mode(tool.namespaced_name, mode, text, scope, by_person=True)
         else:
-            await face.services.policy.clear_confirm_mode(tool.namespaced_name, by_person=True)
+            await face.services.policy.clear_confirm_mode(tool.namespaced_name, scope, by_person=True)
     except ServiceError as exc:
         return await _refused(request, face, tool, "confirm", exc, form)
-    return _done(tool, "confirm-set" if mode else "confirm-cleared")
+    return _done(tool, "confirm-set" if mode else "confirm-cleared", scope)
 
 
 async def explain(request: Request) -> Response:
