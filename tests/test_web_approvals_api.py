@@ -7,12 +7,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from conftest import controllable
+from conftest import controllable, eventually
 from web_support import Dashboard, config_for, running_dashboard
 
 from toolkeeper.faces.web.access import CSRF_COOKIE
@@ -110,6 +111,20 @@ def test_a_denial_carries_its_reason_to_the_client_and_the_record(board: Dashboa
     assert record["exposedName"] == "ctl__sleep" and record["outcome"] == "not_run", record
     assert "declined" in (record["detail"] or ""), record["detail"]
     assert (record["decidedBy"], record["channel"]) == ("person via dashboard", "dashboard")
+
+
+def test_an_answer_given_with_an_admin_key_names_the_key(board: Dashboard) -> None:
+    services = board.gateway.services
+    assert services is not None
+    created = board.call(partial(services.keys.create, "ops-lead", admin=True))
+    board.call(eventually, lambda: len(board.gateway.keys) == 1)  # the gateway has taken the key
+    running = start_call(board, "ctl__sleep", {"seconds": 0})
+    (call,) = waiting(board)
+    by_key = {"authorization": f"Bearer {created.token}"}
+    approved = board.client.post(f"/api/approvals/{call['id']}/approve", headers=by_key, json={})
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["decidedBy"] == "key 'ops-lead' via dashboard"
+    assert not running.result(timeout=30).get("isError")
 
 
 def test_always_writes_a_rule_that_is_listed_and_revoked(board: Dashboard) -> None:

@@ -33,6 +33,9 @@ CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+# Who acts through the dashboard when no admin key names them: the holder of the access token,
+# or anyone on this machine where pages need no token.
+PERSON = "person"
 
 
 def ui_token() -> tuple[str, bool]:
@@ -52,14 +55,20 @@ class Access:
     pages_need_token: bool
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
+    def holder(self, presented: str | None) -> str | None:
+        """Who `presented` opens the dashboard as: the person holding the access token, or an
+        admin client key by its name (so that what they decide names them); None when it is
+        neither."""
+        if not presented:
+            return None
+        if hmac.compare_digest(presented.encode(), self.token.encode()):
+            return PERSON
+        key = self.keys().verify(presented, datetime.now(UTC))
+        return f"key '{key.name}'" if key is not None and key.admin else None
+
     def accepts(self, presented: str | None) -> bool:
         """Whether `presented` is the access token or an admin client key."""
-        if not presented:
-            return False
-        if hmac.compare_digest(presented.encode(), self.token.encode()):
-            return True
-        key = self.keys().verify(presented, datetime.now(UTC))
-        return key is not None and key.admin
+        return self.holder(presented) is not None
 
     def presented(self, request: Request) -> tuple[str | None, bool]:
         """The token a request carries, and whether it came in a bearer header (not the cookie)."""

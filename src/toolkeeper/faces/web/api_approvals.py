@@ -8,7 +8,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from toolkeeper.errors import ErrorKind, ServiceError
-from toolkeeper.faces.web.face import BY_DASHBOARD, CHANNEL, JsonResponse, face_of, json_object
+from toolkeeper.faces.web.face import CHANNEL, JsonResponse, decided_by, face_of, json_object
 from toolkeeper.policy.model import Answer
 from toolkeeper.services.approvals import parse_answer
 
@@ -62,7 +62,7 @@ async def approve(request: Request) -> Response:
     body = await json_object(request, required=False)
     answer = parse_answer(body.get("scope", Answer.ONCE.value))
     result = await face_of(request).services.approvals.approve(
-        request.path_params["call_id"], answer, by=BY_DASHBOARD, channel=CHANNEL
+        request.path_params["call_id"], answer, by=decided_by(request), channel=CHANNEL
     )
     return JsonResponse(result)
 
@@ -92,7 +92,7 @@ async def deny(request: Request) -> Response:
     if reason is not None and not isinstance(reason, str):
         raise ServiceError("The reason is text; send it as a JSON string.", ErrorKind.INVALID)
     result = await face_of(request).services.approvals.deny(
-        request.path_params["call_id"], by=BY_DASHBOARD, channel=CHANNEL, reason=reason or None
+        request.path_params["call_id"], by=decided_by(request), channel=CHANNEL, reason=reason or None
     )
     return JsonResponse(result)
 

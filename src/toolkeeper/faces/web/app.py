@@ -25,6 +25,7 @@ from toolkeeper.faces.web.access import (
     CSRF_COOKIE,
     CSRF_FIELD,
     CSRF_HEADER,
+    PERSON,
     TOKEN_COOKIE,
     UNSAFE_METHODS,
     Access,
@@ -98,9 +99,11 @@ class AccessGate:
             await self._log_in(scope, receive, send, query_token)
             return
         presented, by_header = self.access.presented(request)
-        if (is_api or self.access.pages_need_token) and not self.access.accepts(presented):
+        holder = self.access.holder(presented)
+        if (is_api or self.access.pages_need_token) and holder is None:
             await self._refuse_unknown(scope, receive, send, is_api, presented)
             return
+        scope.setdefault("state", {})["holder"] = holder or PERSON
         csrf = request.cookies.get(CSRF_COOKIE)
         fresh_csrf = None
         if not csrf:

@@ -13,7 +13,7 @@ from starlette.templating import Jinja2Templates
 
 from toolkeeper import jsonwire
 from toolkeeper.errors import ServiceError, http_status
-from toolkeeper.faces.web.access import Access
+from toolkeeper.faces.web.access import PERSON, Access
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services import Services
 
@@ -22,8 +22,6 @@ API_PREFIX = "/api"
 STATIC_PREFIX = "/static"
 # How an approval decided in the browser names its channel.
 CHANNEL = "dashboard"
-# Who answered, as the records show it (the CLI's answers read "person via cli").
-BY_DASHBOARD = f"person via {CHANNEL}"
 
 
 @dataclass(frozen=True)
@@ -102,3 +100,10 @@ async def json_object(request: Request, *, required: bool = True) -> dict[str, A
     if not isinstance(data, dict):
         raise ServiceError("The request body must be a JSON object.")
     return data
+
+
+def decided_by(request: Request) -> str:
+    """Who answers through this request, as approvals record it (the CLI's answers read "person
+    via cli"): the access token's holder, or an admin client key by its name."""
+    holder = request.scope.get("state", {}).get("holder") or PERSON
+    return f"{holder} via {CHANNEL}"

@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from toolkeeper.errors import ServiceError, http_status
 from toolkeeper.faces.web.api_approvals import rule_number
-from toolkeeper.faces.web.face import BY_DASHBOARD, CHANNEL, face_of, render
+from toolkeeper.faces.web.face import CHANNEL, decided_by, face_of, render
 from toolkeeper.faces.web.shown import json_block, utc_time, who
 from toolkeeper.pipeline.approval import MAY_DESTROY, MAY_REACH_OUT
 from toolkeeper.policy.model import Answer
@@ -116,7 +116,7 @@ async def approve(request: Request) -> Response:
     try:
         answer = parse_answer(form.get("scope", Answer.ONCE.value))
         result = await face_of(request).services.approvals.approve(
-            call_id, answer, by=BY_DASHBOARD, channel=CHANNEL
+            call_id, answer, by=decided_by(request), channel=CHANNEL
         )
     except ServiceError as error:
         return await _refused(request, error)
@@ -129,7 +129,7 @@ async def deny(request: Request) -> Response:
     reason = str(form.get("reason", "")).strip() or None
     try:
         approvals = face_of(request).services.approvals
-        await approvals.deny(call_id, by=BY_DASHBOARD, channel=CHANNEL, reason=reason)
+        await approvals.deny(call_id, by=decided_by(request), channel=CHANNEL, reason=reason)
     except ServiceError as error:
         return await _refused(request, error, {f"reason-{call_id}": str(error)})
     return _back(said="denied", call=call_id)
