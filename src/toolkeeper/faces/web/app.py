@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import parse_qs, urlencode
 
+import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -42,6 +43,7 @@ from toolkeeper.faces.web.face import (
     render,
     service_refusal,
 )
+from toolkeeper.faces.web.shown import visible_in_page
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services import Services
 
@@ -50,7 +52,10 @@ def build_web_app(gateway: Gateway, services: Services, access: Access) -> ASGIA
     """The dashboard's app: pages at `/`, JSON at `/api/`, static files at `/static/`."""
     from toolkeeper.faces.web import api, pages
 
-    templates = Jinja2Templates(directory=HERE / "templates")
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, finalize=visible_in_page
+    )
+    templates = Jinja2Templates(env=environment)
     routes: Sequence[BaseRoute] = [
         Mount(STATIC_PREFIX, app=StaticFiles(directory=HERE / "static"), name="static"),
         Mount(API_PREFIX, routes=api.routes()),

@@ -8,9 +8,21 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from markupsafe import Markup
+
 from toolkeeper.display import visible, visible_line
 
 NAME_MAX = 200  # of a client's or a principal's name, the most a page shows
+
+
+def visible_in_page(value: Any) -> Any:
+    """What every `{{ … }}` of a template writes (the templates' `finalize`): text made visible
+    as every face shows text from outside, so a tool's name or description cannot reorder or
+    hide what the page says. Markup the templates made themselves passes as it is: a macro's
+    output, and a form value that must go back exactly as it came (written `{{ value | e }}`)."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return visible(value)
+    return value
 
 
 def utc_time(iso: str | None) -> str:
