@@ -31,7 +31,7 @@ from test_audit import a_record, rows
 from test_store import store_url  # noqa: F401 - the fixture: SQLite and PostgreSQL
 
 from toolkeeper.pipeline.audit_writer import AuditWriter
-from toolkeeper.store import Store
+from toolkeeper.store import Store, audit_journal
 
 pytestmark = pytest.mark.anyio
 
@@ -76,6 +76,16 @@ def audit_records(config: Path) -> list[dict[str, Any]]:
     return [record for record in records if record["kind"] == "call"]
 
 
+def journaled(tmp_path: Path) -> list[str]:
+    """The exposed names of the records held in the gateway's journal files."""
+    folder = tmp_path / "toolkeeper-home" / "audit-journal"
+    names = []
+    for path in folder.glob("*.journal"):
+        _, records, _ = audit_journal._read(path.read_bytes())
+        names += [record["exposed_name"] for record in records]
+    return names
+
+
 async def arrived(release: Path) -> None:
     await eventually(lambda: Path(f"{release}.arrived").exists())
 
@@ -97,8 +107,9 @@ async def test_a_destructive_call_is_recorded_before_it_runs_and_a_read_only_one
             await arrived(look)
             tg.start_soon(call, "gated__change", change)
             await arrived(change)
-            # Both calls are downstream now, neither has returned.
-            assert stored(tmp_path, "gated__change") == [("gated__change", "started")]
+            # Both calls are downstream now, neither has returned. The destructive one was kept
+            # in the journal before it was forwarded, and reaches the store while it runs.
+            await eventually(lambda: stored(tmp_path, "gated__change") == [("gated__change", "started")])
             assert stored(tmp_path, "gated__look") == []  # batched: recorded once it ended
             assert results == {}
             change.touch()

@@ -1,13 +1,14 @@
 """`toolkeeper audit`: the audit log, newest first, and `audit verify` / `audit export` (a thin
-face over services/audit.py). They read the store only, so they work while the gateway runs and
-with every server offline."""
+face over services/audit.py). They read the store (`audit` and `audit export` first add the
+records a gateway that ended left in its journal), so they work while the gateway runs and with
+every server offline."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,7 +103,7 @@ def audit_command(
         return
     records = run_service(
         load(config, demo),
-        lambda s: s.query(tool, server, decision, since, limit, principal=principal),
+        _recovered_first(lambda s: s.query(tool, server, decision, since, limit, principal=principal)),
         kind="audit",
     )
     if as_json:
@@ -192,9 +193,25 @@ def export_command(
         raise typer.Exit(2)
     loaded = load(config, demo)
     with _opened(output) as write:
-        count = run_service(loaded, lambda s: s.export(write, since), kind="audit")
+        count = run_service(loaded, _recovered_first(lambda s: s.export(write, since)), kind="audit")
     if output is not None:
         err.print(styled(f"Exported {count} records to {output}."), soft_wrap=True)
+
+
+AuditRead = Callable[[AuditService], Awaitable[Any]]
+
+
+def _recovered_first(read: AuditRead) -> AuditRead:
+    """`read`, after the records a gateway that ended left in its journal are in the store (said
+    on stderr): a gateway killed a moment after a call began still shows that call."""
+
+    async def recovered_then_read(service: AuditService) -> Any:
+        told = await service.recover_journals()
+        if told is not None:
+            err.print(styled(f"audit log: {told}"), soft_wrap=True)
+        return await read(service)
+
+    return recovered_then_read
 
 
 class _opened:

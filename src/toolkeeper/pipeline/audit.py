@@ -3,9 +3,10 @@ however it ended.
 
 - Before the call is forwarded (`AuditAhead`): a call that is not reliably read-only (as the
   policy sees it: read-only by a value it relies on) is recorded as "started", with its
-  decision, and waits until that record is committed (at most `WRITE_AHEAD_SECONDS`). A
-  gateway that dies during the call leaves "started, outcome unknown", never nothing. Reliably
-  read-only calls skip this: a plain read does not pay for a commit.
+  decision, in the gateway's journal, which a crash does not lose (or, without a journal, it
+  waits until that record is committed, at most `WRITE_AHEAD_SECONDS`). A gateway that dies
+  during the call leaves "started, outcome unknown", never nothing. Reliably read-only calls
+  skip this: a plain read is recorded once it ended.
 - After the call ended (`AuditLog`): the record, or the completion of the started one.
 
 Both only hand values to the writer (`audit_writer.py`): no I/O, no serialisation, no hashing
@@ -41,7 +42,7 @@ def reliably_read_only(call: ToolCall) -> bool:
 
 
 class AuditAhead:
-    """Before forwarding: the record of a call that is not reliably read-only, committed as
+    """Before forwarding: the record of a call that is not reliably read-only, made safe as
     started. Added before the forward stage (`Pipeline.with_stage(..., before=Forward)`)."""
 
     after_result: ClassVar[bool] = False
@@ -57,7 +58,8 @@ class AuditAhead:
         started = writer.start(self.log.record(call))
         # Kept before waiting: a call cancelled while it waits is completed, not recorded twice.
         call.extra[STARTED_RECORD] = started
-        await writer.written(started)
+        if not started.journaled:
+            await writer.written(started)
         return None
 
 

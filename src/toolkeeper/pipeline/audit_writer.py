@@ -4,9 +4,15 @@ so the event loop that serves calls never waits for the store, nor for the work 
 
 The call path only hands values over (`add`, `start`, `complete`: a list append under a lock).
 The thread makes the rows and writes them through `audit_chain.append`, one transaction per
-batch: every half second, as soon as a batch is full, and at once for a call recorded before it
-runs (`start`; the call waits for that commit, at most `WRITE_AHEAD_SECONDS`). Audit writes do
-not bump the store revision: a record is no reason for a gateway to reload its state.
+batch: every half second, and as soon as a batch is full. Audit writes do not bump the store
+revision: a record is no reason for a gateway to reload its state.
+
+A call recorded before it runs (`start`) is kept in the gateway's journal first
+(`store/audit_journal.py`: a copy into a file mapped into memory, which a crash of the gateway
+does not lose), and its call runs at once; the thread writes it at most `AHEAD_SECONDS` later and
+then frees its slot. Records of a gateway that ended are recovered from its journal when the
+writer starts. Without a journal (no file locks, the home not writable, every slot held), the
+call waits for its record's commit instead, at most `WRITE_AHEAD_SECONDS`.
 
 When the store refuses (read-only, locked, full, unreachable) the writer says so once, keeps the
 records (up to `max_waiting`, then the oldest go, counted) and writes them when the store takes
@@ -35,8 +41,8 @@ import anyio
 from toolkeeper.policy.binding import arguments_digest, canonical_json
 from toolkeeper.store import Store, StoreError, audit_chain
 from toolkeeper.store import audit as audit_rows
+from toolkeeper.store.audit_journal import AuditJournal, Orphans, add_missing
 from toolkeeper.store.db import ThreadConnection, default_home
-from toolkeeper.store.tables import audit_log
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +50,11 @@ FLUSH_SECONDS = 0.5
 BATCH_SIZE = 200  # records per transaction; a full batch is written without waiting
 MAX_WAITING = 10_000  # records kept while the store refuses them; beyond this the oldest go
 RETRY_SECONDS = 5.0  # while the store refuses, how often to try again
-# How long a call that is not reliably read-only waits for its "started" record to be committed.
+# How soon the record of a call kept in the journal is written to the store: soon enough that
+# `toolkeeper audit` shows a running call, late enough that a quick call is written once, ended.
+AHEAD_SECONDS = 0.05
+# Without a journal: how long a call that is not reliably read-only waits for its "started"
+# record to be committed.
 # A store that is slow or refuses must not make the gateway unusable: past this the call runs,
 # its record waits in memory like the others, and calls run without waiting until the store
 # takes records again.
@@ -56,17 +66,10 @@ RETENTION_RETRY_SECONDS = 3600.0
 
 # Keyed by the columns of the `audit_log` table. On the call path `at` is a POSIX timestamp,
 # `hints` a tuple, `arguments_sha256` (and `arguments`) the call's arguments as they came, and
-# `id` is left out: the writer's thread makes the datetime, the digest, the JSON and the id.
+# `id` is left out (but for a call recorded before it runs, whose journal knows it by its id): the
+# writer's thread makes the datetime, the digest, the JSON and the id.
 Record = dict[str, Any]
-HintsHeld = tuple[tuple[str, bool, str | None], ...]
-
-# Every column a record gives a value (None where it has none), so that the rows of a batch can
-# go in one statement; the chain's own columns are `audit_chain.append`'s.
-_NO_VALUES: Record = {
-    column.name: None
-    for column in audit_log.columns
-    if column.name not in ("seq", "mac", "done_seq", "done_mac")
-}
+HintsHeld = audit_rows.HintsHeld
 
 STARTED = "started"  # the outcome of a call recorded before it ran, until it is completed
 
@@ -84,13 +87,15 @@ GATEWAY_STOPPED = "gateway_stopped"
 
 
 class Started:
-    """A call recorded before it runs. The loop's side sets `waiter` and `ended`; the thread's
-    side `row`, `written`, `stored` and `dropped`."""
+    """A call recorded before it runs. The loop's side sets `slot`, `waiter` and `ended`; the
+    thread's side `row`, `written`, `stored` and `dropped`, and frees the slot."""
 
-    __slots__ = ("dropped", "ended", "record", "row", "stored", "waiter", "written")
+    __slots__ = ("dropped", "ended", "journaled", "record", "row", "slot", "stored", "waiter", "written")
 
     def __init__(self, record: Record) -> None:
         self.record = record
+        self.journaled = False  # kept in the journal: safe from a crash before it is written
+        self.slot: int | None = None  # its slot in the journal until the store has it
         self.waiter: asyncio.Future[str | None] | None = None
         self.ended = False  # its completion was handed over
         self.row: Record | None = None
@@ -145,6 +150,8 @@ class AuditWriter:
         max_waiting: int = MAX_WAITING,
         flush_seconds: float = FLUSH_SECONDS,
         write_ahead_seconds: float = WRITE_AHEAD_SECONDS,
+        journal_folder: Path | None = None,
+        ahead_seconds: float = AHEAD_SECONDS,
     ) -> None:
         self.store = store
         self.retention_days = retention_days
@@ -156,6 +163,12 @@ class AuditWriter:
         self.max_waiting = max_waiting
         self.flush_seconds = flush_seconds
         self.write_ahead_seconds = write_ahead_seconds
+        # Where this gateway's journal goes, and where the journals of gateways that ended are
+        # recovered from; None: no journal (every call recorded before it runs waits for the store).
+        self.journal_folder = journal_folder
+        self.ahead_seconds = ahead_seconds
+        self._journal: AuditJournal | None = None
+        self._alarm: asyncio.TimerHandle | None = None  # the loop's: when the thread writes next
         # Shared by the loop's thread and the writer's: the items handed over, under `_lock`.
         self._lock = threading.Lock()
         self._incoming: deque[Item] = deque()
@@ -193,10 +206,21 @@ class AuditWriter:
         self._hand_over(record, urgent=False)
 
     def start(self, record: Record) -> Started:
-        """Hand over the record of a call about to run, outcome "started", to be written at once
-        (`written` waits for that); its outcome follows with `complete`."""
-        started = Started({**record, "outcome": STARTED, "detail": None, "latency_ms": None})
+        """Hand over the record of a call about to run, outcome "started": kept in the journal and
+        written soon, or else written at once (`written` waits for that); its outcome follows
+        with `complete`."""
+        # Its id is given now, so that a record recovered from the journal is known by it.
+        fresh = {**record, "id": os.urandom(16).hex(), "outcome": STARTED, "detail": None, "latency_ms": None}
+        started = Started(fresh)
         self._running[started] = None
+        journal = self._journal
+        slot = journal.keep(fresh) if journal is not None else None
+        if slot is not None:
+            started.journaled = True
+            started.slot = slot
+            self._hand_over(started, urgent=False)
+            self._write_soon()
+            return started
         if not self._unsure:
             loop = asyncio.get_running_loop()
             started.waiter = loop.create_future()
@@ -204,8 +228,11 @@ class AuditWriter:
         return started
 
     async def written(self, started: Started) -> bool:
-        """Wait until the started record is committed, at most `write_ahead_seconds`; whether it
-        was. While the store refuses or is slow, calls do not wait (the record waits instead)."""
+        """Wait until the started record is safe: kept in the journal (no wait), or else committed,
+        at most `write_ahead_seconds`; whether it is. While the store refuses or is slow, calls do
+        not wait (the record waits instead)."""
+        if started.journaled:
+            return True
         waiter = started.waiter
         if waiter is None:
             return False
@@ -255,6 +282,17 @@ class AuditWriter:
             )
         return len(running)
 
+    def _write_soon(self) -> None:
+        """Wake the thread `ahead_seconds` from now, unless it is woken by then already: one
+        timer for all the calls started meanwhile, not a thread switch per call."""
+        if self._alarm is None:
+            self._alarm = asyncio.get_running_loop().call_later(self.ahead_seconds, self._alarm_rang)
+
+    def _alarm_rang(self) -> None:
+        self._alarm = None
+        self._ensure_thread()
+        self._wake.set()
+
     @property
     def _unsure(self) -> bool:
         return self._stalled or self._refused_since is not None
@@ -281,6 +319,7 @@ class AuditWriter:
             at = record["at"]
             if isinstance(item, Started):
                 item.dropped = True
+                self._free_slot(item)
                 if item.waiter is not None:  # on the loop's thread: its call waits no longer
                     _resolve(item.waiter, None)
         self._gap.add(1, datetime.fromtimestamp(at, UTC))
@@ -292,6 +331,7 @@ class AuditWriter:
         complete the calls still running as "gateway_stopped" and write what is left (for a
         bounded time)."""
         self._loop = asyncio.get_running_loop()
+        self._journal = self._open_journal()
         self._ensure_thread()
         task_status.started()
         try:
@@ -320,9 +360,27 @@ class AuditWriter:
         """Write what is left (for a bounded time) and end the writer's thread."""
         await self._stop_thread()
 
+    def _open_journal(self) -> AuditJournal | None:
+        if self.journal_folder is None:
+            return None
+        try:
+            return AuditJournal.open(self.journal_folder, self.store.label)
+        except OSError as exc:
+            logger.warning(
+                "audit log: cannot keep a journal in %s (%s), so every call that is not reliably "
+                "read-only waits for its record to be committed before it is forwarded",
+                self.journal_folder,
+                exc.strerror or exc,
+            )
+            return None
+
     async def _stop_thread(self) -> None:
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = None
         thread = self._thread
         if thread is None:
+            self._close_journal()
             return
         self._stopping = True
         self._wake.set()
@@ -335,7 +393,22 @@ class AuditWriter:
                 SHUTDOWN_FLUSH_SECONDS,
                 self.waiting,
             )
+        else:  # the thread frees slots: the journal closes only once it has ended
+            self._close_journal()
         self._thread = None
+
+    def _close_journal(self) -> None:
+        journal, self._journal = self._journal, None
+        if journal is None:
+            return
+        journal.close()
+        if journal.held:
+            logger.error(
+                "audit log: %d records did not reach the store; they stay in %s, and the next gateway "
+                "to start on this store adds them (as started, outcome unknown)",
+                journal.held,
+                journal.path,
+            )
 
     def _ensure_thread(self) -> None:
         if self._thread is None and not self._stopping:
@@ -374,6 +447,7 @@ class AuditWriter:
 
     def _work(self) -> None:
         try:
+            self._recover()
             while True:
                 timeout = RETRY_SECONDS if self._refused_since is not None else self.flush_seconds
                 self._wake.wait(timeout)
@@ -402,6 +476,31 @@ class AuditWriter:
         finally:
             if self._store_connection is not None:
                 self._store_connection.close()
+
+    def _recover(self) -> None:
+        """Add the records left in the journals of gateways that ended to the store."""
+        if self.journal_folder is None:
+            return
+        orphans = Orphans.find(self.journal_folder, self.store.label)
+        if not orphans:
+            return
+        try:
+            with self._writing:
+                key = self._key_now()
+                added = self._connection_now().transaction(
+                    lambda conn: add_missing(conn, key, orphans.records)
+                )
+        except Exception as exc:  # the gateway runs on; the files stay for the next try
+            orphans.release()
+            logger.error(
+                "audit log: cannot add the records left in %s to the store; the next gateway to "
+                "start, or `toolkeeper audit`, tries again: %s",
+                orphans.names(),
+                exc,
+            )
+            return
+        logger.warning("audit log: %s", orphans.told(added))
+        orphans.discard()
 
     def _write_waiting(self) -> bool:
         """Write what was handed over until now, a batch per transaction; False when the store
@@ -572,10 +671,20 @@ class AuditWriter:
         self._release(batch.ahead)
 
     def _release(self, ahead: Iterable[Started]) -> None:
-        """Tell the calls waiting for these records that they may run."""
+        """These records are in the store, or dropped (and counted): free their journal slots,
+        and tell the calls waiting for them that they may run."""
+        ahead = list(ahead)
+        for started in ahead:
+            self._free_slot(started)
         waiters = [started.waiter for started in ahead if started.waiter is not None]
         if waiters and self._loop is not None:
             _call_soon(self._loop, _resolve_all, waiters)
+
+    def _free_slot(self, started: Started) -> None:
+        slot, started.slot = started.slot, None
+        journal = self._journal
+        if slot is not None and journal is not None:
+            journal.free(slot)
 
     def _put_back(self, batch: _Batch) -> None:
         self._ahead.extendleft(reversed(batch.ahead))
@@ -676,7 +785,7 @@ def made_row(record: Record, fresh_id: str) -> Record:
     """A record's values as the table's columns take them. Arguments that cannot be serialised
     (nested past what Python's encoder reads, say) are recorded as such, with their size: a
     call is never left out of the log for its arguments."""
-    values = {**_NO_VALUES, "kind": "call", **record}
+    values = {**audit_rows.NO_VALUES, "kind": "call", **record}
     values["id"] = record.get("id") or fresh_id
     arguments = record["arguments_sha256"]
     if isinstance(arguments, UnreadArguments):
@@ -691,7 +800,7 @@ def made_row(record: Record, fresh_id: str) -> Record:
             _no_arguments(values, f"the arguments could not be serialised ({kind}): {shape(arguments)}")
     values["at"] = datetime.fromtimestamp(record["at"], UTC)
     if values.get("hints") is not None:
-        values["hints"] = _hints_text(values["hints"])
+        values["hints"] = audit_rows.hints_text(values["hints"])
     return values  # made storable by the chain, which cuts every text it writes
 
 
@@ -725,7 +834,7 @@ def gap_row(gap: _Gap, fresh_id: str) -> Record:
     last = gap.last or first
     reason = "the store refused records for too long, and more were waiting than the writer keeps"
     return {
-        **_NO_VALUES,
+        **audit_rows.NO_VALUES,
         "id": fresh_id,
         "kind": "gap",
         "at": first,
@@ -750,20 +859,3 @@ def _arguments_text(arguments: dict[str, Any]) -> str:
         return encoded.decode()
     except UnicodeDecodeError:  # a lone surrogate: the same value, with JSON's escapes
         return json.dumps(arguments, sort_keys=True, separators=(",", ":"))
-
-
-# (hint, value, source) for each hint; a tuple so the writer can remember its JSON.
-_HINTS_ENCODER = json.JSONEncoder(ensure_ascii=False)
-_hints_texts: dict[HintsHeld, str] = {}  # a tool's calls mostly hold the same hints
-
-
-def _hints_text(hints: HintsHeld) -> str:
-    """The hints column: {hint: {"value": …, "source": …}} as JSON."""
-    text = _hints_texts.get(hints)
-    if text is None:
-        if len(_hints_texts) >= 1024:
-            _hints_texts.clear()
-        text = _hints_texts[hints] = _HINTS_ENCODER.encode(
-            {name: {"value": value, "source": source} for name, value, source in hints}
-        )
-    return text

@@ -39,7 +39,7 @@ from toolkeeper.runtime.menu import Menu, Mode
 from toolkeeper.services import build_services
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.toolsets import Change
-from toolkeeper.store import Store, StoreError, audit_chain
+from toolkeeper.store import Store, StoreError, audit_chain, audit_journal
 from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
 
 logger = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class Gateway:
                 config.settings.audit_retention_days,
                 key=partial(audit_chain.chain_key, config.settings),
                 max_waiting=config.settings.audit_max_waiting,
+                journal_folder=audit_journal.journal_folder(config.settings),
             )
             if store
             else None

@@ -17,7 +17,7 @@ from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.jsonwire import has_utf8_form
 from toolkeeper.policy.model import Decision
 from toolkeeper.services.durations import DURATION_FORMS, parse_duration
-from toolkeeper.store import Store
+from toolkeeper.store import Store, audit_journal
 from toolkeeper.store import audit as audit_rows
 from toolkeeper.store import audit_chain as chain
 
@@ -167,6 +167,29 @@ class AuditService:
                 ErrorKind.NOT_FOUND,
             )
         return _record_json(dict(row._mapping))
+
+    async def recover_journals(self) -> str | None:
+        """Add to the store the records left in the journals of gateways that ended while calls
+        ran (their running gateways' journals are theirs); what was done, or None when there
+        was nothing to do. A gateway does this when it starts; the CLI before it reads the log,
+        so that a gateway killed a moment after a call began still shows that call."""
+        orphans = audit_journal.Orphans.find(audit_journal.journal_folder(self.settings), self.store.label)
+        if not orphans:
+            return None
+        try:
+            key = chain.find_chain_key(self.settings)
+            if key is None:
+                where = chain.key_file(self.settings)
+                raise ServiceError(f"there is no audit key ({where}) to add them with")
+            async with self.store.write(bump_revision=False) as conn:
+                added = await conn.run_sync(audit_journal.add_missing, key, orphans.records)
+        except ServiceError as exc:
+            names = orphans.names()
+            orphans.release()
+            return f"The records left in {names} by a gateway that ended could not be added: {exc}"
+        told = orphans.told(added)
+        orphans.discard()
+        return told
 
     async def verify(self, export: Iterable[str] | None = None, *, source: str | None = None) -> Verification:
         """Walk the store's chain, or the lines of an export (`source` names it in messages)."""

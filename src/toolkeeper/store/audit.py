@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,6 +16,32 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.store.db import StoreError
 from toolkeeper.store.tables import AUDIT_GAP, audit_log
+
+# Every column a record gives a value (None where it has none), so that the rows of a batch can
+# go in one statement; the chain's own columns are `audit_chain.append`'s.
+NO_VALUES: dict[str, Any] = {
+    column.name: None
+    for column in audit_log.columns
+    if column.name not in ("seq", "mac", "done_seq", "done_mac")
+}
+
+# The hints that held for a call: (hint, value, source) for each; a tuple, so that its JSON can
+# be remembered.
+HintsHeld = tuple[tuple[str, bool, str | None], ...]
+_HINTS_ENCODER = json.JSONEncoder(ensure_ascii=False)
+_hints_texts: dict[HintsHeld, str] = {}  # a tool's calls mostly hold the same hints
+
+
+def hints_text(hints: HintsHeld) -> str:
+    """The hints column: {hint: {"value": …, "source": …}} as JSON."""
+    text = _hints_texts.get(hints)
+    if text is None:
+        if len(_hints_texts) >= 1024:
+            _hints_texts.clear()
+        text = _hints_texts[hints] = _HINTS_ENCODER.encode(
+            {name: {"value": value, "source": source} for name, value, source in hints}
+        )
+    return text
 
 
 def rejected_record(exc: BaseException) -> bool:

@@ -32,7 +32,7 @@ import sqlite3
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -424,7 +424,7 @@ def _write(
     """Append under the locked head, then move it; the values of the rows left started, by id."""
     statements = _statements_for(conn.dialect)
     if head.seq == 0:
-        _add_row(head, key, statements, _start_anchor(conn))
+        _add_row(head, key, statements, _start_anchor(conn, rows))
     started: dict[str, dict[str, Any]] = {}
     for row in rows:
         values = _add_row(head, key, statements, row)
@@ -554,9 +554,10 @@ def _still_started(conn: Connection, ids: list[str]) -> list[str]:
     )
 
 
-def _start_anchor(conn: Connection) -> dict[str, Any]:
+def _start_anchor(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The chain's first record: it counts the records from before the chain, so one added
-    without a place in it later is noticed."""
+    without a place in it later is noticed. Its time is no later than that of the first records
+    (written a moment after their calls began), so that it shows before them."""
     count, newest = conn.execute(
         select(func.count(), func.max(audit_log.c.at)).where(audit_log.c.seq.is_(None))
     ).one()
@@ -572,7 +573,11 @@ def _start_anchor(conn: Connection) -> dict[str, Any]:
     detail = "The audit chain starts here."
     if count:
         detail += f" {count} earlier records have no place in it."
-    return anchor_row(facts, detail)
+    anchor = anchor_row(facts, detail)
+    times = [row["at"] for row in rows if isinstance(row.get("at"), datetime) and row["at"].tzinfo]
+    if times:  # a microsecond before: the listing orders records by time alone
+        anchor["at"] = min(anchor["at"], min(times) - timedelta(microseconds=1))
+    return anchor
 
 
 def anchor_row(facts: Mapping[str, Any], detail: str) -> dict[str, Any]:

@@ -331,18 +331,23 @@ class Store:
             self._identity = now  # folded in since: from now on only the identity will do
         return now.header in (opened.header, self._store_id)
 
-    def _check_identity(self) -> None:
-        if self._identity is None:
-            return  # not SQLite, or still opening
-        if self._is_the_opened_file():
-            return
+    def _loss(self) -> str | None:
+        """Why nothing can be saved when the file was deleted or replaced since this process
+        opened it; None while it is the file opened (or not SQLite, or still opening)."""
+        if self._identity is None or self._is_the_opened_file():
+            return None
         what = "deleted or emptied" if self._file_identity() is None else "replaced by another file"
-        message = (
+        return (
             f"The store {self.label} was {what} after this process opened it, so nothing was saved: "
             "the change would have gone to the old file, which no other process reads. Restart the "
             "gateway (and any command still running) so that it opens the file that is there now; "
             "a backup can be restored into it."
         )
+
+    def _check_identity(self) -> None:
+        message = self._loss()
+        if message is None:
+            return
         if not self._loss_reported:
             self._loss_reported = True
             logger.error("%s", message)
@@ -434,6 +439,11 @@ class Store:
 
     def _explain(self, exc: Exception, doing: str = "a statement") -> str:
         cause = getattr(exc, "orig", None) or exc
+        # A file replaced under this process fails in many ways (no such table, a malformed
+        # image, a read-only file); its replacement is the reason, and what to do differs.
+        lost = self._loss() if self.is_sqlite else None
+        if lost is not None:
+            return lost
         # Some errors (a timeout) have no text: their type is the reason then.
         message = str(cause).strip() or type(cause).__name__
         lowered = message.lower()
