@@ -23,6 +23,7 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 import anyio
@@ -160,6 +161,14 @@ class PrincipalUser(AuthenticatedUser):
         self.principal = principal
 
 
+@lru_cache(maxsize=256)
+def _credentials(principal: Principal, scopes: frozenset[str]) -> tuple[PrincipalUser, AuthCredentials]:
+    """What a request of `principal` leaves in its scope for Starlette and the SDK, which only
+    read it: made once per principal and scopes rather than per request (a pydantic model each
+    time, on every call's path)."""
+    return PrincipalUser(principal, scopes), AuthCredentials(sorted(scopes))
+
+
 def principal_of(scope: Mapping[str, Any]) -> Principal | None:
     """The principal the edge authenticated for a request (None: not an HTTP request)."""
     user = scope.get("user")
@@ -251,8 +260,7 @@ class Authenticator:
             await self._refuse(scope, headers, send, outcome)
             return None
         principal, scopes = outcome
-        scope["user"] = PrincipalUser(principal, scopes)
-        scope["auth"] = AuthCredentials(sorted(scopes))
+        scope["user"], scope["auth"] = _credentials(principal, scopes)
         return principal
 
     async def _authenticate(

@@ -336,6 +336,8 @@ def _web_server(app: ASGIApp, host: str, port: int, *, lifespan: bool = True) ->
             host=host,
             port=port,
             log_level="warning",
+            # Its lines are at info, below the level above: never written, only built per response.
+            access_log=False,
             lifespan="on" if lifespan else "off",
             # A backstop only: the stop ends every stream itself.
             timeout_graceful_shutdown=CALLS_ENDED_SECONDS + 1,

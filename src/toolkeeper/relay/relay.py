@@ -207,8 +207,11 @@ class ServerCalls:
         self._wake_unplaced()
 
     def _wake_unplaced(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        # Only a request waiting in `placeable` waits for this, and it stays in `_unplaced` while
+        # it waits: with none there, every call's finish skips making a new event.
+        if self._unplaced:
+            self._changed.set()
+            self._changed = anyio.Event()
 
     async def placeable(self, timeout: float) -> bool:
         """Wait, up to `timeout`, until the calls in flight are one client's, so that a request
