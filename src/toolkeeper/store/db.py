@@ -147,6 +147,7 @@ class Store:
         self._store_id: int | None = None
         # The header identity last read, and the file's state then (see `_header_of`).
         self._header_seen: tuple[tuple[int, ...], int] | None = None
+        self._header_reader: _HeaderReader | None = None
         self._loss_reported = False
 
     @classmethod
@@ -188,6 +189,7 @@ class Store:
             self._engine = None
             with anyio.CancelScope(shield=True):
                 await engine.dispose()
+            self._close_header_reader()
             raise
         return self
 
@@ -205,6 +207,13 @@ class Store:
                 except Exception as exc:  # a read-only store cannot fold; nothing is lost
                     logger.info("store %s: the write-ahead log stays beside the file: %s", self.label, exc)
             await engine.dispose()
+            self._close_header_reader()
+
+    def _close_header_reader(self) -> None:
+        # After the connections: closing a descriptor of the file drops this process's locks.
+        reader, self._header_reader = self._header_reader, None
+        if reader is not None:
+            reader.close()
 
     async def __aenter__(self) -> Store:
         return await self.open()
@@ -284,6 +293,11 @@ class Store:
             opened = self._file_identity()
         self._store_id = store_id or None
         self._identity = opened
+        if opened is not None and self.path is not None and self._header_reader is None:
+            try:
+                self._header_reader = _HeaderReader.open(self.path, opened)
+            except OSError as exc:  # read through SQLite instead
+                logger.info("store %s: cannot keep the file open to read its header: %s", self.label, exc)
 
     async def _give_identity(self) -> int:
         async with self.write(bump_revision=False) as conn:
@@ -316,7 +330,11 @@ class Store:
         settled = time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _SETTLED_NS
         if seen is not None and seen[0] == state and settled:
             return seen[1]
-        header = _header_identity(path)
+        reader = self._header_reader
+        if reader is not None and (reader.device, reader.inode) == (stat.st_dev, stat.st_ino):
+            header = reader.read()
+        else:
+            header = _header_identity(path)
         self._header_seen = (state, header) if settled else None
         return header
 
@@ -487,6 +505,42 @@ def _checkpoint(sync_conn: Connection, mode: str = "TRUNCATE") -> None:
         cursor.execute(f"PRAGMA wal_checkpoint({mode})")
     finally:
         cursor.close()
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_USER_VERSION = slice(60, 64)  # where SQLite's header keeps `user_version` (big-endian, signed)
+
+
+@dataclass(frozen=True)
+class _HeaderReader:
+    """The opened store file, kept open to read its header's identity with one `pread`.
+
+    Not through SQLite: an immutable connection parses the file, and while a checkpoint writes
+    to it (the checkpointer's thread) it can find the file "malformed", which would read as
+    another program's file and refuse a write for nothing. Kept open for the store's life, not
+    opened per read: closing a descriptor of the file would drop this process's SQLite locks."""
+
+    descriptor: int
+    device: int
+    inode: int
+
+    @classmethod
+    def open(cls, path: Path, opened: _FileIdentity) -> _HeaderReader:
+        descriptor = os.open(path, os.O_RDONLY)
+        stat = os.fstat(descriptor)
+        if (stat.st_dev, stat.st_ino) != (opened.device, opened.inode):
+            os.close(descriptor)  # replaced this very moment: the next check says so
+            raise OSError(f"{path} changed while it was opened")
+        return cls(descriptor, stat.st_dev, stat.st_ino)
+
+    def read(self) -> int:
+        header = os.pread(self.descriptor, 100, 0)
+        if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+            return -1 if header else 0
+        return int.from_bytes(header[_USER_VERSION], "big", signed=True)
+
+    def close(self) -> None:
+        os.close(self.descriptor)
 
 
 def _header_identity(path: Path) -> int:
