@@ -165,6 +165,10 @@ class AuditJournal:
             self.path.unlink(missing_ok=True)
 
 
+# One encoder for every record: `json.dumps` with its own separators makes one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def _payload(record: Mapping[str, Any]) -> bytes | None:
     """The record's `JOURNALED` values as JSON (ASCII: a lone surrogate is escaped, not an
     error); texts cut when the whole does not fit a slot."""
@@ -172,11 +176,11 @@ def _payload(record: Mapping[str, Any]) -> bytes | None:
     hints = values["hints"]
     if isinstance(hints, tuple):  # as the column holds them (remembered per tool's hints)
         values["hints"] = hints_text(hints)
-    payload = json.dumps(values, separators=(",", ":")).encode()
+    payload = _ENCODER.encode(values).encode()
     if len(payload) <= _PAYLOAD_BYTES:
         return payload
     cut = {name: value[:_CUT] if isinstance(value, str) else value for name, value in values.items()}
-    payload = json.dumps(cut, separators=(",", ":")).encode()
+    payload = _ENCODER.encode(cut).encode()
     return payload if len(payload) <= _PAYLOAD_BYTES else None
 
 
