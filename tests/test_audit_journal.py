@@ -109,7 +109,15 @@ def test_only_journals_of_this_store_whose_gateway_ended_are_recovered_and_torn_
     with ended.path.open("r+b") as file:
         file.seek(audit_journal.HEADER_BYTES + torn * audit_journal.SLOT_BYTES + 20)
         file.write(b"#")
+    # A gateway that ended with every record in the store, its file left: removed, not reported.
+    emptied = AuditJournal.open(tmp_path, LABEL)
+    slot = emptied.keep({**a_record(), "id": "5" * 32})
+    assert slot is not None
+    emptied.free(slot)
+    emptied._map.close()
+    os.close(emptied._descriptor)
     found = Orphans.find(tmp_path, LABEL)
+    assert not emptied.path.exists()
     try:
         assert [path for path, _ in found.files] == [ended.path]
         assert [record["id"] for record in found.records] == ["3" * 32]

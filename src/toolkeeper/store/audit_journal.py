@@ -198,7 +198,8 @@ class Orphans:
 
     @classmethod
     def find(cls, folder: Path, store_label: str) -> Orphans:
-        """Every journal file in `folder` for the store `store_label` whose lock can be taken."""
+        """Every journal file in `folder` for the store `store_label` whose lock can be taken and
+        that holds records; such a file holding none is removed on the way."""
         found = cls()
         if fcntl is None or not folder.is_dir():
             return found
@@ -216,6 +217,10 @@ class Orphans:
                 continue
             label, records, unreadable = _read(content)
             if label != store_label:
+                os.close(descriptor)
+                continue
+            if not records and not unreadable:  # its gateway ended with every record stored
+                path.unlink(missing_ok=True)
                 os.close(descriptor)
                 continue
             found.files.append((path, descriptor))
