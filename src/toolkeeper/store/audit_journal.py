@@ -61,26 +61,13 @@ _SLOT_HEAD = struct.Struct("<BxxxII")  # state, payload length, CRC-32
 _PAYLOAD_BYTES = SLOT_BYTES - _SLOT_HEAD.size
 _CUT = 200  # characters a text keeps when a record does not fit its slot otherwise
 
-# What a record keeps in the journal: everything known before the call runs, except its
-# arguments, which are only digested on the writer's thread (a call's arguments can be large).
-JOURNALED = (
-    "id",
-    "kind",
-    "at",
-    "client_name",
-    "client_version",
-    "client_session",
-    "exposed_name",
-    "server",
-    "tool",
-    "ref_id",
-    "hints",
-    "decision",
-    "decided_by",
-    "channel",
-    "wait_ms",
-    "principal",
-    "principal_client",
+# What a record keeps in the journal: everything its started entry in the chain covers, except
+# its arguments, which are only digested on the writer's thread (a call's arguments can be large),
+# and the facts only gaps and anchors have.
+JOURNALED = tuple(
+    column
+    for column in audit_chain.STARTED_COLUMNS
+    if column not in ("arguments_sha256", "arguments", "facts")
 )
 RECOVERED = (
     "the gateway ended (killed, or crashed) while the call ran, before its record reached the "
