@@ -28,6 +28,7 @@ from test_audit_writer import (
     store_file,
     stored,
 )
+from test_store import store_url  # noqa: F401 - the fixture: SQLite and PostgreSQL
 
 from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.store import Store, audit_journal
@@ -297,3 +298,23 @@ async def test_a_gateway_stopped_in_order_leaves_no_journal_and_one_killed_leave
     outcomes = sorted(record["outcome"] for record in audit_records(config))
     assert outcomes == ["gateway_stopped", "started"]
     assert not list(folder.glob("*.journal"))  # `toolkeeper audit` took the killed one's
+
+
+async def test_a_killed_writers_journal_is_recovered_by_the_next_writer_on_either_database(
+    store_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "journal"
+    async with Store(store_url) as store:
+        killed = AuditJournal.open(folder, store.label)
+        killed.keep({**a_record("ctl__dangerous"), "id": "6" * 32})
+        killed._map.close()
+        os.close(killed._descriptor)  # as a killed process: the lock goes, the record stays
+        writer = AuditWriter(store, 30, home=tmp_path, journal_folder=folder)
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            await eventually(lambda: not killed.path.exists())
+            tg.cancel_scope.cancel()
+        (row,) = await rows(store)
+        assert (row.id, row.exposed_name, row.outcome) == ("6" * 32, "ctl__dangerous", "started")
+        assert row.detail == audit_journal.RECOVERED and row.arguments_sha256 == ""
