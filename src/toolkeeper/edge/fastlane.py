@@ -23,7 +23,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolkeeper.edge.clients import CLIENT_INFO_META, Transport, identify
 from toolkeeper.pipeline.audit import ARGUMENTS_UNREAD
-from toolkeeper.pipeline.call import LOCAL_USER, Principal, ToolCall
+from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, ToolCall
 from toolkeeper.pipeline.stages import fast_lane_fits
 from toolkeeper.protocol import LOG_LEVEL_META, Refusal, for_client_era, internal_error
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
 # Params of a call that the fast lane leaves to the SDK's path.
-_NEEDS_CONTEXT = ("task", "requestState", "inputResponses")
+_NEEDS_CONTEXT = frozenset(("task", "requestState", "inputResponses"))
 
 
 def opens_modern(message: dict[str, Any]) -> bool:
@@ -51,6 +51,9 @@ class FastLane:
         self.server_info = server_info
         # Over HTTP each client is known by its own name, not by the process.
         self.transport: Transport = transport
+        # The last client identified: its declared info, its principal and its identity. A
+        # client sends the same info with every call, so the identity is made once, not per call.
+        self._last_client: tuple[object, Principal, ClientIdentity] | None = None
 
     def accept(self, message: dict[str, Any], principal: Principal = LOCAL_USER) -> ToolCall | None:
         """The call this message makes, if the fast lane can answer it; else None. `principal`
@@ -65,7 +68,7 @@ class FastLane:
             or not isinstance(params, dict)
             or not isinstance(params.get("name"), str)
             or not isinstance(params.get("arguments", {}), dict)
-            or any(key in params for key in _NEEDS_CONTEXT)
+            or not params.keys().isdisjoint(_NEEDS_CONTEXT)
             or not self.gateway.started.is_set()
         ):
             return None
@@ -83,11 +86,21 @@ class FastLane:
             params,
             True,
             capabilities=meta[CLIENT_CAPABILITIES_META],
-            client=identify(
-                transport=self.transport, client_info=meta.get(CLIENT_INFO_META), principal=principal
-            ),
+            client=self._identify(meta.get(CLIENT_INFO_META), principal),
         )
         return call if fast_lane_fits(call, self.gateway) else None
+
+    def _identify(self, client_info: object, principal: Principal) -> ClientIdentity:
+        """`identify` for this lane's transport, reusing the last identity for the same declared
+        info (equal JSON values name the same client) and the same principal."""
+        last = self._last_client
+        if last is not None and last[1] is principal and last[0] == client_info:
+            return last[2]
+        client = identify(transport=self.transport, client_info=client_info, principal=principal)
+        # A copy of a mutable info: what was compared stays what was identified.
+        kept = dict(client_info) if isinstance(client_info, dict) else client_info
+        self._last_client = (kept, principal, client)
+        return client
 
     def record_refused(
         self,

@@ -34,7 +34,9 @@ class DownstreamTool:
         # takes roots: the relay asks it for them first (a handshake-era server, here too).
         if not self.downstream.may_ask_client:
             return False
-        capabilities = call.capabilities or {}
+        capabilities = call.capabilities
+        if not capabilities:  # declares nothing: the common case, spared the three lookups
+            return False
         return any(declares(capabilities, method) for method in CAPABILITY_FOR_REQUEST)
 
     async def forward(self, call: ToolCall) -> dict[str, Any]:
