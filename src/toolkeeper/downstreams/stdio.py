@@ -154,6 +154,9 @@ class StdioLink:
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = count(1)
         self._writer: jsonwire.LineWriter | None = None
+        # The loop the pipes are on, kept with the writer: on Python 3.11 every
+        # `asyncio.get_running_loop()` is a getpid system call, and a request is on every call's path.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
     async def request(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -162,17 +165,17 @@ class StdioLink:
         Raises TimeoutError past `timeout` (the request is cancelled downstream), LinkClosed
         when the child goes away, and TypeError for params that cannot be encoded, before
         anything is written."""
-        if self._closed or self._writer is None:
+        writer, loop = self._writer, self._loop
+        if self._closed or writer is None or loop is None:
             raise LinkClosed
         request_id = -next(self._ids)
         line = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        loop = asyncio.get_running_loop()
         answer: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._pending[request_id] = answer
         expiry = loop.call_later(timeout, _expire, answer)
         try:
-            self._writer.write(line + b"\n")
-            await self._writer.drain()
+            writer.write(line + b"\n")
+            await writer.drain()
             return await answer
         except asyncio.CancelledError:
             # The caller gave up (its client cancelled): so does the server.
@@ -217,7 +220,7 @@ class StdioLink:
             asyncio.streams.FlowControlMixin, process.stdin
         )
         writer = jsonwire.LineWriter(asyncio.StreamWriter(write_transport, write_protocol, None, loop))
-        self._writer = writer
+        self._writer, self._loop = writer, loop
         to_session, from_child = anyio.create_memory_object_stream[Any](0)
         to_child, from_session = anyio.create_memory_object_stream[Any](0)
 
