@@ -485,13 +485,12 @@ class AuditWriter:
         if not orphans:
             return
         try:
-            with self._writing:
+            with orphans, self._writing:
                 key = self._key_now()
                 added = self._connection_now().transaction(
                     lambda conn: add_missing(conn, key, orphans.records)
                 )
         except Exception as exc:  # the gateway runs on; the files stay for the next try
-            orphans.release()
             logger.error(
                 "audit log: cannot add the records left in %s to the store; the next gateway to "
                 "start, or `toolkeeper audit`, tries again: %s",
@@ -500,7 +499,6 @@ class AuditWriter:
             )
             return
         logger.warning("audit log: %s", orphans.told(added))
-        orphans.discard()
 
     def _write_waiting(self) -> bool:
         """Write what was handed over until now, a batch per transaction; False when the store

@@ -177,19 +177,16 @@ class AuditService:
         if not orphans:
             return None
         try:
-            key = chain.find_chain_key(self.settings)
-            if key is None:
-                where = chain.key_file(self.settings)
-                raise ServiceError(f"there is no audit key ({where}) to add them with")
-            async with self.store.write(bump_revision=False) as conn:
-                added = await conn.run_sync(audit_journal.add_missing, key, orphans.records)
+            with orphans:
+                key = chain.find_chain_key(self.settings)
+                if key is None:
+                    where = chain.key_file(self.settings)
+                    raise ServiceError(f"there is no audit key ({where}) to add them with")
+                async with self.store.write(bump_revision=False) as conn:
+                    added = await conn.run_sync(audit_journal.add_missing, key, orphans.records)
         except ServiceError as exc:
-            names = orphans.names()
-            orphans.release()
-            return f"The records left in {names} by a gateway that ended could not be added: {exc}"
-        told = orphans.told(added)
-        orphans.discard()
-        return told
+            return f"The records left in {orphans.names()} by a gateway that ended could not be added: {exc}"
+        return orphans.told(added)
 
     async def verify(self, export: Iterable[str] | None = None, *, source: str | None = None) -> Verification:
         """Walk the store's chain, or the lines of an export (`source` names it in messages)."""

@@ -177,11 +177,13 @@ def _payload(record: Mapping[str, Any]) -> bytes | None:
 @dataclass
 class Orphans:
     """The journal files of gateways that ended without emptying them, locked by this process
-    while it adds their records to the store: `discard` once they are in, else `release`."""
+    while it adds their records to the store, in a `with` block: left without an error, the
+    records are in and the files are removed; with one, they are released for the next try."""
 
     files: list[tuple[Path, int]] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
     unreadable: int = 0  # slots marked held whose content did not check out
+    _locked: bool = True
 
     @classmethod
     def find(cls, folder: Path, store_label: str) -> Orphans:
@@ -233,16 +235,31 @@ class Orphans:
             text += f"; {self.unreadable} records were torn by the crash and could not be read"
         return text
 
+    def __enter__(self) -> Orphans:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is None:
+            self.discard()
+        else:
+            self.release()
+
     def discard(self) -> None:
-        for path, descriptor in self.files:
-            path.unlink(missing_ok=True)
-            os.close(descriptor)
-        self.files = []
+        """The records are in the store: the files go (their names stay, for `told`)."""
+        self._close(remove=True)
 
     def release(self) -> None:
-        for _, descriptor in self.files:
+        """The files stay for the next try, unlocked."""
+        self._close(remove=False)
+
+    def _close(self, *, remove: bool) -> None:
+        if not self._locked:
+            return
+        self._locked = False
+        for path, descriptor in self.files:
+            if remove:
+                path.unlink(missing_ok=True)
             os.close(descriptor)
-        self.files = []
 
 
 def _read(content: bytes) -> tuple[str | None, list[dict[str, Any]], int]:
