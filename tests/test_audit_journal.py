@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import textwrap
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,29 @@ def test_a_full_journal_or_a_record_too_big_for_a_slot_is_refused_and_texts_are_
     assert journal.keep({**a_record(), "id": "d" * 32}) is None  # every slot held
     journal.close()
     assert journal.path.exists()  # records left: kept for the next gateway
+
+
+def test_a_journal_of_the_first_version_still_reads_and_a_header_cut_short_is_not_a_journal(
+    tmp_path: Path,
+) -> None:
+    """Version 1 kept each record as a JSON object; version 2 keeps a list, named by the
+    header's column line. A gateway upgraded after a crash still recovers a version 1 file."""
+    journal = AuditJournal.open(tmp_path, LABEL)
+    journal.keep({**a_record(), "id": "e" * 32})
+    journal.close()
+    content = journal.path.read_bytes()
+    assert audit_journal._read(content)[1][0]["exposed_name"] == "ctl__echo"
+    header = audit_journal.MAGIC_V1 + LABEL.encode() + b"\n"
+    payload = json.dumps({**a_record(), "id": "f" * 32, "at": 1.5}).encode()
+    slot_head = audit_journal._SLOT_HEAD.pack(audit_journal._HELD, len(payload), zlib.crc32(payload))
+    first = bytearray(len(content))
+    first[: len(header)] = header
+    start = audit_journal.HEADER_BYTES
+    first[start : start + len(slot_head) + len(payload)] = slot_head + payload
+    label, (record,), unreadable = audit_journal._read(bytes(first))
+    assert (label, record["id"], record["exposed_name"], unreadable) == (LABEL, "f" * 32, "ctl__echo", 0)
+    cut_short = audit_journal.MAGIC + LABEL.encode()  # no column line
+    assert audit_journal._read(cut_short + bytes(len(content))) == (None, [], 0)
 
 
 def test_only_journals_of_this_store_whose_gateway_ended_are_recovered_and_torn_slots_are_counted(

@@ -52,7 +52,11 @@ logger = logging.getLogger(__name__)
 
 JOURNAL_FOLDER = "audit-journal"
 SUFFIX = ".journal"
-MAGIC = b"toolkeeper audit journal 1\n"
+# Version 2: a record is a JSON list of the values the header's second line names (a list
+# encodes in half the time of an object, on every journaled call). Version 1 files, whose
+# records are objects, are still read.
+MAGIC = b"toolkeeper audit journal 2\n"
+MAGIC_V1 = b"toolkeeper audit journal 1\n"
 HEADER_BYTES = 4096
 SLOT_BYTES = 2048
 SLOTS = 512  # calls recorded and not yet in the store; beyond this, calls wait for the store
@@ -111,8 +115,11 @@ class AuditJournal:
             raise
         # Every page touched now, so that keeping a record never waits for one to be made.
         mapped[:] = bytes(size)
-        header = MAGIC + store_label.encode("utf-8", "backslashreplace")[: HEADER_BYTES - len(MAGIC) - 1]
-        mapped[: len(header) + 1] = header + b"\n"
+        names = _ENCODER.encode(JOURNALED).encode() + b"\n"
+        room = HEADER_BYTES - len(MAGIC) - len(names) - 1
+        label = store_label.encode("utf-8", "backslashreplace")[:room]
+        header = MAGIC + label + b"\n" + names
+        mapped[: len(header)] = header
         return cls(path, descriptor, mapped)
 
     @property
@@ -154,19 +161,20 @@ class AuditJournal:
 
 # One encoder for every record: `json.dumps` with its own separators makes one per call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
+_HINTS = JOURNALED.index("hints")
 
 
 def _payload(record: Mapping[str, Any]) -> bytes | None:
     """The record's `JOURNALED` values as JSON (ASCII: a lone surrogate is escaped, not an
     error); texts cut when the whole does not fit a slot."""
-    values = {name: record.get(name) for name in JOURNALED}
-    hints = values["hints"]
+    values = [record.get(name) for name in JOURNALED]
+    hints = values[_HINTS]
     if isinstance(hints, tuple):  # as the column holds them (remembered per tool's hints)
-        values["hints"] = hints_text(hints)
+        values[_HINTS] = hints_text(hints)
     payload = _ENCODER.encode(values).encode()
     if len(payload) <= _PAYLOAD_BYTES:
         return payload
-    cut = {name: value[:_CUT] if isinstance(value, str) else value for name, value in values.items()}
+    cut = [value[:_CUT] if isinstance(value, str) else value for value in values]
     payload = _ENCODER.encode(cut).encode()
     return payload if len(payload) <= _PAYLOAD_BYTES else None
 
@@ -264,10 +272,21 @@ class Orphans:
 
 def _read(content: bytes) -> tuple[str | None, list[dict[str, Any]], int]:
     """A journal file's store label, its held records, and how many held slots did not read."""
-    if not content.startswith(MAGIC):
+    names: list[str] | None = None
+    if content.startswith(MAGIC):
+        lines = content[len(MAGIC) : HEADER_BYTES].split(b"\n", 2)
+        try:
+            names = json.loads(lines[1]) if len(lines) > 2 else None
+        except ValueError:
+            names = None
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+            return None, [], 0  # a header cut short: whatever wrote it was not a gateway
+        label_line = lines[0]
+    elif content.startswith(MAGIC_V1):
+        label_line = content[len(MAGIC_V1) : HEADER_BYTES].split(b"\n", 1)[0]
+    else:
         return None, [], 0
-    header = content[len(MAGIC) : HEADER_BYTES]
-    label = header[: header.find(b"\n")].decode("utf-8", "backslashreplace")
+    label = label_line.decode("utf-8", "backslashreplace")
     records: list[dict[str, Any]] = []
     unreadable = 0
     for start in range(HEADER_BYTES, len(content) - _SLOT_HEAD.size + 1, SLOT_BYTES):
@@ -279,6 +298,8 @@ def _read(content: bytes) -> tuple[str | None, list[dict[str, Any]], int]:
             if length > _PAYLOAD_BYTES or zlib.crc32(payload) != crc:
                 raise ValueError("torn")
             record = json.loads(payload)
+            if names is not None and isinstance(record, list) and len(record) == len(names):
+                record = dict(zip(names, record, strict=True))
             if not isinstance(record, dict) or not isinstance(record.get("id"), str):
                 raise ValueError("not a record")
         except ValueError:
