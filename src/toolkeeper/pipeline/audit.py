@@ -15,6 +15,7 @@ on the call path; the writer's thread does the rest.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, ClassVar
@@ -74,17 +75,22 @@ class AuditLog:
         self.keep_arguments = keep_arguments
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
+        # Made once the answer is on its way (the edge writes it without waiting): the record is
+        # on nobody's path. The call's end is taken now.
+        asyncio.get_running_loop().call_soon(self._record_ended, call, time.monotonic())
+        return None
+
+    def _record_ended(self, call: ToolCall, ended: float) -> None:
         started: Started | None = call.extra.get(STARTED_RECORD)
         try:
             if started is not None:
                 outcome, detail = _outcome(call)
-                latency_ms = round((time.monotonic() - call.started) * 1000)
+                latency_ms = round((ended - call.started) * 1000)
                 self.writer.complete(started, outcome=outcome, detail=detail, latency_ms=latency_ms)
             else:
-                self.writer.add(self.record(call))
+                self.writer.add(self.record(call, ended=ended))
         except Exception:  # recording must never fail the call it records
             logger.exception("audit log: cannot record a call of %r", call.name)
-        return None
 
     def record_refused(self, call: ToolCall) -> None:
         """The record of a call refused before any stage ran (see `Gateway.record_refused`)."""
@@ -93,8 +99,9 @@ class AuditLog:
         except Exception:  # recording must never fail the answer to the call it records
             logger.exception("audit log: cannot record a call of %r", call.name)
 
-    def record(self, call: ToolCall) -> Record:
-        elapsed = time.monotonic() - call.started
+    def record(self, call: ToolCall, *, ended: float | None = None) -> Record:
+        """The call's record, as of `ended` (a `time.monotonic()`; default: now)."""
+        elapsed = (time.monotonic() if ended is None else ended) - call.started
         target = call.target
         server = tool = ref_id = None
         if target is not None:
