@@ -86,14 +86,14 @@ class ToolSource(SourceStatus, ABC):
         what = f"the call to '{name}'"
         if not self.available:
             raise Unavailable(self.describe_unavailable())
-        with self._calls.stoppable(what) as scope:
+        with self._calls.stoppable(what) as call:
             with anyio.move_on_after(self.config.timeout):
                 return await self.answer(name, arguments)
             raise CallTimedOut(
                 f"server '{self.name}' did not answer {what} within {self.config.timeout:g}s "
                 "(its 'timeout' setting); it may still be working on it"
             )
-        raise Unavailable(self._calls.shutting_down(what, scope))
+        raise Unavailable(self._calls.shutting_down(what, call))
 
     def stop_calls(self, reason: str) -> int:
         return self._calls.stop(reason)
