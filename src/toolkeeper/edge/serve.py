@@ -9,6 +9,7 @@ the client streams end, and every downstream child is stopped and reaped by its 
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import signal
@@ -144,11 +145,15 @@ class ClosableStreams:
     """Knows the requests in progress, so that a stopping gateway can end their responses itself:
     a handshake-era client's GET stream never ends on its own, and uvicorn would otherwise wait
     for it, or cancel it with a traceback in the log. A response that started gets a proper end,
-    one that did not gets a 503."""
+    one that did not gets a 503.
+
+    uvicorn runs each request in a task of its own, so a request is ended by cancelling that
+    task: no cancel scope per request, on every call's path."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self._open: dict[anyio.CancelScope, str] = {}  # each request's scope, with its method
+        self._open: dict[asyncio.Task[Any], str] = {}  # each request's task, with its method
+        self._closing: set[asyncio.Task[Any]] = set()  # those cancelled here, not by anyone else
 
     @property
     def open(self) -> int:
@@ -157,7 +162,8 @@ class ClosableStreams:
     def close(self, *methods: str) -> None:
         """End the requests in progress with one of `methods` (all of them without any)."""
         for request, method in list(self._open.items()):
-            if not methods or method in methods:
+            if (not methods or method in methods) and request not in self._closing:
+                self._closing.add(request)
                 request.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -174,13 +180,21 @@ class ClosableStreams:
                 finished = True
             await send(message)
 
-        with anyio.CancelScope() as request:
-            self._open[request] = scope["method"]
-            try:
-                await self.app(scope, receive, watched_send)
-            finally:
-                del self._open[request]
-        if not request.cancelled_caught or finished:
+        request = asyncio.current_task()
+        assert request is not None
+        self._open[request] = scope["method"]
+        try:
+            await self.app(scope, receive, watched_send)
+            return
+        except asyncio.CancelledError:
+            # Ended here (and by nobody else as well): answered below. Any other cancellation
+            # (uvicorn's own, past its grace period) goes on.
+            if request not in self._closing or request.uncancel():
+                raise
+        finally:
+            del self._open[request]
+            self._closing.discard(request)
+        if finished:
             return
         with suppress(Exception):  # the client may be gone already
             if not started:
