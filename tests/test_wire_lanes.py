@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import select
+import socket
 import subprocess
 import time
 import urllib.error
@@ -191,6 +192,58 @@ def test_the_http_fast_lane_answers_plain_modern_calls_and_leaves_the_rest_to_th
         assert '"over http"' not in body
         # A foreign Host is never served.
         assert post(call, host="evil.example.com")[0] == 421
+    finally:
+        stop(gateway)
+
+
+def test_a_modern_http_call_whose_client_leaves_is_cancelled_downstream(tmp_path: Path) -> None:
+    """The fast lane answers a plain modern call on its POST alone: a client that closes the
+    connection has given up on the call, and the server is told so."""
+    record = tmp_path / "record.jsonl"
+    config = write_config(tmp_path, {"ctl": controllable(server_args={"record": record})})
+    port = free_port()
+    gateway = spawn_http_gateway(config, port)
+
+    def methods() -> list[str]:
+        lines = record.read_text().splitlines() if record.exists() else []
+        return [json.loads(line)["method"] for line in lines]
+
+    def request(tool: str, arguments: dict[str, Any]) -> bytes:
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": ENVELOPE},
+        }
+        body = json.dumps(call).encode()
+        head = (
+            f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+            f"accept: application/json, text/event-stream\r\nmcp-protocol-version: {MODERN}\r\n"
+            f"mcp-method: tools/call\r\nmcp-name: {tool}\r\ncontent-length: {len(body)}\r\n\r\n"
+        )
+        return head.encode() + body
+
+    try:
+        wait_port(port)
+        deadline = time.monotonic() + 20
+        answer = b""
+        # Until the gateway has started, a call is the SDK's; the fast lane answers with JSON.
+        while b"application/json" not in answer and time.monotonic() < deadline:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+                client.sendall(request("ctl__echo", {"text": "ready"}))
+                answer = b""
+                while b"}" not in answer and (chunk := client.recv(65536)):
+                    answer += chunk
+            time.sleep(0.1)
+        assert b"application/json" in answer and b"ready" in answer
+        calls = methods().count("tools/call")
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(request("ctl__sleep", {"seconds": 30}))
+            while methods().count("tools/call") == calls and time.monotonic() < deadline:
+                time.sleep(0.05)
+        while "notifications/cancelled" not in methods() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert methods()[-2:] == ["tools/call", "notifications/cancelled"]
     finally:
         stop(gateway)
 
