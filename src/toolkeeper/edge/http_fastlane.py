@@ -31,6 +31,10 @@ from toolkeeper.edge.guard import HostGuard
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.protocol import INVALID_REQUEST, Refusal, error_response, refusal, unreadable
 
+# Most calls end sooner than this, and are not watched for their client leaving (a task each,
+# on every call's path); one that lasts longer is cancelled at most this late after it left.
+WATCH_DEPARTURE_AFTER_SECONDS = 0.05
+
 
 class HttpFastLane:
     def __init__(
@@ -136,15 +140,17 @@ class HttpFastLane:
     async def _answer_fast(self, receive: Receive, send: Send, request_id: Any, call: ToolCall) -> None:
         answering = asyncio.current_task()
         assert answering is not None
-        leaving = asyncio.get_running_loop().create_task(_cancel_when_gone(receive, answering))
+        departure = _Departure(receive, answering)
+        watch = answering.get_loop().call_later(WATCH_DEPARTURE_AFTER_SECONDS, departure.watch)
         try:
             response = await self.lane.answer(request_id, call)
         except asyncio.CancelledError:
-            if not leaving.done() or answering.uncancel():
+            if not departure.seen or answering.uncancel():
                 raise
             return  # the client gave up: so did the call, downstream, and nobody is left to answer
         finally:
-            leaving.cancel()
+            watch.cancel()
+            departure.stop()
         await respond(send, 200, jsonwire.dumps(response), b"application/json")
 
     async def _read_body(self, receive: Receive) -> tuple[bytes, bool]:
@@ -210,7 +216,27 @@ def _replay(body: bytes, complete: bool, receive: Receive) -> Receive:
     return replay
 
 
-async def _cancel_when_gone(receive: Receive, answering: asyncio.Task[Any]) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    answering.cancel()
+class _Departure:
+    """Cancels a call's task when its client leaves, once `watch` has started watching: a task
+    reading the request's `receive` until it says the client disconnected."""
+
+    __slots__ = ("answering", "receive", "seen", "watching")
+
+    def __init__(self, receive: Receive, answering: asyncio.Task[Any]) -> None:
+        self.receive = receive
+        self.answering = answering
+        self.watching: asyncio.Task[None] | None = None
+        self.seen = False  # the client left, and the call was cancelled for it
+
+    def watch(self) -> None:
+        self.watching = self.answering.get_loop().create_task(self._cancel_when_gone())
+
+    def stop(self) -> None:
+        if self.watching is not None:
+            self.watching.cancel()
+
+    async def _cancel_when_gone(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.seen = True
+        self.answering.cancel()
