@@ -9,6 +9,9 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(\d{1,5}))?$")
+# A client sends the same Host and Origin on every request: each pair is decided once. Past
+# this many pairs (headers made up by whoever calls) the decisions are forgotten and made anew.
+MAX_REMEMBERED_DECISIONS = 256
 
 
 class HostGuard:
@@ -19,10 +22,19 @@ class HostGuard:
     def __init__(self, hosts: Sequence[str], origins: Sequence[str]) -> None:
         self.hosts = frozenset(hosts)
         self.origins = frozenset(origins)
+        self._decided: dict[tuple[str | None, str | None], tuple[int, str] | None] = {}
 
     def problem(self, host: str | None, origin: str | None) -> tuple[int, str] | None:
         """The HTTP status and text a request with these headers is refused with, as the SDK
         words it; None if it may pass. No Origin (a client that is not a browser) passes."""
+        key = (host, origin)
+        if key not in self._decided:
+            if len(self._decided) >= MAX_REMEMBERED_DECISIONS:
+                self._decided.clear()
+            self._decided[key] = self._decide(host, origin)
+        return self._decided[key]
+
+    def _decide(self, host: str | None, origin: str | None) -> tuple[int, str] | None:
         if host is None or not self._host_allowed(host):
             return 421, "Invalid Host header"
         if origin and not self._origin_allowed(origin):

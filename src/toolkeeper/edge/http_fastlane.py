@@ -19,6 +19,7 @@ Everything else goes on to the SDK's app (its body replayed).
 from __future__ import annotations
 
 import asyncio
+from functools import lru_cache
 from typing import Any
 
 from mcp.shared.inbound import decode_header_value
@@ -187,6 +188,7 @@ async def respond(send: Send, status: int, body: bytes, content_type: bytes) -> 
     await send({"type": "http.response.body", "body": body})
 
 
+@lru_cache(maxsize=64)  # a client sends the same Accept on every request
 def _accepts_json(accept: str) -> bool:
     kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
     return bool(kinds & {"application/json", "application/*", "*/*"})
