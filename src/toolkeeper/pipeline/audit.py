@@ -75,8 +75,8 @@ class AuditLog:
         self.keep_arguments = keep_arguments
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
-        # Made once the answer is on its way (the edge writes it without waiting): the record is
-        # on nobody's path. The call's end is taken now.
+        # Made in a callback: the fast lanes write the answer before they next yield, so the
+        # record is then on nobody's wait. The call's end is taken now.
         asyncio.get_running_loop().call_soon(self._record_ended, call, time.monotonic())
         return None
 
