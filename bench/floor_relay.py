@@ -15,7 +15,9 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 
 async def relay(command: str, args: list[str], env: dict[str, str]) -> None:
@@ -48,8 +50,13 @@ def main() -> None:
         sys.exit("usage: floor_relay.py CONFIG (a toolkeeper config; its first server is relayed)")
     servers = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))["mcpServers"]
     entry = next(iter(servers.values()))
-    coroutine = relay(entry["command"], [str(a) for a in entry.get("args", [])], entry.get("env", {}))
-    try:  # the event loop toolkeeper runs on, where it is installed
+    args = [str(a) for a in entry.get("args", [])]
+    run_on_gateway_loop(relay(entry["command"], args, entry.get("env", {})))
+
+
+def run_on_gateway_loop(coroutine: Coroutine[Any, Any, None]) -> None:
+    """Run on the event loop toolkeeper runs on (uvloop where it is installed)."""
+    try:
         import uvloop
     except ImportError:
         asyncio.run(coroutine)

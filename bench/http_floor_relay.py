@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from floor_relay import run_on_gateway_loop  # beside this script
+
 
 async def copy(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
     try:
@@ -47,13 +49,7 @@ def main() -> None:
     url = urlsplit(next(iter(servers.values()))["url"])
     if url.hostname is None or url.port is None:
         sys.exit(f"http_floor_relay.py: the first server's url has no host and port: {url.geturl()}")
-    coroutine = serve(int(sys.argv[2]), url.hostname, url.port)
-    try:  # the event loop toolkeeper runs on, where it is installed
-        import uvloop
-    except ImportError:
-        asyncio.run(coroutine)
-    else:
-        uvloop.run(coroutine)
+    run_on_gateway_loop(serve(int(sys.argv[2]), url.hostname, url.port))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
+from toolkeeper.cancellation import OwnCancellation
 from toolkeeper.downstreams.base import Unavailable
 
 
@@ -57,26 +58,22 @@ class InFlightCall:
     cancellation rather than anyio's cancel scope, which costs several times more on every call's
     path; a class rather than a generator-based context manager, which costs several calls more."""
 
-    __slots__ = ("_calls", "_cancelling", "_stopped", "_task", "_what")
+    __slots__ = ("_calls", "_stop", "_what")
 
     def __init__(self, calls: InFlightCalls, what: str) -> None:
         self._calls = calls
         self._what = what
-        self._stopped = False
 
     def __enter__(self) -> InFlightCall:
         calls = self._calls
         if calls._stopping is not None:
             raise Unavailable(calls.shutting_down(self._what, None))
-        task = self._task = calls._current_task()
-        self._cancelling = task.cancelling()
+        self._stop = OwnCancellation(calls._current_task())
         calls._calls.add(self)
         return self
 
     def cancel(self) -> None:
-        if not self._stopped:  # once: the block takes back one cancellation
-            self._stopped = True
-            self._task.cancel()
+        self._stop.cancel()
 
     def __exit__(
         self,
@@ -85,7 +82,5 @@ class InFlightCall:
         traceback: TracebackType | None,
     ) -> bool:
         self._calls._calls.discard(self)
-        if not self._stopped:
-            return False
         # Cancelled by `stop`: a call that ended anyway takes the cancellation back all the same.
-        return self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError
+        return self._stop.take_back() and exc_type is asyncio.CancelledError

@@ -32,6 +32,7 @@ import orjson
 from mcp.shared.inbound import X_MCP_HEADER_KEY, encode_header_value
 
 from toolkeeper import jsonwire
+from toolkeeper.cancellation import OwnCancellation
 from toolkeeper.downstreams.raw import (
     PROTOCOL_VERSION_META,
     LaneDeclined,
@@ -146,19 +147,24 @@ class HttpLink:
         data = (head + f"content-length: {len(body)}\r\n\r\n").encode("latin-1") + body
         if (loop := self._loop) is None:
             loop = self._loop = asyncio.get_running_loop()
-        deadline = _Deadline(loop, timeout)
+        task = asyncio.current_task(loop)
+        assert task is not None, "a request runs in a task"
+        # The deadline: one timer cancelling the task, instead of `asyncio.timeout` (same rule).
+        deadline = OwnCancellation(task)
+        expiry = loop.call_later(timeout, deadline.cancel)
         try:
             return await self._exchange(data, request_id)
         except OSError as exc:
             raise LinkClosed(str(exc)) from exc
         except asyncio.CancelledError:
-            if deadline.timed_out():
+            if deadline.take_back():
                 self._cancel_in_session(request_id, "the gateway's timeout for this server expired")
                 raise TimeoutError from None
             self._cancel_in_session(request_id, "the client cancelled the request")
             raise
         finally:
-            deadline.close()
+            expiry.cancel()
+            deadline.take_back()  # expired as the request ended anyway: taken back all the same
 
     def _cancel_in_session(self, request_id: int, reason: str) -> None:
         """Tell a handshake-era server that a call was given up: its session outlives the POST.
@@ -337,41 +343,6 @@ def _json_answer(body: bytes, request_id: int) -> dict[str, Any] | None:
     except ValueError:
         return None
     return answer if isinstance(answer, dict) and answer.get("id") == request_id else None
-
-
-class _Deadline:
-    """`asyncio.timeout` for one request, made cheaper: entering and leaving `asyncio.timeout`
-    asks for the running loop three times (each a getpid system call on Python 3.11) and awaits
-    two coroutines, on every call's path. The rule is the same: past the deadline the task is
-    cancelled, and that cancellation is a timeout only if no other one came as well."""
-
-    __slots__ = ("_cancelling", "_expired", "_handle", "_task")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
-        task = asyncio.current_task(loop)
-        assert task is not None, "a request runs in a task"
-        self._task = task
-        self._cancelling = task.cancelling()
-        self._expired = False
-        self._handle = loop.call_later(delay, self._expire)
-
-    def _expire(self) -> None:
-        self._expired = True
-        self._task.cancel()
-
-    def timed_out(self) -> bool:
-        """Asked once the task was cancelled: whether by this deadline alone. The deadline's
-        cancellation is taken back either way."""
-        if not self._expired:
-            return False
-        self._expired = False
-        return self._task.uncancel() <= self._cancelling
-
-    def close(self) -> None:
-        self._handle.cancel()
-        if self._expired:  # expired as the request ended anyway: taken back all the same
-            self._expired = False
-            self._task.uncancel()
 
 
 class _Response:

@@ -26,6 +26,7 @@ from mcp.shared.inbound import decode_header_value
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper import jsonwire
+from toolkeeper.cancellation import OwnCancellation
 from toolkeeper.edge.auth import Authenticator
 from toolkeeper.edge.fastlane import PROTOCOL_VERSION_META, FastLane
 from toolkeeper.edge.guard import HostGuard
@@ -146,7 +147,7 @@ class HttpFastLane:
         try:
             response = await self.lane.answer(request_id, call)
         except asyncio.CancelledError:
-            if not departure.seen or answering.uncancel():
+            if not departure.cancellation.take_back():
                 raise
             return  # the client gave up: so did the call, downstream, and nobody is left to answer
         finally:
@@ -222,16 +223,15 @@ class _Departure:
     """Cancels a call's task when its client leaves, once `watch` has started watching: a task
     reading the request's `receive` until it says the client disconnected."""
 
-    __slots__ = ("answering", "receive", "seen", "watching")
+    __slots__ = ("cancellation", "receive", "watching")
 
     def __init__(self, receive: Receive, answering: asyncio.Task[Any]) -> None:
         self.receive = receive
-        self.answering = answering
+        self.cancellation = OwnCancellation(answering)  # made when the client left
         self.watching: asyncio.Task[None] | None = None
-        self.seen = False  # the client left, and the call was cancelled for it
 
     def watch(self) -> None:
-        self.watching = self.answering.get_loop().create_task(self._cancel_when_gone())
+        self.watching = self.cancellation.task.get_loop().create_task(self._cancel_when_gone())
 
     def stop(self) -> None:
         if self.watching is not None:
@@ -240,5 +240,4 @@ class _Departure:
     async def _cancel_when_gone(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
             pass
-        self.seen = True
-        self.answering.cancel()
+        self.cancellation.cancel()

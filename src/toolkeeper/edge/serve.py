@@ -24,6 +24,7 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolkeeper.cancellation import OwnCancellation
 from toolkeeper.config.model import Config
 from toolkeeper.edge.auth import Authenticator, AuthPlan
 from toolkeeper.edge.clients import client_of
@@ -152,8 +153,8 @@ class ClosableStreams:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self._open: dict[asyncio.Task[Any], str] = {}  # each request's task, with its method
-        self._closing: set[asyncio.Task[Any]] = set()  # those cancelled here, not by anyone else
+        # Each request's cancellation (of the task uvicorn runs it in), with its method.
+        self._open: dict[OwnCancellation, str] = {}
 
     @property
     def open(self) -> int:
@@ -162,8 +163,7 @@ class ClosableStreams:
     def close(self, *methods: str) -> None:
         """End the requests in progress with one of `methods` (all of them without any)."""
         for request, method in list(self._open.items()):
-            if (not methods or method in methods) and request not in self._closing:
-                self._closing.add(request)
+            if not methods or method in methods:
                 request.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -180,8 +180,9 @@ class ClosableStreams:
                 finished = True
             await send(message)
 
-        request = asyncio.current_task()
-        assert request is not None
+        task = asyncio.current_task()
+        assert task is not None
+        request = OwnCancellation(task)
         self._open[request] = scope["method"]
         try:
             await self.app(scope, receive, watched_send)
@@ -189,11 +190,10 @@ class ClosableStreams:
         except asyncio.CancelledError:
             # Ended here (and by nobody else as well): answered below. Any other cancellation
             # (uvicorn's own, past its grace period) goes on.
-            if request not in self._closing or request.uncancel():
+            if not request.take_back():
                 raise
         finally:
             del self._open[request]
-            self._closing.discard(request)
         if finished:
             return
         with suppress(Exception):  # the client may be gone already
