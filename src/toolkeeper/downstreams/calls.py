@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
-from toolkeeper.cancellation import OwnCancellation
 from toolkeeper.downstreams.base import Unavailable
+from toolkeeper.downstreams.cancellation import OwnCancellation
 
 
 class InFlightCalls:

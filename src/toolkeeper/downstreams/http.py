@@ -32,7 +32,7 @@ import orjson
 from mcp.shared.inbound import X_MCP_HEADER_KEY, encode_header_value
 
 from toolkeeper import jsonwire
-from toolkeeper.cancellation import OwnCancellation
+from toolkeeper.downstreams.cancellation import OwnCancellation
 from toolkeeper.downstreams.raw import (
     PROTOCOL_VERSION_META,
     LaneDeclined,

@@ -26,7 +26,7 @@ from mcp.shared.inbound import decode_header_value
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper import jsonwire
-from toolkeeper.cancellation import OwnCancellation
+from toolkeeper.downstreams.cancellation import OwnCancellation
 from toolkeeper.edge.auth import Authenticator
 from toolkeeper.edge.fastlane import PROTOCOL_VERSION_META, FastLane
 from toolkeeper.edge.guard import HostGuard

@@ -24,8 +24,8 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolkeeper.cancellation import OwnCancellation
 from toolkeeper.config.model import Config
+from toolkeeper.downstreams.cancellation import OwnCancellation
 from toolkeeper.edge.auth import Authenticator, AuthPlan
 from toolkeeper.edge.clients import client_of
 from toolkeeper.edge.fastlane import FastLane
