@@ -13,6 +13,8 @@ response without the SDK's streamable-HTTP machinery, through the same pipeline.
   answer stream per id, and the first request would never get its answer.
 - A modern request stands alone (no session), so a POST whose body is one call the stdio fast
   lane would accept (see fastlane.py) and whose headers agree with its body is answered here.
+- A list request from a client that accepts JSON gets its answer as one JSON response, not an
+  event stream whose one event may be larger than the client takes (see json_answer.py).
 Everything else goes on to the SDK's app (its body replayed).
 """
 
@@ -30,6 +32,7 @@ from toolkeeper.downstreams.cancellation import OwnCancellation
 from toolkeeper.edge.auth import Authenticator
 from toolkeeper.edge.fastlane import PROTOCOL_VERSION_META, FastLane
 from toolkeeper.edge.guard import HostGuard
+from toolkeeper.edge.json_answer import OneJsonAnswer, wants_one_json_answer
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.protocol import INVALID_REQUEST, Refusal, error_response, refusal, unreadable
 
@@ -107,11 +110,14 @@ class HttpFastLane:
                 await respond(send, 400, jsonwire.dumps(answer), b"application/json")
                 return
             message, body = refused.instead, jsonwire.dumps(refused.instead)
+        accepts_json = _accepts_json(headers.get("accept", ""))
+        if wants_one_json_answer(message, accepts_json):
+            send = OneJsonAnswer(send)
         session = headers.get("mcp-session-id")
         if session is not None:
             await self._in_session(scope, receive, send, session, message, body)
             return
-        call = self.lane.accept(message, principal) if _accepts_json(headers.get("accept", "")) else None
+        call = self.lane.accept(message, principal) if accepts_json else None
         if call is None or not _headers_agree(headers, message):
             await self.app(scope, _replay(body, True, receive), send)
             return
