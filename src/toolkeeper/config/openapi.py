@@ -168,8 +168,12 @@ def _origins(written: Any) -> tuple[str, ...]:
     own) or `*` for any origin; a path is not part of an origin."""
     origins: list[str] = []
     for origin in _strings(written, "allowRefOrigins"):
-        normal = ANY_ORIGIN if origin.strip() == ANY_ORIGIN else origin_of(origin)
-        if normal is None or urlsplit(origin.strip()).path not in ("", "/"):
+        text = origin.strip()
+        if text == ANY_ORIGIN:
+            origins.append(ANY_ORIGIN)
+            continue
+        normal = origin_of(text)
+        if normal is None or urlsplit(text).path not in ("", "/") or urlsplit(text).query:
             raise EntryError(
                 f"'allowRefOrigins': {origin!r} is not an origin; write scheme, host and port only, "
                 'e.g. "https://schemas.example.com" or "http://10.0.0.5:8080", or "*" for any'

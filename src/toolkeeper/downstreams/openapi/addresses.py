@@ -5,8 +5,9 @@ A spec fetched from a URL is written by whoever serves it. Its `$ref`s, its redi
 or whose name resolves to, a loopback, private, link-local or otherwise non-public address
 (127.0.0.0/8, ::1, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 169.254.0.0/16 where clouds keep
 their metadata, fe80::/10, fc00::/7, 0.0.0.0, 100.64.0.0/10, multicast) is reached only when the
-person configured that host themselves: the spec URL's own host, `baseUrl`, or an origin named in
-`allowRefOrigins`. Every address a name resolves to is checked, so `localhost` or a public name
+person configured it themselves: the spec URL's own origin (scheme, host, port), `baseUrl`, or an
+origin named in `allowRefOrigins`; another port of a configured host is another service, and is
+not trusted with it. Every address a name resolves to is checked, so `localhost` or a public name
 pointing at 10.0.0.1 is refused as 10.0.0.1 would be. A name that does not resolve is left to the
 request, which fails on its own.
 """
@@ -18,7 +19,7 @@ import socket
 from collections.abc import Collection
 from urllib.parse import urlsplit
 
-from toolkeeper.config.openapi import DEFAULT_PORTS, OpenApiConfig, is_web_url
+from toolkeeper.config.openapi import DEFAULT_PORTS, OpenApiConfig, is_web_url, origin_of
 
 
 def internal_address(host: str, port: int) -> str | None:
@@ -54,18 +55,18 @@ def _non_public(text: str) -> str | None:
     return f"{ip}, {kind}"
 
 
-def internal_host_refusal(url: str, *, trusted_hosts: Collection[str]) -> str | None:
-    """Why `url` must not be reached: its host is not one the person configured
-    (`trusted_hosts`, in lower case) and is or resolves to a non-public address. None when it
-    may be reached."""
+def internal_host_refusal(url: str, *, trusted_origins: Collection[str | None]) -> str | None:
+    """Why `url` must not be reached: its origin is not one the person configured
+    (`trusted_origins`, as `origin_of` writes them) and its host is or resolves to a non-public
+    address. None when it may be reached."""
+    origin = origin_of(url)
+    if origin is None:
+        return f"{url} is not an http(s) URL with a valid host and port"
+    if origin in trusted_origins:
+        return None
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
-    if not host or host in trusted_hosts:
-        return None
-    try:
-        port = parts.port or DEFAULT_PORTS.get(parts.scheme.lower(), 80)
-    except ValueError:
-        return f"{url} has no valid port"
+    port = parts.port or DEFAULT_PORTS[parts.scheme.lower()]
     found = internal_address(host, port)
     if found is None:
         return None
@@ -81,9 +82,8 @@ def unsafe_server(url: str, config: OpenApiConfig) -> str | None:
     about to use, before any request (`_base_url`)."""
     if config.base_url or not is_web_url(config.spec):
         return None
-    trusted = {(urlsplit(config.spec).hostname or "").lower()}
-    trusted |= {(urlsplit(origin).hostname or "").lower() for origin in config.spec_limits.ref_origins}
-    refusal = internal_host_refusal(url, trusted_hosts=trusted)
+    trusted = {origin_of(config.spec), *config.spec_limits.ref_origins}
+    refusal = internal_host_refusal(url, trusted_origins=trusted)
     if refusal is None:
         return None
     return (

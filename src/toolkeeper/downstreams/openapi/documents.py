@@ -7,7 +7,7 @@ Where a document may come from:
 - a document from the network refers only to its own origin (scheme, host, port), the spec's,
   and those of the entry's `allowRefOrigins` (`*`: any); a local spec's files may refer to any;
 - no document is fetched from a loopback, private or link-local address unless the person
-  configured that host (`addresses.py`);
+  configured its origin (`addresses.py`);
 - redirects are followed (up to 5) only within the origin of the URL fetched; relative `$ref`s
   resolve against the URL asked for, not the one redirected to;
 - only regular files are read, so a FIFO or a device never holds loading up.
@@ -69,11 +69,9 @@ class DocumentReader:
         on_network = not root_uri.startswith("file:")
         self.folder = None if on_network else Path(path_of(root_uri)).parent
         self.root_origin = origin_of(root_uri) if on_network else None
-        named = (urlsplit(origin).hostname for origin in limits.ref_origins if origin != ANY_ORIGIN)
-        root_host = urlsplit(root_uri).hostname if on_network else None
-        self.trusted_hosts = {host.lower() for host in (*named, root_host) if host}
+        self.trusted_origins = {self.root_origin, *limits.ref_origins} - {None, ANY_ORIGIN}
         self._client: Any = None
-        self._refused_hosts: dict[str, str | None] = {}
+        self._refused_origins: dict[str | None, str | None] = {}
 
     def __enter__(self) -> DocumentReader:
         return self
@@ -155,10 +153,9 @@ class DocumentReader:
                     f"network may refer only to its own origin; add {origin or uri!r} to 'allowRefOrigins' "
                     "in the server entry if you trust it"
                 )
-        host = (urlsplit(uri).hostname or "").lower()
-        if host not in self._refused_hosts:
-            self._refused_hosts[host] = internal_host_refusal(uri, trusted_hosts=self.trusted_hosts)
-        refusal = self._refused_hosts[host]
+        if origin not in self._refused_origins:
+            self._refused_origins[origin] = internal_host_refusal(uri, trusted_origins=self.trusted_origins)
+        refusal = self._refused_origins[origin]
         if refusal is not None:
             raise RefusedDocument(
                 f"{shown_uri(referrer)} refers to {uri}, inside your network ({refusal}): add its origin "

@@ -179,13 +179,13 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
             added_nodes, added_chars = _alias_expansion(node, self.name)
             if added_nodes > self.max_aliases:
                 raise RefusedDocument(
-                    f"{self.name}: its YAML aliases (*name) expand to more than {self.max_aliases:,} "
-                    "further nodes (an alias bomb?); raise 'maxAliases' in the server entry if it is meant "
-                    "to be this large"
+                    f"YAML aliases (*name) in {self.name} expand to more than {self.max_aliases:,} further "
+                    "nodes (an alias bomb?); raise 'maxAliases' in the server entry if it is meant to be "
+                    "this large"
                 )
             if added_chars > self.max_chars:
                 raise RefusedDocument(
-                    f"{self.name}: its YAML aliases (*name) expand it past 'maxSpecBytes' (an alias bomb?); "
+                    f"YAML aliases (*name) in {self.name} expand it past 'maxSpecBytes' (an alias bomb?); "
                     "raise 'maxSpecBytes' in the server entry if it is meant to be this large"
                 )
         return node
@@ -212,7 +212,7 @@ def _alias_expansion(root: Any, name: str) -> tuple[int, int]:
         if key in sizes:
             continue
         if key in entered:
-            raise RefusedDocument(f"{name}: a YAML alias (*name) stands inside the node it names: a loop")
+            raise RefusedDocument(f"a YAML alias (*name) in {name} stands inside the node it names: a loop")
         written_nodes += 1
         if isinstance(node, yaml.ScalarNode):
             sizes[key] = (1, len(node.value))
