@@ -34,6 +34,8 @@ from toolkeeper.downstreams.openapi.loaded import (
 )
 
 Place = tuple[str, ...]
+# What a path item holds for all its operations, besides them.
+PATH_ITEM_PARTS = ("parameters", "servers")
 
 
 def find_problems(spec: LoadedSpec, documents: Documents) -> dict[tuple[str, str], str]:
@@ -175,7 +177,7 @@ class _RefProblems:
             if not isinstance(item, Mapping):
                 continue
             for key, value in item.items():
-                if key == "$ref" or key.startswith("x-"):
+                if key not in HTTP_METHODS and key not in PATH_ITEM_PARTS:  # read by no one
                     continue
                 reason = self.reason(value, item_base, (*place, key))
                 if reason is not None:
