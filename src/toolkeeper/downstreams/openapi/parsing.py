@@ -1,8 +1,8 @@
 """One document's bytes as plain JSON data, and the `$ref`s it holds.
 
-- JSON is read by orjson, except a document holding a run of 19 digits or more: orjson reads an
-  integer past 64 bits as a float (18446744073709551617 becomes 1.8446744073709552e+19), so such
-  a document is read by the standard `json` module, which keeps every integer as written. JSON
+- JSON is read by orjson, except a document holding an integer of 19 digits or more: orjson reads
+  one past 64 bits as a float (18446744073709551617 becomes 1.8446744073709552e+19), so such a
+  document is read by the standard `json` module, which keeps every integer as written. JSON
   has no limit on numbers, and neither has a spec here; only an integer of more than 4,300
   digits is refused (Python's own guard: reading one costs time quadratic in its length).
 - YAML is read by PyYAML's libyaml-backed safe loader (the pure-Python one where libyaml is
@@ -38,6 +38,7 @@ _LEADING_SPACE = re.compile(rb"\s*")
 # Every digit to "0": then a long integer is a run of zeros, found by a plain byte search.
 _DIGITS_AS_ZERO = bytes(ord("0") if chr(b).isdigit() and b < 128 else b for b in range(256))
 _LONG_NUMBER = b"0" * 19  # orjson keeps integers exactly up to 18446744073709551615 (20 digits)
+_LONG_INTEGER_VALUE = re.compile(rb"[:\[,]\s*-?[0-9]{19}")
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -79,7 +80,7 @@ def parse(data: bytes, *, name: str, json_hint: bool, max_aliases: int, max_char
 
 
 def _json(data: bytes, name: str) -> Any:
-    if data.translate(_DIGITS_AS_ZERO).find(_LONG_NUMBER) < 0:
+    if not _has_long_integer(data):
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError as exc:
@@ -91,6 +92,15 @@ def _json(data: bytes, name: str) -> Any:
                     f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
                 ) from None
     return _json_module(data, name)
+
+
+def _has_long_integer(data: bytes) -> bool:
+    """Whether `data` may hold an integer of 19 digits or more: a quick byte search for a run of
+    digits, then (only if one is found, as in a long ID inside a string) a search for one where
+    a JSON value starts."""
+    if data.translate(_DIGITS_AS_ZERO).find(_LONG_NUMBER) < 0:
+        return False
+    return _LONG_INTEGER_VALUE.search(data) is not None
 
 
 def _json_module(data: bytes, name: str) -> Any:
