@@ -6,6 +6,7 @@ anywhere else (a private address is refused before any request)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -404,6 +405,36 @@ def test_a_huge_download_is_cut_off(sites: Callable[[], Site]) -> None:
     assert "is larger than 'maxSpecBytes' (1,000 bytes)" in refused(
         f"{site.url}/declared.json", limits=SpecLimits(max_bytes=1000)
     )
+
+
+def test_a_compressed_bomb_and_a_slow_drip_are_cut_off(sites: Callable[[], Site]) -> None:
+    site = sites()
+    packed = gzip.compress(b'{"openapi": "3.0.3", "x": "' + b"0" * 64 * 1024 * 1024 + b'"}')
+    site.pages["/gzip.json"] = lambda handler: _send(handler, 200, packed, **{"Content-Encoding": "gzip"})
+
+    def drip(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.end_headers()
+        try:
+            for _ in range(100):
+                handler.wfile.write(b" ")
+                handler.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            pass
+
+    site.pages["/drip.json"] = drip
+    assert len(packed) < 1024 * 1024
+    start = time.monotonic()
+    assert "is larger than 'maxSpecBytes' (2,097,152 bytes)" in refused(
+        f"{site.url}/gzip.json", limits=SpecLimits(max_bytes=2 * 1024 * 1024)
+    )
+    assert time.monotonic() - start < FAST_SECONDS
+    start = time.monotonic()
+    assert refused(f"{site.url}/drip.json", timeout=1.0).endswith(
+        f"cannot fetch {site.url}/drip.json: it took longer than 1 s"
+    )
+    assert time.monotonic() - start < FAST_SECONDS
 
 
 def test_a_server_inside_the_network_is_refused_before_any_request(sites: Callable[[], Site]) -> None:
