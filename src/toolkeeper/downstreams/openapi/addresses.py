@@ -77,8 +77,8 @@ def unsafe_server(url: str, config: OpenApiConfig) -> str | None:
     """Why calls must not be sent to `url`, the server a spec names, or None when they may.
 
     Only a spec fetched from a URL is doubted, and only when the person did not configure the
-    host: with `baseUrl` set, the spec's servers are not used at all; the spec URL's own host
-    and the hosts of `allowRefOrigins` are theirs. The source calls this with the server it is
+    server's origin: with `baseUrl` set, the spec's servers are not used at all; the spec URL's
+    own origin and those of `allowRefOrigins` are theirs. The source calls this with the server it is
     about to use, before any request (`_base_url`)."""
     if config.base_url or not is_web_url(config.spec):
         return None
