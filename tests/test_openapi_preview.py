@@ -91,12 +91,12 @@ def test_preview_as_json_with_filters(tmp_path: Path) -> None:
 
 
 def test_a_spec_that_cannot_be_used_is_one_line_and_exit_1(tmp_path: Path) -> None:
-    broken = {**SPEC, "paths": {"/pets": {"get": {"operationId": "listPets"}}}}
+    broken = {**SPEC, "info": {"version": "1"}}
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump(broken))
     result = preview("broken.yaml", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stdout == ""
-    assert result.stderr == f"error: spec {tmp_path / 'broken.yaml'}: paths./pets.get.responses: required\n"
+    assert result.stderr == f"error: spec {tmp_path / 'broken.yaml'}: info.title: required (a string)\n"
 
     missing = preview("missing.yaml", "--json", cwd=tmp_path)
     assert missing.returncode == 1 and missing.stdout == ""

@@ -89,17 +89,15 @@ def test_a_spec_split_over_files_and_folders_loads_as_one(tmp_path: Path) -> Non
             "get": {
                 "operationId": "listPets",
                 "parameters": [{"$ref": "../openapi.yaml#/components/parameters/Limit"}],
-                "responses": ok({"type": "array", "items": {"$ref": "../../../schemas/pet.yaml#/Pet"}}),
+                "responses": ok({"type": "array", "items": {"$ref": "../lib/schemas/pet.yaml#/Pet"}}),
             },
             "post": {
                 "operationId": "createPet",
                 "requestBody": {
                     "required": True,
-                    "content": {
-                        "application/json": {"schema": {"$ref": "../../../schemas/pet.yaml#/NewPet"}}
-                    },
+                    "content": {"application/json": {"schema": {"$ref": "../lib/schemas/pet.yaml#/NewPet"}}},
                 },
-                "responses": ok({"$ref": "../../../schemas/pet.yaml#/Pet"}),
+                "responses": ok({"$ref": "../lib/schemas/pet.yaml#/Pet"}),
             },
         },
     )
@@ -110,7 +108,7 @@ def test_a_spec_split_over_files_and_folders_loads_as_one(tmp_path: Path) -> Non
                 "parameters": [
                     {"name": "petId", "in": "path", "required": True, "schema": {"type": "string"}}
                 ],
-                "get": {"operationId": "getPet", "responses": ok({"$ref": "../../../schemas/pet.yaml#/Pet"})},
+                "get": {"operationId": "getPet", "responses": ok({"$ref": "../lib/schemas/pet.yaml#/Pet"})},
             }
         },
     )
@@ -126,7 +124,7 @@ def test_a_spec_split_over_files_and_folders_loads_as_one(tmp_path: Path) -> Non
         },
     )
     write(
-        tmp_path / "schemas" / "pet.yaml",
+        tmp_path / "api" / "v1" / "lib" / "schemas" / "pet.yaml",
         {
             "Pet": {
                 "allOf": [
@@ -146,7 +144,7 @@ def test_a_spec_split_over_files_and_folders_loads_as_one(tmp_path: Path) -> Non
         },
     )
     write(
-        tmp_path / "schemas" / "owners" / "owner.yaml",
+        tmp_path / "api" / "v1" / "lib" / "schemas" / "owners" / "owner.yaml",
         {"Owner": {"type": "object", "properties": {"email": {"type": "string", "format": "email"}}}},
     )
 
@@ -159,8 +157,8 @@ def test_a_spec_split_over_files_and_folders_loads_as_one(tmp_path: Path) -> Non
         "api/v1/paths/pets.yaml",
         "api/v1/paths/pet.json",
         "api/v1/common/parameters.yaml",
-        "schemas/pet.yaml",
-        "schemas/owners/owner.yaml",
+        "api/v1/lib/schemas/pet.yaml",
+        "api/v1/lib/schemas/owners/owner.yaml",
     }
     tools = by_name(conversion)
     assert set(tools) == {"listPets", "createPet", "getPet"}
@@ -765,31 +763,34 @@ def _bad(tmp_path: Path, name: str, text: str) -> str:
             '{"openapi": "3.0.0",}',
             r": the document is not valid JSON \(line 1, column 20: trailing comma",
         ),
-        ("a.yaml", "swagger: '2.0'\n", r": swagger: Swagger 2\.0 is not supported"),
+        (
+            "a.yaml",
+            "swagger: '2.0'\n",
+            r": swagger: this is a Swagger 2\.0 document, .*convert it first \(npx swagger2openapi .*a\.yaml",
+        ),
         ("a.yaml", "info: {title: t}\npaths: {}\n", r": openapi: required$"),
         ("a.yaml", "openapi: 4.0.0\n", r": openapi: version '4\.0\.0' is not supported"),
-        ("a.yaml", "- just\n- a list\n", r": the document is not a mapping"),
+        ("a.yaml", "- just\n- a list\n", r": not an OpenAPI document: it holds a list of 2, not an object$"),
         (
             "a.yaml",
-            "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /pets:\n    get: {summary: x}\n",
-            r": paths\./pets\.get\.responses: required$",
+            "name: x\nitems: []\n",
+            r": not an OpenAPI document: an object of name, items, without 'openapi'",
+        ),
+        ("a.yaml", "<!DOCTYPE html>\n<html></html>\n", r": the document is an HTML or XML page, not JSON"),
+        (
+            "a.yaml",
+            "openapi: 3.0.3\ninfo: {title: 7}\npaths: {}\n",
+            r": info\.title: required \(a string\)$",
         ),
         (
             "a.yaml",
-            "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /p:\n    get:\n"
-            "      parameters: [{name: q}]\n      responses: {}\n",
-            r": paths\./p\.get\.parameters\.0\.in: must be one of path, query, header, cookie$",
+            "openapi: 3.0.3\ninfo: {title: t}\npaths: [a]\n",
+            r": paths: must be an object, not a list$",
         ),
         (
             "a.yaml",
-            "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /p:\n    get:\n      responses:\n"
-            "        '200': {$ref: '#/components/responses/Nope'}\n",
-            r": paths\./p\.get\.responses\.200: \$ref '#/components/responses/Nope' points to nothing$",
-        ),
-        (
-            "a.yaml",
-            "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /p: {$ref: 'missing/p.yaml'}\n",
-            r": cannot read .*missing/p\.yaml \(referred to from .*a\.yaml\): No such file or directory$",
+            "openapi: 3.0.3\ninfo: {title: t}\ncomponents: {securitySchemes: {k: {$ref: '#/nowhere'}}}\n",
+            r": components\.securitySchemes\.k: \$ref .*#/nowhere cannot be resolved$",
         ),
     ],
 )
@@ -805,16 +806,62 @@ def test_an_invalid_spec_names_the_file_and_its_first_problem(
     assert "\n" not in message
 
 
-def test_a_dangling_reference_in_another_file_names_that_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "key", "problem"),
+    [
+        (
+            "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /pets:\n    get: {summary: x}\n",
+            ("/pets", "get"),
+            r"^paths\./pets\.get\.responses: required$",
+        ),
+        (
+            "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /p:\n    get:\n"
+            "      parameters: [{name: q}]\n      responses: {}\n",
+            ("/p", "get"),
+            r"^paths\./p\.get\.parameters\.0\.in: must be one of path, query, header, cookie$",
+        ),
+        (
+            "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /p:\n    get:\n      responses:\n"
+            "        '200': {$ref: '#/components/responses/Nope'}\n",
+            ("/p", "get"),
+            r"^\$ref '#/components/responses/Nope' points to nothing \(paths\./p\.get\.responses\.200\)$",
+        ),
+        (
+            "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /p: {$ref: 'missing/p.yaml'}\n",
+            ("/p", ""),
+            r"^\$ref 'missing/p\.yaml' cannot be followed: cannot read .*missing/p\.yaml \(referred to from "
+            r".*a\.yaml\): No such file or directory \(paths\./p\)$",
+        ),
+        (
+            "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /p:\n    get: [not, an, object]\n",
+            ("/p", "get"),
+            r"^paths\./p\.get: must be an object, not a list$",
+        ),
+        (
+            "openapi: 3.1.0\ninfo: {title: t}\npaths:\n  p: {}\n",
+            ("p", ""),
+            r"^paths\.p: a path must start with /$",
+        ),
+    ],
+)
+def test_a_problem_inside_one_operation_leaves_out_that_operation_alone(
+    tmp_path: Path, text: str, key: tuple[str, str], problem: str
+) -> None:
+    good = "  /fine:\n    get:\n      responses: {'200': {description: ok}}\n"
+    loaded = load_spec(_bad(tmp_path, "a.yaml", text + good))
+    assert list(loaded.problems) == [key]
+    assert re.search(problem, loaded.problems[key]), loaded.problems[key]
+    assert ("/fine", "get") not in loaded.problems
+
+
+def test_a_dangling_reference_in_another_file_leaves_out_its_operation(tmp_path: Path) -> None:
     write(tmp_path / "parts" / "p.yaml", {"get": {"responses": ok({"$ref": "../schemas.yaml#/Missing"})}})
     write(tmp_path / "schemas.yaml", {"Here": {"type": "string"}})
     root = write(tmp_path / "api.yaml", spec({"/p": {"$ref": "parts/p.yaml"}}))
-    with pytest.raises(SpecError) as raised:
-        load_spec(str(root))
-    assert str(raised.value) == (
-        f"spec {root}: {tmp_path / 'parts' / 'p.yaml'}: get.responses.200.content.application/json.schema: "
-        "$ref '../schemas.yaml#/Missing' points to nothing"
-    )
+    assert load_spec(str(root)).problems == {
+        ("/p", "get"): "$ref '../schemas.yaml#/Missing' points to nothing "
+        "(paths./p.get.responses.200.content.application/json.schema)"
+    }
 
 
 def test_an_unreadable_spec_names_the_file(tmp_path: Path) -> None:

@@ -1,21 +1,35 @@
 """OpenAPI server entries (`"type": "openapi"`): a REST API described by an OpenAPI 3.0 or 3.1
-document, whose operations the gateway serves as tools and calls as HTTP requests."""
+document, whose operations the gateway serves as tools and calls as HTTP requests.
+
+Loading a spec is bounded by the entry (`SpecLimits`): `maxSpecBytes` (every document the spec is
+made of, together), `maxAliases` (what a YAML document's aliases may add when expanded), and
+`allowRefOrigins` (where else than its own origin a spec from the network may refer to).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from toolkeeper.config.entries import EntryError, EntryKind, ServerEntry, hidden_values
 from toolkeeper.config.model import MASK, SourceConfig, mask_credentials
 
 OPENAPI_KEYS = {
     "spec", "baseUrl", "headers", "auth", "include", "exclude", "openWorld", "maxResponseBytes",
+    "maxSpecBytes", "maxAliases", "allowRefOrigins",
 }  # fmt: skip
 SELECTION_KEYS = ("operationIds", "tags", "methods")
 HTTP_METHODS = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE", "TRACE")
 DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024
+# The largest spec of APIs.guru's directory (Microsoft Graph beta) is 47 MB.
+DEFAULT_MAX_SPEC_BYTES = 64 * 1024 * 1024
+# Nodes (mappings, lists, scalars) that YAML aliases may add to a document when expanded: a
+# 592-byte "billion laughs" adds a billion; a spec sharing its parameters by aliases, thousands.
+DEFAULT_MAX_ALIASES = 100_000
+ANY_ORIGIN = "*"
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,19 @@ class Credential:
     value: str | None = field(repr=False)
 
 
+@dataclass(frozen=True)
+class SpecLimits:
+    """What loading a spec may cost and where it may reach.
+
+    `ref_origins` are origins (`https://host:port`, see `origin_of`) that a document from the
+    network may refer to besides its own, or `*` for any; a loopback, private or link-local host
+    is reached only when named here (or when it is the spec's own)."""
+
+    max_bytes: int = DEFAULT_MAX_SPEC_BYTES
+    max_aliases: int = DEFAULT_MAX_ALIASES
+    ref_origins: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True)
 class OpenApiConfig(SourceConfig):
     """One REST API: where its spec is, where its requests go, what it sends with them."""
@@ -51,6 +78,7 @@ class OpenApiConfig(SourceConfig):
     exclude: OperationFilter | None = None
     open_world: bool = True
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    spec_limits: SpecLimits = SpecLimits()
 
     @property
     def missing_credentials(self) -> tuple[Credential, ...]:
@@ -59,6 +87,21 @@ class OpenApiConfig(SourceConfig):
 
 def is_web_url(text: str) -> bool:
     return text.lower().startswith(("http://", "https://"))
+
+
+def origin_of(url: str) -> str | None:
+    """The origin of an http(s) URL as `scheme://host:port` (port always written, host in lower
+    case), or None when `url` is not one."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{scheme}://{host}:{port or DEFAULT_PORTS[scheme]}"
 
 
 def foreign_spec_location(spec: str) -> bool:
@@ -90,9 +133,7 @@ def parse_openapi_entry(entry: ServerEntry) -> OpenApiConfig:
     open_world = entry.raw.get("openWorld", True)
     if not isinstance(open_world, bool):
         raise EntryError(f"'openWorld' must be true or false, got {open_world!r}")
-    max_bytes = entry.raw.get("maxResponseBytes", DEFAULT_MAX_RESPONSE_BYTES)
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-        raise EntryError(f"'maxResponseBytes' must be a positive whole number of bytes, got {max_bytes!r}")
+    max_bytes = _positive(entry.raw, "maxResponseBytes", DEFAULT_MAX_RESPONSE_BYTES, "bytes")
     return OpenApiConfig(
         name=entry.name,
         transport="openapi",
@@ -104,10 +145,41 @@ def parse_openapi_entry(entry: ServerEntry) -> OpenApiConfig:
         exclude=_filter(entry.raw, "exclude"),
         open_world=open_world,
         max_response_bytes=max_bytes,
+        spec_limits=SpecLimits(
+            max_bytes=_positive(entry.raw, "maxSpecBytes", DEFAULT_MAX_SPEC_BYTES, "bytes"),
+            max_aliases=_positive(entry.raw, "maxAliases", DEFAULT_MAX_ALIASES, "YAML nodes"),
+            ref_origins=_origins(entry.raw.get("allowRefOrigins", [])),
+        ),
         written=mask_credentials(str(entry.raw["spec"])),
         hidden=hidden_values(hidden),
         **common,
     )
+
+
+def _positive(raw: Mapping[str, Any], key: str, default: int, unit: str) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EntryError(f"'{key}' must be a positive whole number of {unit}, got {value!r}")
+    return value
+
+
+def _origins(written: Any) -> tuple[str, ...]:
+    """`allowRefOrigins`: origins (`https://schemas.example.com`, a port when not the scheme's
+    own) or `*` for any origin; a path is not part of an origin."""
+    origins: list[str] = []
+    for origin in _strings(written, "allowRefOrigins"):
+        text = origin.strip()
+        if text == ANY_ORIGIN:
+            origins.append(ANY_ORIGIN)
+            continue
+        normal = origin_of(text)
+        if normal is None or urlsplit(text).path not in ("", "/") or urlsplit(text).query:
+            raise EntryError(
+                f"'allowRefOrigins': {origin!r} is not an origin; write scheme, host and port only, "
+                'e.g. "https://schemas.example.com" or "http://10.0.0.5:8080", or "*" for any'
+            )
+        origins.append(normal)
+    return tuple(origins)
 
 
 def _credentials(entry: ServerEntry, hidden: list[tuple[str, str]]) -> tuple[Credential, ...]:

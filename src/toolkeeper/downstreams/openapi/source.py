@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 
 from toolkeeper.config.openapi import Credential, OpenApiConfig, OperationFilter, is_web_url
 from toolkeeper.downstreams.base import DownstreamListener, KnownHint, State
+from toolkeeper.downstreams.openapi.addresses import unsafe_server
 from toolkeeper.downstreams.openapi.operations import (
     Conversion,
     Operation,
@@ -239,7 +240,7 @@ class Ready:
 
 def _ready(config: OpenApiConfig) -> Ready:
     """In a worker thread: load and convert the spec, and make what serving it takes."""
-    spec = load_spec(config.spec, timeout=config.timeout)
+    spec = load_spec(config.spec, timeout=config.timeout, limits=config.spec_limits)
     conversion = convert(
         spec,
         include=_selection(config.include),
@@ -293,6 +294,9 @@ def _base_url(config: OpenApiConfig, conversion: Conversion) -> str:
             f"{config.written}: its server {url!r} is not an http:// or https:// URL; "
             "toolkeeper sends HTTP requests only (set 'baseUrl' to the API's http(s) address)"
         )
+    refusal = unsafe_server(url, config)
+    if refusal is not None:
+        raise SpecError(f"{config.written}: {refusal}")
     return url.rstrip("/")
 
 
