@@ -125,5 +125,7 @@ NOT_READY_HINT = (
 def hint_when_not_ready(console: Any, downstreams: list[Downstream]) -> None:
     """Without -v a server's own stderr (where it says why it stopped) is not shown: when one is
     not ready, say once how to see it."""
-    if COMMAND_LINE.verbose == 0 and any(downstream.state is not State.READY for downstream in downstreams):
+    # One still loading (a large spec) is on its way, not failing: its row says how far it is.
+    waiting = (State.READY, State.LOADING)
+    if COMMAND_LINE.verbose == 0 and any(downstream.state not in waiting for downstream in downstreams):
         console.print(NOT_READY_HINT, markup=False, highlight=False)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -78,6 +79,10 @@ METHOD_MEANING = {
     "PUT": "replaces a resource (idempotent, not destructive)",
     "DELETE": "deletes (destructive, idempotent)",
 }
+
+
+class LoadAbandoned(Exception):
+    """Raised in the worker thread of a load the source no longer waits for."""
 
 
 @dataclass(frozen=True)
@@ -150,15 +155,27 @@ class OpenApiSource(ToolSource):
         """What the spec gives, made in a worker thread; or why it could not be made. A first
         load that takes a while shows as `loading` meanwhile."""
         self.load_progress = None
+        abandoned = threading.Event()
+
+        def progressed(done: int, total: int) -> None:
+            """From the worker thread: one name rebound to a new tuple, which the loop only reads.
+            A load nobody waits for any more (the gateway stopped) ends at the next operation,
+            so a stopping process is not held up by a thread converting a large spec."""
+            if abandoned.is_set():
+                raise LoadAbandoned
+            self.load_progress = (done, total)
+
         async with anyio.create_task_group() as tg:
             if self.state is not State.READY:  # a new version of a served spec: the old one serves on
                 tg.start_soon(self._loading_after, LOADING_AFTER_SECONDS)
             try:
                 ready: Ready | Exception = await anyio.to_thread.run_sync(
-                    partial(_ready, self.openapi, self._progressed), abandon_on_cancel=True
+                    partial(_ready, self.openapi, progressed), abandon_on_cancel=True
                 )
             except Exception as exc:
                 ready = exc
+            finally:
+                abandoned.set()
             tg.cancel_scope.cancel()
         self.load_progress = None
         return ready
@@ -169,10 +186,6 @@ class OpenApiSource(ToolSource):
         logger.info("server %r: loading %s (its tools follow when ready)", self.name, self.openapi.written)
         # Counts as started: nobody waits for it. Its tools arrive with a tool-list change.
         self.first_attempt_done.set()
-
-    def _progressed(self, done: int, total: int) -> None:
-        """From the worker thread: one name rebound to a new tuple, which the loop only reads."""
-        self.load_progress = (done, total)
 
     def _refuse(self, reason: str) -> None:
         """The spec (or its new version) cannot be served: keep serving the last good version's
