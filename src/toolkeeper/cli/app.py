@@ -156,13 +156,19 @@ def servers(
         print(json.dumps(rows, indent=2))
         return
     table = new_table("server", "state", "transport", "era", "tools", "also offers", "trust", "last error")
-    colours = {"ready": "green", "starting": "yellow", "reconnecting": "red", "invalid": "red"}
+    colours = {
+        "ready": "green",
+        "starting": "yellow",
+        "loading": "yellow",
+        "reconnecting": "red",
+        "invalid": "red",
+    }
     for r in rows:
         state = r["state"]
         offers = ", ".join(f"{r[key]} {label}" for key, label in OFFERINGS if r.get(key))
         table.add_row(
             r["name"],
-            styled((state, colours.get(state, "dim"))),
+            styled((r.get("progress") or state, colours.get(state, "dim"))),
             r.get("transport") or "",
             f"{r.get('era') or ''} {r.get('protocolVersion') or ''}".strip(),
             str(r.get("tools", 0)),

@@ -19,7 +19,14 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 from toolkeeper.annotations.effective import Annotator, policies_from
-from toolkeeper.cli.status import COMMAND_LINE, command_log_level, connecting_status, hint_when_not_ready
+from toolkeeper.cli.status import (
+    COMMAND_LINE,
+    STATUS_INTERVAL,
+    command_log_level,
+    connecting_status,
+    hint_when_not_ready,
+    settled,
+)
 from toolkeeper.config import Config, ConfigError, load_config
 from toolkeeper.config.loader import demo_config_path, find_config
 from toolkeeper.display import visible, visible_line
@@ -113,7 +120,8 @@ async def open_store(config: Config) -> Store:
 
 @asynccontextmanager
 async def running_gateway(config: Config, wait: float, store: Store | None = None) -> AsyncIterator[Gateway]:
-    """Connect every server (as `serve` would), wait up to `wait` seconds for them, stop on exit."""
+    """Connect every server (as `serve` would), wait up to `wait` seconds for them (a source still
+    loading, such as a large OpenAPI spec, is given the rest of that time), stop on exit."""
     gateway = Gateway(config, store, menu=ConfigMenu)
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
@@ -124,6 +132,8 @@ async def running_gateway(config: Config, wait: float, store: Store | None = Non
             if status is not None:
                 await status.follow()
             await gateway.started.wait()
+            while not settled(list(gateway.pool)):
+                await anyio.sleep(STATUS_INTERVAL)
         hint_when_not_ready(err, list(gateway.pool))
         try:
             yield gateway

@@ -12,6 +12,7 @@ import anyio
 
 from toolkeeper.config.loader import SETTINGS
 from toolkeeper.downstreams.base import Downstream, State
+from toolkeeper.downstreams.status import describe_progress
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 # The environment variables that name the log level (the configuration's `logLevel` setting).
 LOG_LEVEL_VARIABLES = next(setting.env for setting in SETTINGS if setting.field == "log_level")
 _MORE_VERBOSE_FIRST = ("DEBUG", "INFO")
+# How often the status line is redrawn while the servers connect or a spec loads.
+STATUS_INTERVAL = 0.1
 
 
 @dataclass
@@ -58,37 +61,44 @@ def command_log_level(configured: str | None) -> str:
 
 class ConnectingStatus:
     """One line on a terminal's stderr while the servers connect: "Connecting to 3 servers…",
-    then how many are ready as each first attempt ends. Never on stdout, never when stderr is not
-    a terminal; the line is gone once the answer is printed."""
+    then how many are ready as each first attempt ends, and how far one that is loading is. Never
+    on stdout, never when stderr is not a terminal; the line is gone once the answer is printed."""
 
     def __init__(self, downstreams: list[Downstream], status: Status) -> None:
         self._downstreams = downstreams
         self._status = status
-        self._tried = 0
-        self._ready = 0
 
     @property
     def text(self) -> str:
         total = len(self._downstreams)
         text = f"Connecting to {total} server{'s' if total != 1 else ''}…"
-        if self._tried:
-            text += f" {self._ready} of {total} ready"
-            failed = self._tried - self._ready
+        tried = [d for d in self._downstreams if d.first_attempt_done.is_set()]
+        if tried:
+            ready = sum(d.state is State.READY for d in tried)
+            loading = [d for d in tried if d.state is State.LOADING]
+            text += f" {ready} of {total} ready"
+            for downstream in loading:
+                progress = (
+                    f": {describe_progress(downstream.load_progress)}" if downstream.load_progress else ""
+                )
+                text += f", {downstream.name} loading{progress}"
+            failed = len(tried) - ready - len(loading)
             if failed:
                 text += f", {failed} failed"
         return text
 
     async def follow(self) -> None:
-        """Update the line as each server's first attempt ends; return once all have."""
-        async with anyio.create_task_group() as tg:
-            for downstream in self._downstreams:
-                tg.start_soon(self._await_first_attempt, downstream)
-
-    async def _await_first_attempt(self, downstream: Downstream) -> None:
-        await downstream.first_attempt_done.wait()
-        self._tried += 1
-        self._ready += downstream.state is State.READY
+        """Update the line as each server's first attempt ends and as a loading one goes on;
+        return once every first attempt has ended and nothing is loading."""
+        while not settled(self._downstreams):
+            self._status.update(self.text)
+            await anyio.sleep(STATUS_INTERVAL)
         self._status.update(self.text)
+
+
+def settled(downstreams: list[Downstream]) -> bool:
+    """Every first attempt has ended, and no source is still loading."""
+    return all(d.first_attempt_done.is_set() and d.state is not State.LOADING for d in downstreams)
 
 
 @contextmanager
@@ -115,5 +125,7 @@ NOT_READY_HINT = (
 def hint_when_not_ready(console: Any, downstreams: list[Downstream]) -> None:
     """Without -v a server's own stderr (where it says why it stopped) is not shown: when one is
     not ready, say once how to see it."""
-    if COMMAND_LINE.verbose == 0 and any(downstream.state is not State.READY for downstream in downstreams):
+    # One still loading (a large spec) is on its way, not failing: its row says how far it is.
+    waiting = (State.READY, State.LOADING)
+    if COMMAND_LINE.verbose == 0 and any(downstream.state not in waiting for downstream in downstreams):
         console.print(NOT_READY_HINT, markup=False, highlight=False)

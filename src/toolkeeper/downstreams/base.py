@@ -45,6 +45,9 @@ class Era(StrEnum):
 
 class State(StrEnum):
     STARTING = "starting"
+    # Its first load is taking a while (a large OpenAPI spec): the gateway serves without it,
+    # and its tools arrive with a tool-list change when ready. Progress in `load_progress`.
+    LOADING = "loading"
     READY = "ready"
     RECONNECTING = "reconnecting"
     STOPPED = "stopped"
@@ -96,6 +99,9 @@ class Downstream(Protocol):
     connected_since: float | None
     connects: int
     first_attempt_done: anyio.Event
+    # While it loads what it was made from: (done, total) of the work, as last reported (an
+    # OpenAPI source counts operations); None when not loading or when it cannot tell.
+    load_progress: tuple[int, int] | None
     # Hints the gateway knows for itself about some of the tools (see KnownHint); an MCP
     # server has none.
     known_hints: KnownHints

@@ -25,7 +25,7 @@ from toolkeeper.downstreams.base import (
     State,
     Unavailable,
 )
-from toolkeeper.downstreams.status import SourceStatus
+from toolkeeper.downstreams.status import SourceStatus, describe_progress
 
 
 class ToolSource(SourceStatus, ABC):
@@ -69,6 +69,9 @@ class ToolSource(SourceStatus, ABC):
         reason = f" (last error: {self.last_error})" if self.last_error else ""
         if self.state is State.STARTING:
             return f"server '{self.name}' is still starting{reason}; try again in a moment"
+        if self.state is State.LOADING:
+            done = f" ({describe_progress(self.load_progress)})" if self.load_progress else ""
+            return f"server '{self.name}' is still loading{done}; its tools are listed once it is ready"
         return f"server '{self.name}' is {self.state.value}{reason}"
 
     async def call_tool(

@@ -29,6 +29,7 @@ class SourceStatus:
         self.connected_since: float | None = None
         self.connects = 0
         self.first_attempt_done = anyio.Event()
+        self.load_progress: tuple[int, int] | None = None
         self._calls = InFlightCalls(config.name)
         # Set only by a kind that knows hints for itself (an OpenAPI source's methods), never
         # from what a source sends.
@@ -56,3 +57,10 @@ class SourceStatus:
     def reload(self) -> None:
         """Nothing to read again: a kind made from files of its own (an OpenAPI spec) overrides it."""
         return
+
+
+def describe_progress(progress: tuple[int, int]) -> str:
+    """A load's progress as a person reads it: "3,200 of 11,320 operations" (only an OpenAPI
+    source reports progress, counting its spec's operations)."""
+    done, total = progress
+    return f"{done:,} of {total:,} operations"

@@ -43,6 +43,7 @@ from toolkeeper.config.loader import demo_config_path, find_config
 from toolkeeper.config.model import ServerConfig
 from toolkeeper.downstreams.base import Downstream, State
 from toolkeeper.downstreams.kinds import KINDS
+from toolkeeper.downstreams.status import describe_progress
 from toolkeeper.downstreams.stdio import child_environment, recent_stderr
 from toolkeeper.services import Services
 from toolkeeper.services.clients import toolkeeper_entries
@@ -386,6 +387,12 @@ async def check_servers_answer(live: Live) -> list[Finding]:
         if downstream.state is State.READY:
             findings.append(
                 Finding("server", Level.OK, downstream.name, f"answers: {len(downstream.tools)} tool(s)")
+            )
+            continue
+        if downstream.state is State.LOADING:  # a large spec, on its way: not a fault
+            progress = f": {describe_progress(downstream.load_progress)}" if downstream.load_progress else ""
+            findings.append(
+                Finding("server", Level.WARNING, downstream.name, f"still loading{progress}; tools follow")
             )
             continue
         lines = await _stderr_of(downstream)

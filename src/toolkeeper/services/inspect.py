@@ -9,7 +9,8 @@ from typing import Any, Protocol
 from toolkeeper.annotations.hints import HINTS
 from toolkeeper.catalog import Catalog
 from toolkeeper.config import Config
-from toolkeeper.downstreams.base import Downstream
+from toolkeeper.downstreams.base import Downstream, State
+from toolkeeper.downstreams.status import describe_progress
 
 __all__ = ["HINTS", "Inspectable", "server_rows", "tool_rows"]
 
@@ -50,6 +51,7 @@ def server_rows(gateway: Inspectable) -> list[dict[str, Any]]:
                 if downstream.available and downstream.connected_since
                 else None,
                 "target": downstream.config.describe(),
+                **_loading(downstream),
             }
         )
     for name, reason in gateway.config.skipped.items():
@@ -57,6 +59,17 @@ def server_rows(gateway: Inspectable) -> list[dict[str, Any]]:
     for name in gateway.config.disabled:
         rows.append({"name": name, "state": "disabled", "lastError": None, "tools": 0})
     return rows
+
+
+def _loading(downstream: Downstream) -> dict[str, Any]:
+    """How far a loading source is: `loaded` and `of` (operations, for an OpenAPI spec), and
+    the state as a person reads it ("loading: 3,200 of 11,320 operations")."""
+    progress = downstream.load_progress
+    if downstream.state is not State.LOADING:
+        return {}
+    if progress is None:
+        return {"loaded": None, "of": None, "progress": "loading"}
+    return {"loaded": progress[0], "of": progress[1], "progress": f"loading: {describe_progress(progress)}"}
 
 
 def tool_rows(gateway: Inspectable, include_unavailable: bool = True) -> list[dict[str, Any]]:

@@ -65,7 +65,7 @@ import fnmatch
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urldefrag, urljoin, urlsplit
@@ -235,15 +235,19 @@ def convert(
     include: Selection | None = None,
     exclude: Selection | None = None,
     open_world: bool = True,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Conversion:
-    """The tools `spec`'s operations become, what was skipped and why, its servers and security."""
+    """The tools `spec`'s operations become, what was skipped and why, its servers and security.
+    `progress` hears (done, total) operations as they are converted."""
     found = list(_operations_of(spec))
     names = tool_names([(f.method, f.path, f.operation_id) for f in found])
     expander = _Expander(spec)
     root_security = _security_of(spec.document.get("security"))
     operations: list[Operation] = []
     skipped: list[Skipped] = []
-    for entry, name in zip(found, names, strict=True):
+    for done, (entry, name) in enumerate(zip(found, names, strict=True)):
+        if progress is not None:
+            progress(done, len(found))
         reason = _filtered_out(entry, name=name, include=include, exclude=exclude)
         if reason is None:
             try:

@@ -4,9 +4,17 @@ The spec is loaded and converted in a worker thread (a large spec never holds up
 loop), then its tools are served with what the gateway knows of each for itself: the hints of
 its HTTP method, and `openWorldHint` from the entry's `openWorld`. Those travel as the source's
 `known_hints`, a Python value, never in the tools' wire form, so no MCP server can claim them.
+
+A first load that takes longer than `LOADING_AFTER_SECONDS` puts the source in the `loading`
+state, which counts as started: the gateway answers its clients without it, and its tools
+arrive with a tool-list change when ready. While it loads, `load_progress` says how many of
+the spec's operations are converted.
+
 A local spec's files are watched: an edit serves the new tools, and clients hear of it as any
-tool-list change. A spec that cannot be loaded leaves this source stopped with the reason,
-while the rest of the gateway serves; a fixed file brings it back.
+tool-list change. A new version that cannot be loaded leaves the last good tools served, with
+the reason it was refused as the source's `last_error`; a spec that never loaded leaves this
+source stopped with the reason, while the rest of the gateway serves. A fixed file brings
+either back.
 
 Each call is one HTTP request from one connection pool per source (`requests.py`).
 """
@@ -15,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -46,6 +56,12 @@ logger = logging.getLogger(__name__)
 
 # How often a local spec's files are checked for changes: one stat per file.
 WATCH_INTERVAL = 1.0
+# A first load still going after this long shows as `loading` and stops holding up the
+# gateway's start-up. Small specs (the demo's, most public ones: well under 0.2 s) are still in
+# the first list a client gets, with no change to hear of; one that takes longer (Graph's:
+# 10-20 s) would hold every client's first answer past the SDK's 10 s `server/discover`
+# deadline. One second is far below that, and far above what a small spec takes.
+LOADING_AFTER_SECONDS = 1.0
 # A spec at a URL that could not be loaded is tried again after this long.
 RETRY_INTERVAL = 30.0
 HINT_NAMES = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
@@ -64,6 +80,10 @@ METHOD_MEANING = {
     "PUT": "replaces a resource (idempotent, not destructive)",
     "DELETE": "deletes (destructive, idempotent)",
 }
+
+
+class LoadAbandoned(Exception):
+    """Raised in the worker thread of a load the source no longer waits for."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +105,7 @@ class OpenApiSource(ToolSource):
         self._routes: Mapping[str, Route] = MappingProxyType({})
         self._client: httpx2.AsyncClient | None = None
         self._reload = anyio.Event()
+        self._served_at = 0.0  # when the tools served now were loaded (time.time())
 
     def reload(self) -> None:
         """Load the spec again now (a person asked for it), whether or not a file changed."""
@@ -108,19 +129,18 @@ class OpenApiSource(ToolSource):
                 self.state = State.STOPPED
 
     async def _load(self) -> Stamps:
-        """Load and convert the spec, and serve its tools; or stop with the reason. The stamps of
-        the local files to watch."""
+        """Load and convert the spec, and serve its tools; or say why not. The stamps of the
+        local files to watch."""
         config = self.openapi
         self._reload = anyio.Event()
         watched = [] if is_web_url(config.spec) else [config.spec]
-        try:
-            ready = await anyio.to_thread.run_sync(partial(_ready, config), abandon_on_cancel=True)
-        except SpecError as exc:
-            self._stop(f"{exc}; fix the spec (this server is skipped until then)")
+        ready = await self._loaded()
+        if isinstance(ready, SpecError):
+            self._refuse(str(ready))
             return _stamps(watched)
-        except Exception as exc:  # a spec the converter fails on must not take the gateway down
-            logger.exception("server %r: converting %s failed", self.name, config.written)
-            self._stop(f"{config.written}: cannot be converted ({type(exc).__name__}: {exc})")
+        if isinstance(ready, Exception):  # a spec the converter fails on must not take the gateway down
+            logger.error("server %r: converting %s failed", self.name, config.written, exc_info=ready)
+            self._refuse(f"{config.written}: cannot be converted ({type(ready).__name__}: {ready})")
             return _stamps(watched)
         self._report(ready.conversion)
         self._routes = ready.routes
@@ -128,8 +148,58 @@ class OpenApiSource(ToolSource):
         logger.info(
             "server %r: %d operations of %s served as tools", self.name, len(ready.tools), config.written
         )
+        self._served_at = time.time()
         self.serve(ready.tools)
         return _stamps(list(ready.files) or watched)
+
+    async def _loaded(self) -> Ready | Exception:
+        """What the spec gives, made in a worker thread; or why it could not be made. A first
+        load that takes a while shows as `loading` meanwhile."""
+        self.load_progress = None
+        abandoned = threading.Event()
+
+        def progressed(done: int, total: int) -> None:
+            """From the worker thread: one name rebound to a new tuple, which the loop only reads.
+            A load nobody waits for any more (the gateway stopped) ends at the next operation,
+            so a stopping process is not held up by a thread converting a large spec."""
+            if abandoned.is_set():
+                raise LoadAbandoned
+            self.load_progress = (done, total)
+
+        async with anyio.create_task_group() as tg:
+            if self.state is not State.READY:  # a new version of a served spec: the old one serves on
+                tg.start_soon(self._loading_after, LOADING_AFTER_SECONDS)
+            try:
+                ready: Ready | Exception = await anyio.to_thread.run_sync(
+                    partial(_ready, self.openapi, progressed), abandon_on_cancel=True
+                )
+            except Exception as exc:
+                ready = exc
+            finally:
+                abandoned.set()
+            tg.cancel_scope.cancel()
+        self.load_progress = None
+        return ready
+
+    async def _loading_after(self, delay: float) -> None:
+        await anyio.sleep(delay)
+        self.state = State.LOADING
+        logger.info("server %r: loading %s (its tools follow when ready)", self.name, self.openapi.written)
+        # Counts as started: nobody waits for it. Its tools arrive with a tool-list change.
+        self.first_attempt_done.set()
+
+    def _refuse(self, reason: str) -> None:
+        """The spec (or its new version) cannot be served: keep serving the last good version's
+        tools if there is one, else stop; say why either way."""
+        if self.state is not State.READY:
+            self._stop(f"{reason}; fix the spec (this server is skipped until then)")
+            return
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._served_at))
+        self.last_error = (
+            f"its new version was refused: {reason}; the {len(self.tools)} tools of the version "
+            f"loaded at {since} are served until the spec is fixed"
+        )
+        logger.error("server %r: %s", self.name, self.last_error)
 
     def _stop(self, reason: str) -> None:
         self.last_error = reason
@@ -238,14 +308,16 @@ class Ready:
     known_hints: Mapping[str, Mapping[str, KnownHint]]
 
 
-def _ready(config: OpenApiConfig) -> Ready:
-    """In a worker thread: load and convert the spec, and make what serving it takes."""
+def _ready(config: OpenApiConfig, progress: Callable[[int, int], None] | None = None) -> Ready:
+    """In a worker thread: load and convert the spec, and make what serving it takes.
+    `progress` hears (done, total) operations as they are converted."""
     spec = load_spec(config.spec, timeout=config.timeout, limits=config.spec_limits)
     conversion = convert(
         spec,
         include=_selection(config.include),
         exclude=_selection(config.exclude),
         open_world=config.open_world,
+        progress=progress,
     )
     routes = _routes(config, conversion, _base_url(config, conversion))
     return Ready(
