@@ -14,12 +14,14 @@ also accepted in 3.0) is the target with the siblings over it.
 Cycles and size. References that form a cycle (a schema that contains itself, or schemas that
 contain each other) are cut at depth one: such a schema is expanded where it is first reached
 from outside its cycle, and inside it every reference back into the cycle is cut. Other
-references are expanded at most `MAX_REF_DEPTH` (10) references deep, and one operation's
-schemas hold at most `SCHEMA_BUDGET` schema objects (counted as if copied out): a reference
-that would go past it is expanded less deep, and cut when even one level does not fit. A
-reference cut for any of these reasons is replaced by an empty schema (any value) whose
-description says why. So a circular or enormous spec costs bounded time, never a
-`RecursionError`, and no tool's schema grows past what a client and a model can use.
+references are expanded at most `MAX_REF_DEPTH` (10) references deep, and the references of
+one operation's schemas add at most `SCHEMA_BUDGET` (32 KiB) of JSON (counted as if copied
+out; the parameters first, then the request body, then the response): a reference that would
+go past it is expanded less deep, and cut when even one level does not fit. A reference cut
+for any of these reasons is replaced by an empty schema (any value) whose description says
+why. So a circular or enormous spec costs bounded time, never a `RecursionError`, and no
+tool's schemas grow past what a client's `tools/list` and a model can use. A `discriminator`'s
+`mapping` is left out: it names the spec's own schemas, which a standalone tool schema has not.
 
 Sharing. What a reference expands to depends only on the reference and how deep it may still
 go, so each (reference, depth) is built once per spec and the same objects are used by every
@@ -35,14 +37,20 @@ schema invalid. Example and default values are kept as written, never read as sc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from toolkeeper.downstreams.openapi.spec import LoadedSpec, SpecError
 
 MAX_REF_DEPTH = 10
-SCHEMA_BUDGET = 5_000
+# About the bytes of JSON the references one operation's schemas inline may add: enough for
+# every operation of GitHub's spec but its largest responses, and a bound on what one tool costs
+# a client's `tools/list` (and a model's context) whatever a spec's components expand to.
+SCHEMA_BUDGET = 32_768
 
 # Keywords whose value is a schema, a list of schemas, or a map of names to schemas; every other
 # keyword's value (examples, defaults, enums, extensions) is data, kept as written.
@@ -79,7 +87,7 @@ class _Walk:
 
 
 def is_reference(node: Any) -> bool:
-    return isinstance(node, Mapping) and isinstance(node.get("$ref"), str)
+    return isinstance(node, dict) and isinstance(node.get("$ref"), str)
 
 
 class Expander:
@@ -102,58 +110,71 @@ class Expander:
         self._cyclic: set[int] = set()
         self._groups_made = 0
         self._left = budget
+        # Schemas with no reference (a shared parameter's, say) as they came out, by identity.
+        self._plain: dict[tuple[int, str], tuple[Any, Any]] = {}
+        self._fitted_count = 0
 
     def start_operation(self) -> None:
         self._left = self.budget
 
     def schema(self, node: Any, base: str) -> Any:
         """`node` (one of the operation's own schemas) with its references inlined."""
-        return self._schema(node, base, _Walk(MAX_REF_DEPTH, top=True))[0]
+        key = (id(node), base)
+        kept = self._plain.get(key)
+        if kept is not None and kept[0] is node:
+            return kept[1]
+        fitted = self._fitted_count
+        result = self._schema(node, base, _Walk(MAX_REF_DEPTH, top=True))[0]
+        if self._fitted_count == fitted:  # no reference in it: the same for every operation
+            self._plain[key] = (node, result)
+        return result
 
     def _schema(self, node: Any, base: str, walk: _Walk) -> tuple[Any, int]:
-        if not isinstance(node, Mapping):
-            return node, 1
+        """The schema with its references inlined, and its size: about the bytes of its JSON."""
+        if not isinstance(node, dict):
+            return node, _data_size(node)
         ref = node.get("$ref")
         if isinstance(ref, str):
             return self._follow(node, ref, base, walk)
-        size = 1
+        size = 2
         out: dict[str, Any] = {}
         for key, value in node.items():
-            if key in SCHEMA_MAP:
+            if _holds_schemas(key, value):
                 members = self._container(value, base, walk)
                 if members is None:
                     continue
-                found, members_base, inner = members
-                if isinstance(found, Mapping):
-                    expanded: dict[str, Any] = {}
-                    for name, sub in found.items():
-                        expanded[name], count = self._schema(sub, members_base, inner)
-                        size += count
-                    out[key] = expanded
-                else:
-                    out[key] = found
-            elif key in SCHEMA_LIST or (key == "items" and isinstance(value, list)):
-                members = self._container(value, base, walk)
-                if members is None:
-                    continue
-                found, members_base, inner = members
-                if isinstance(found, list):
-                    items: list[Any] = []
-                    for sub in found:
-                        item, count = self._schema(sub, members_base, inner)
-                        items.append(item)
-                        size += count
-                    out[key] = items
-                else:
-                    out[key] = found
+                out[key], count = self._members(*members)
             elif key in SCHEMA_ONE:
                 out[key], count = self._schema(value, base, walk)
-                size += count
             elif key == "required" and not isinstance(value, list):
                 continue  # `required: true` on a property (Swagger's habit) would make the schema invalid
+            elif key == "discriminator" and isinstance(value, dict):
+                # Its `mapping` names the spec's own schemas, which a standalone tool schema has
+                # not (and Graph's list hundreds of them in every entity).
+                out[key] = {k: v for k, v in value.items() if k != "mapping"}
+                count = _data_size(out[key])
             else:
-                out[key] = value
+                out[key], count = value, _data_size(value)
+            size += len(key) + 4 + count
         return (from_30(out) if self.is_30 else out), size
+
+    def _members(self, found: Any, base: str, walk: _Walk) -> tuple[Any, int]:
+        """A map or list of schemas with each member expanded; anything else kept as written."""
+        size = 2
+        if isinstance(found, dict):
+            expanded: dict[str, Any] = {}
+            for name, sub in found.items():
+                expanded[name], count = self._schema(sub, base, walk)
+                size += len(name) + 4 + count
+            return expanded, size
+        if isinstance(found, list):
+            items: list[Any] = []
+            for sub in found:
+                item, count = self._schema(sub, base, walk)
+                items.append(item)
+                size += count + 1
+            return items, size
+        return found, _data_size(found)
 
     def _container(self, value: Any, base: str, walk: _Walk) -> tuple[Any, str, _Walk] | None:
         """A keyword's map or list of schemas, through its `$ref` when it is one: what it holds,
@@ -165,7 +186,7 @@ class Expander:
         if absolute in walk.containers:
             return None
         found = self.spec.lookup(absolute)
-        if isinstance(found, Mapping) and len(value) > 1:
+        if isinstance(found, dict) and len(value) > 1:
             found = {**found, **{k: v for k, v in value.items() if k != "$ref"}}
         return found, document, replace(walk, containers=walk.containers | {absolute})
 
@@ -173,9 +194,11 @@ class Expander:
         absolute = self.spec.join(base, ref)[0]
         result: Any
         if walk.home is not None and self._group_of(absolute) == walk.home:
-            result, size = cut(ref, "it refers back to a schema that contains it (a cycle)"), 1
+            result = cut(ref, "it refers back to a schema that contains it (a cycle)")
+            size = _data_size(result)
         elif walk.depth <= 0:
-            result, size = cut(ref, f"it is more than {MAX_REF_DEPTH} references deep"), 1
+            result = cut(ref, "it is nested deeper than this tool's schemas go")
+            size = _data_size(result)
         elif walk.top:
             result, size = self._fitted(absolute, ref, walk.depth)
         else:
@@ -184,17 +207,19 @@ class Expander:
             return result, size
         siblings = {key: value for key, value in node.items() if key != "$ref"}
         extra, count = self._schema(siblings, base, walk)
-        merged = {**result, **extra} if isinstance(result, Mapping) else extra
+        merged = {**result, **extra} if isinstance(result, dict) else extra
         return merged, size + count
 
     def _fitted(self, absolute: str, ref: str, depth: int) -> tuple[Any, int]:
         """The reference expanded as deep as the operation's budget allows."""
+        self._fitted_count += 1
         for allowed in range(depth, 0, -1):
             result, size = self._expand_ref(absolute, allowed)
             if size <= self._left:
                 self._left -= size
                 return result, size
-        return cut(ref, f"expanding it would take the tool's schemas past {self.budget} objects"), 1
+        result = cut(ref, f"expanding it would take the tool's schemas past {self.budget} bytes")
+        return result, _data_size(result)
 
     def _expand_ref(self, absolute: str, depth: int) -> tuple[Any, int]:
         key = (absolute, depth)
@@ -230,13 +255,13 @@ class Expander:
     def _collect_refs(self, node: Any, base: str, found: list[str], containers: set[str]) -> None:
         """The absolute references in a schema's schema positions, not following them (but
         looking through maps and lists given by `$ref`)."""
-        if not isinstance(node, Mapping):
+        if not isinstance(node, dict):
             return
         ref = node.get("$ref")
         if isinstance(ref, str):
             found.append(self.spec.join(base, ref)[0])
         for key, value in node.items():
-            if key in SCHEMA_MAP or key in SCHEMA_LIST or (key == "items" and isinstance(value, list)):
+            if _holds_schemas(key, value):
                 members, members_base = value, base
                 if is_reference(value):
                     absolute, members_base = self.spec.join(base, value["$ref"])
@@ -247,7 +272,7 @@ class Expander:
                         members = self.spec.lookup(absolute)
                     except SpecError:
                         continue
-                if isinstance(members, Mapping):
+                if isinstance(members, dict):
                     members = list(members.values())
                 for sub in members if isinstance(members, list) else ():
                     self._collect_refs(sub, members_base, found, containers)
@@ -295,6 +320,23 @@ class Expander:
                 break
         if len(members) > 1 or root in self._edges_of(root):
             self._cyclic.add(group)
+
+
+def _holds_schemas(key: str, value: Any) -> bool:
+    """Whether a keyword's value is a map or a list of schemas."""
+    return key in SCHEMA_MAP or key in SCHEMA_LIST or (key == "items" and isinstance(value, list))
+
+
+def _data_size(value: Any) -> int:
+    """About the bytes of `value` as JSON (a string's escapes not counted)."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict | list):
+        try:
+            return len(orjson.dumps(value))
+        except (TypeError, orjson.JSONEncodeError):  # an integer past 64 bits
+            return len(json.dumps(value))
+    return 5
 
 
 def cut(ref: str, why: str) -> dict[str, Any]:
