@@ -17,8 +17,9 @@ How each is given, as the arguments' descriptions say:
 - form (`application/x-www-form-urlencoded`): each field as a JSON value, sent as the spec's
   `encoding` says for it (`style`, `explode`, `contentType`; by default `form`, exploded):
   `deepObject` nests in brackets, lists by index (`metadata[key]=v`, `items[0][price]=p`).
-- multipart (`multipart/form-data`): text fields as values; objects as a JSON part; a list as
-  one part per item; a file field (`format: binary`, or a `contentEncoding` or
+- multipart (`multipart/form-data`): text fields as values; objects as a JSON part (or, with
+  `style: deepObject`, as bracketed text parts, as Stripe reads them); a list as one part per
+  item; a file field (`format: binary`, or a `contentEncoding` or
   `contentMediaType`, or an `encoding` `contentType` that is not text) as an object
   `{"filename", "contentType", "base64"}`, its bytes in base64 (a local path is never read).
 - `text/plain`: the body as a string argument, `body`.

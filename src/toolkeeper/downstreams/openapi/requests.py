@@ -2,8 +2,9 @@
 
 Arguments go where the operation's parameters say (path, query, header, cookie), in each
 parameter's `style` and `explode`. A path value is URL-encoded whole, so it never adds a path
-segment, and a path segment a value makes `.` or `..` is sent as `%2E` or `%2E%2E`, which no
-client or server normalizes away: a value can never change which resource is called.
+segment, and a path segment a value makes `.` or `..` is sent as `%2E` or `%2E%2E`, which
+httpx2 does not remove as it does dot segments (RFC 3986 removes only literal ones): a value
+can never change which resource is called.
 
 The body is sent in the media type the converter chose (`bodies.py`): JSON; a form
 (`application/x-www-form-urlencoded`), each field in its encoding's `style` and `explode`
@@ -12,7 +13,8 @@ own; `deepObject` nests in brackets, lists by index: `metadata[key]=v`, `items[0
 `spaceDelimited`/`pipeDelimited` join a list; a field whose `contentType` is JSON is sent as
 JSON text), with the standard form encoding (`%5B` for `[`, `+` for a space); multipart, one
 part per field (a list one per item) in the order given: text as text, an object as a JSON
-part, a file from its base64 content with its filename and content type; text/plain as UTF-8;
+part (or, with `style: deepObject`, one text part per bracketed leaf, as a form has them), a
+file from its base64 content with its filename and content type; text/plain as UTF-8;
 application/octet-stream as the bytes the base64 argument decodes to. A value that cannot be
 sent so (base64 that does not decode) refuses the call before anything is sent.
 
@@ -293,6 +295,10 @@ def _multipart(operation: Operation, fields: Mapping[str, Any]) -> tuple[bytes, 
     parts: list[tuple[str, Any]] = []
     for name, value in fields.items():
         encoding = _encoding(operation, name)
+        if encoding.style == "deepObject" and not encoding.file and isinstance(value, dict | list):
+            # As Stripe reads its multipart forms: one text part per bracketed leaf.
+            parts.extend((key, (None, text.encode(), None)) for key, text in _nested_pairs(name, value))
+            continue
         items = (
             value
             if isinstance(value, list) and (encoding.file or not _is_json_type(encoding.content_type))
