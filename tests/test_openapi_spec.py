@@ -4,6 +4,7 @@ split over files and folders, circular, huge, badly named, served over HTTP, or 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 import threading
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from toolkeeper.catalog.catalog import ServerTools, build_catalog
 from toolkeeper.downstreams.openapi.operations import (
     METHOD_HINTS,
     Conversion,
@@ -291,6 +293,24 @@ def test_an_enormous_web_of_references_is_bounded(tmp_path: Path) -> None:
     assert "nested deeper than this tool's schemas go" in text
 
 
+def test_a_discriminator_keeps_its_property_but_not_its_mapping_of_the_specs_schemas(tmp_path: Path) -> None:
+    mapping = {f"#microsoft.graph.kind{i}": f"#/components/schemas/Kind{i}" for i in range(300)}
+    document = spec(
+        {"/e": {"get": {"operationId": "e", "responses": ok({"$ref": "#/components/schemas/Entity"})}}},
+        components={
+            "schemas": {
+                "Entity": {
+                    "type": "object",
+                    "properties": {"@odata.type": {"type": "string"}},
+                    "discriminator": {"propertyName": "@odata.type", "mapping": mapping},
+                }
+            }
+        },
+    )
+    output = load(tmp_path, document).operations[0].tool["outputSchema"]
+    assert output["discriminator"] == {"propertyName": "@odata.type"}
+
+
 def test_a_thousand_operations_with_shared_components(tmp_path: Path) -> None:
     paths = {}
     for i in range(300):
@@ -316,7 +336,11 @@ def test_a_thousand_operations_with_shared_components(tmp_path: Path) -> None:
             "schemas": {"Item": {"type": "object", "properties": {"name": {"type": "string"}}}},
         },
     )
-    conversion = load(tmp_path, document, "big.json")
+    progress: list[tuple[int, int]] = []
+    conversion = load(
+        tmp_path, document, "big.json", progress=lambda done, total: progress.append((done, total))
+    )
+    assert progress == [(250, 1200), (500, 1200), (750, 1200), (1000, 1200), (1200, 1200)]
     names = [operation.tool_name for operation in conversion.operations]
     assert len(names) == 1200 == len(set(names))
     assert all(NAME.match(name) for name in names)
@@ -359,6 +383,42 @@ def test_long_duplicate_and_missing_operation_ids_make_clean_unique_names(tmp_pa
     assert names[("GET", "/d")] == "list_things_v2"
     meta = by_name(conversion)[long_name].tool["_meta"]["toolkeeper/openapi"]
     assert meta == {"operationId": long_id, "method": "GET", "path": "/a"}
+
+
+def exposed_names(conversion: Conversion, prefix: str) -> dict[str, str]:
+    """Each tool's name as clients see it, made by the catalog under the server's prefix."""
+    tools = [{**op.tool, "name": op.tool_name} for op in conversion.operations]
+    catalog = build_catalog([ServerTools("s24", prefix, True, tools)])
+    return {tool.name: tool.exposed_name for tool in catalog.tools}
+
+
+def test_a_long_name_is_shortened_once_after_the_prefix_and_no_edit_renames_it(tmp_path: Path) -> None:
+    long_id = ("ProjectMemberCostExceptions_GetProjectMemberCostExceptions" * 2)[:100]
+    paths: dict[str, Any] = {
+        "/projects/{id}/exceptions": {
+            "get": {"operationId": long_id, "parameters": [_path_param("id")], "responses": ok()}
+        },
+        "/projects": {"get": {"operationId": "listProjects", "responses": ok()}},
+    }
+    before = exposed_names(load(tmp_path, spec(paths)), "s24")
+    name = before[long_id]
+    assert NAME.match(name) and len(name) == 64
+    # One hash, after the prefix, of the whole name as written (none made before it): the name's
+    # first 57 characters, then `_` and 6 digits of the SHA-256 of (server, tool).
+    whole = hashlib.sha256(f"s24\0{long_id}".encode()).hexdigest()[:6]
+    assert name == f"s24__{long_id}"[:57] + "_" + whole
+    assert before["listProjects"] == "s24__listProjects"
+
+    # Another operation (one as long, alike for 57 characters), another path: nothing renamed.
+    paths["/projects/{id}/exceptions"]["post"] = {
+        "operationId": long_id[:-1] + "X",
+        "parameters": [_path_param("id")],
+        "responses": ok(),
+    }
+    paths["/audits"] = {"get": {"responses": ok()}}
+    after = exposed_names(load(tmp_path, spec(paths)), "s24")
+    assert {tool: after[tool] for tool in before} == before
+    assert after[long_id[:-1] + "X"] != name and len(set(after.values())) == 4
 
 
 def _path_param(name: str) -> dict[str, Any]:
