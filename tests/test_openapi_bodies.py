@@ -83,6 +83,9 @@ def test_json_is_chosen_first_then_form_multipart_text_and_bytes(tmp_path: Path)
     paths = {
         path: post(path[1:], {media: schema for media in media_types}) for path, media_types in offers.items()
     }
+    # A form that cannot hold the body (a list, not an object of fields) gives way to the next.
+    columns = {"schema": {"type": "array", "items": {"type": "string"}}}
+    paths["/h"] = post("h", {"multipart/form-data": columns, "*/*": columns})
     conversion = converted(tmp_path, paths)
     chosen = {op.path: (op.body_kind, op.body_media_type) for op in conversion.operations}
     assert chosen == {
@@ -92,6 +95,7 @@ def test_json_is_chosen_first_then_form_multipart_text_and_bytes(tmp_path: Path)
         "/d": ("multipart", "multipart/form-data"),
         "/e": ("text", "text/plain"),
         "/f": ("binary", "application/octet-stream"),
+        "/h": ("json", "*/*"),
     }
     (skipped,) = conversion.skipped
     assert skipped.path == "/g" and "application/xml, image/png" in skipped.reason

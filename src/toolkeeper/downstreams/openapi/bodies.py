@@ -2,8 +2,10 @@
 
 Media types, in this order of preference when a body offers several: JSON (`application/json`,
 then any `…+json`), `application/x-www-form-urlencoded`, `multipart/form-data`, `text/plain`,
-`application/octet-stream`, and last `*/*` (sent as JSON). A body offered only in other types
-(XML, images, …) cannot be sent: its operation is skipped, with its media types in the reason.
+`application/octet-stream`, and last `*/*` (sent as JSON); one that cannot say the body (a
+form whose schema is not an object of fields) gives way to the next. A body offered only in
+other types (XML, images, …) cannot be sent: its operation is skipped, with its media types in
+the reason.
 
 JSON, form and multipart bodies are flattened into the tool's arguments when their schema is an
 object with `properties` and nothing that a flat list cannot say (no `allOf`/`oneOf`/`anyOf`/
@@ -32,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from toolkeeper.downstreams.openapi.schemas import Expander
+from toolkeeper.downstreams.openapi.schemas import Expander, is_reference
 from toolkeeper.downstreams.openapi.spec import SpecError
 
 BodyKind = Literal["json", "form", "multipart", "text", "binary"]
@@ -96,43 +98,52 @@ class Body:
     encodings: Mapping[str, FieldEncoding] = field(default_factory=dict)
 
 
-def choose_media(content: Mapping[str, Any]) -> tuple[str, BodyKind] | None:
-    """The media type a body is sent as, by the order in the module's docstring."""
+def media_types_to_try(content: Mapping[str, Any]) -> list[tuple[str, BodyKind]]:
+    """The media types a body may be sent as, by the order in the module's docstring."""
     kinds = {media.split(";")[0].strip().lower(): media for media in content}
+    found: list[tuple[str, BodyKind]] = []
     if "application/json" in kinds:
-        return kinds["application/json"], "json"
-    for kind, media in kinds.items():
-        if kind.endswith("+json"):
-            return media, "json"
-    for wanted, body_kind in _BY_PREFERENCE:
-        if wanted in kinds:
-            return kinds[wanted], body_kind
+        found.append((kinds["application/json"], "json"))
+    found.extend((media, "json") for kind, media in kinds.items() if kind.endswith("+json"))
+    found.extend((kinds[wanted], kind) for wanted, kind in _BY_PREFERENCE if wanted in kinds)
     if "*/*" in kinds:
-        return kinds["*/*"], "json"
-    return None
+        found.append((kinds["*/*"], "json"))
+    return found
 
 
 def read_body(written: Any, base: str, expander: Expander) -> Body | None:
-    """The operation's request body (its `requestBody`, resolved), or None when it has none."""
+    """The operation's request body (its `requestBody`, resolved), or None when it has none: in
+    the first media type, by preference, that can say it."""
     spec = expander.spec
     body, base = spec.resolve(written, base)
     if not isinstance(body, Mapping):
-        raise SpecError(f"its requestBody is {type(body).__name__}, not an object")
+        through = f" (through $ref {written['$ref']})" if is_reference(written) else ""
+        raise SpecError(f"its requestBody{through} is a {type(body).__name__}, not an object")
     content, base = spec.resolve(body.get("content") or {}, base)
     if not isinstance(content, Mapping) or not content:
         return None
-    chosen = choose_media(content)
-    if chosen is None:
+    candidates = media_types_to_try(content)
+    if not candidates:
         raise Unsupported(
             f"request body only as {', '.join(content)}, which toolkeeper does not send "
             "(JSON, forms, multipart, text/plain and application/octet-stream only)"
         )
-    media, kind = chosen
+    problems: list[str] = []
+    for media, kind in candidates:
+        try:
+            return _body_as(body, content[media], base, media=media, kind=kind, expander=expander)
+        except Unsupported as exc:
+            problems.append(str(exc))
+    raise Unsupported("; ".join(problems))
+
+
+def _body_as(
+    body: Mapping[str, Any], written: Any, base: str, *, media: str, kind: BodyKind, expander: Expander
+) -> Body:
     required = body.get("required") is True
-    described, media_base = spec.resolve(content[media], base)
+    described, media_base = expander.spec.resolve(written, base)
     described = described if isinstance(described, Mapping) else {}
-    raw = described.get("schema", {})
-    schema = expander.schema(raw, media_base)
+    schema = expander.schema(described.get("schema", {}), media_base)
     description = body.get("description") if isinstance(body.get("description"), str) else None
     if kind == "text":
         return Body(kind, media, required, whole=_text_argument(schema, description, media))
