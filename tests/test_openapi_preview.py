@@ -21,7 +21,7 @@ SPEC: dict[str, Any] = {
             "get": {"operationId": "listPets", "summary": "List pets", "tags": ["pets"], "responses": {}},
             "post": {
                 "operationId": "uploadPet",
-                "requestBody": {"content": {"multipart/form-data": {"schema": {"type": "object"}}}},
+                "requestBody": {"content": {"application/xml": {"schema": {"type": "object"}}}},
                 "responses": {},
             },
         },
@@ -64,7 +64,7 @@ def test_preview_lists_the_tools_with_their_hints_and_what_is_skipped(tmp_path: 
     assert "Remove \\u001b[31ma pet" in row["delete_pets_petId"]  # made visible, not obeyed
     assert "destructive* idem open" in row["replacePet"]  # the spec's own hint, marked
     skipped = next(line for line in lines if "uploadPet" in line)
-    assert "POST" in skipped and "multipart/form-data" in skipped
+    assert "POST" in skipped and "application/xml" in skipped
     assert "server: https://pets.example.test/v1" in result.stdout
 
 

@@ -191,6 +191,21 @@ async def test_arguments_go_to_path_query_header_and_cookie_in_their_style(
     assert echoed["cookies"] == {"pref": "dark%3B%20x%3D1"}
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_path_value_never_changes_which_resource_is_called(
+    tmp_path: Path, api: RestApi, mode: str
+) -> None:
+    """`..` and `.` would be dot segments (`/api/echo/..` is `/api/`): they are sent encoded,
+    as is whatever else could end or climb a segment."""
+    sent = {"..": "%2E%2E", ".": "%2E", "%2e%2e": "%252e%252e", "../..": "..%2F..", "...": "..."}
+    async with serving(tmp_path, {"items": entry(api)}, mode) as (client, _):
+        for value, raw in sent.items():
+            result = await client.call_tool("api__echo", {"name": value})
+            assert not result.is_error, (value, result)
+            assert json.loads(text_of(result))["raw_path"] == f"/api/echo/{raw}", value
+    assert all(path.startswith("/api/echo/") for _, path in api.received)
+
+
 async def test_auth_by_header_and_by_query_from_the_environment(tmp_path: Path, api: RestApi) -> None:
     async with serving(tmp_path, {"items": entry(api)}, "legacy") as (client, _):
         by_header = await client.call_tool("api__secureHeader", {})

@@ -4,6 +4,7 @@ split over files and folders, circular, huge, badly named, served over HTTP, or 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 import threading
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from toolkeeper.catalog.catalog import ServerTools, build_catalog
 from toolkeeper.downstreams.openapi.operations import (
     METHOD_HINTS,
     Conversion,
@@ -25,6 +27,7 @@ from toolkeeper.downstreams.openapi.operations import (
     Selection,
     convert,
 )
+from toolkeeper.downstreams.openapi.schemas import SCHEMA_BUDGET
 from toolkeeper.downstreams.openapi.spec import SpecError, load_spec
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -283,8 +286,27 @@ def test_an_enormous_web_of_references_is_bounded(tmp_path: Path) -> None:
         components={"schemas": schemas},
     )
     output = load(tmp_path, document).operations[0].tool["outputSchema"]
-    assert len(json.dumps(output)) < 2_000_000
-    assert "references deep" in json.dumps(output) or "past" in json.dumps(output)
+    text = json.dumps(output, separators=(",", ":"))
+    assert SCHEMA_BUDGET / 4 < len(text) <= SCHEMA_BUDGET  # as deep as the tool's budget allows
+    assert "nested deeper than this tool's schemas go" in text
+
+
+def test_a_discriminator_keeps_its_property_but_not_its_mapping_of_the_specs_schemas(tmp_path: Path) -> None:
+    mapping = {f"#microsoft.graph.kind{i}": f"#/components/schemas/Kind{i}" for i in range(300)}
+    document = spec(
+        {"/e": {"get": {"operationId": "e", "responses": ok({"$ref": "#/components/schemas/Entity"})}}},
+        components={
+            "schemas": {
+                "Entity": {
+                    "type": "object",
+                    "properties": {"@odata.type": {"type": "string"}},
+                    "discriminator": {"propertyName": "@odata.type", "mapping": mapping},
+                }
+            }
+        },
+    )
+    output = load(tmp_path, document).operations[0].tool["outputSchema"]
+    assert output["discriminator"] == {"propertyName": "@odata.type"}
 
 
 def test_a_thousand_operations_with_shared_components(tmp_path: Path) -> None:
@@ -312,13 +334,21 @@ def test_a_thousand_operations_with_shared_components(tmp_path: Path) -> None:
             "schemas": {"Item": {"type": "object", "properties": {"name": {"type": "string"}}}},
         },
     )
-    conversion = load(tmp_path, document, "big.json")
+    progress: list[tuple[int, int]] = []
+    conversion = load(
+        tmp_path, document, "big.json", progress=lambda done, total: progress.append((done, total))
+    )
+    assert progress == [(250, 1200), (500, 1200), (750, 1200), (1000, 1200), (1200, 1200)]
     names = [operation.tool_name for operation in conversion.operations]
     assert len(names) == 1200 == len(set(names))
     assert all(NAME.match(name) for name in names)
     assert conversion.skipped == ()
     tools = by_name(conversion)
     assert tools["get299"].tool["outputSchema"]["properties"]["name"] == {"type": "string"}
+    # A shared component is built once: every tool holds the same objects, not a copy each.
+    shared = tools["get0"].tool["outputSchema"]["properties"]
+    assert all(tools[f"get{i}"].tool["outputSchema"]["properties"] is shared for i in range(300))
+    assert tools["put7"].tool["inputSchema"]["properties"]["name"] is shared["name"]
     assert tools["delete_r5_id"].method_hints["destructiveHint"] is True
     assert sum(name.startswith("same") for name in names) == 300
 
@@ -326,7 +356,7 @@ def test_a_thousand_operations_with_shared_components(tmp_path: Path) -> None:
 # -- names --------------------------------------------------------------------------------------
 
 
-def test_long_duplicate_and_missing_operation_ids_make_valid_unique_names(tmp_path: Path) -> None:
+def test_long_duplicate_and_missing_operation_ids_make_clean_unique_names(tmp_path: Path) -> None:
     long_id = "get" + "VeryLongOperationName" * 10  # 213 characters
     document = spec(
         {
@@ -343,8 +373,7 @@ def test_long_duplicate_and_missing_operation_ids_make_valid_unique_names(tmp_pa
     conversion = load(tmp_path, document)
     names = {(op.method, op.path): op.tool_name for op in conversion.operations}
     long_name = names[("GET", "/a")]
-    assert len(long_name) == 64 and NAME.match(long_name)
-    assert long_name.startswith("getVeryLongOperationName") and re.search(r"_[0-9a-f]{8}$", long_name)
+    assert long_name == long_id  # not shortened here: the catalog shortens once, after the prefix
     fetch_get, fetch_post = names[("GET", "/b")], names[("POST", "/b")]
     assert fetch_get != fetch_post
     assert re.fullmatch(r"fetch_[0-9a-f]{8}", fetch_get) and re.fullmatch(r"fetch_[0-9a-f]{8}", fetch_post)
@@ -352,6 +381,42 @@ def test_long_duplicate_and_missing_operation_ids_make_valid_unique_names(tmp_pa
     assert names[("GET", "/d")] == "list_things_v2"
     meta = by_name(conversion)[long_name].tool["_meta"]["toolkeeper/openapi"]
     assert meta == {"operationId": long_id, "method": "GET", "path": "/a"}
+
+
+def exposed_names(conversion: Conversion, prefix: str) -> dict[str, str]:
+    """Each tool's name as clients see it, made by the catalog under the server's prefix."""
+    tools = [{**op.tool, "name": op.tool_name} for op in conversion.operations]
+    catalog = build_catalog([ServerTools("s24", prefix, True, tools)])
+    return {tool.name: tool.exposed_name for tool in catalog.tools}
+
+
+def test_a_long_name_is_shortened_once_after_the_prefix_and_no_edit_renames_it(tmp_path: Path) -> None:
+    long_id = ("ProjectMemberCostExceptions_GetProjectMemberCostExceptions" * 2)[:100]
+    paths: dict[str, Any] = {
+        "/projects/{id}/exceptions": {
+            "get": {"operationId": long_id, "parameters": [_path_param("id")], "responses": ok()}
+        },
+        "/projects": {"get": {"operationId": "listProjects", "responses": ok()}},
+    }
+    before = exposed_names(load(tmp_path, spec(paths)), "s24")
+    name = before[long_id]
+    assert NAME.match(name) and len(name) == 64
+    # One hash, after the prefix, of the whole name as written (none made before it): the name's
+    # first 57 characters, then `_` and 6 digits of the SHA-256 of (server, tool).
+    whole = hashlib.sha256(f"s24\0{long_id}".encode()).hexdigest()[:6]
+    assert name == f"s24__{long_id}"[:57] + "_" + whole
+    assert before["listProjects"] == "s24__listProjects"
+
+    # Another operation (one as long, alike for 57 characters), another path: nothing renamed.
+    paths["/projects/{id}/exceptions"]["post"] = {
+        "operationId": long_id[:-1] + "X",
+        "parameters": [_path_param("id")],
+        "responses": ok(),
+    }
+    paths["/audits"] = {"get": {"responses": ok()}}
+    after = exposed_names(load(tmp_path, spec(paths)), "s24")
+    assert {tool: after[tool] for tool in before} == before
+    assert after[long_id[:-1] + "X"] != name and len(set(after.values())) == 4
 
 
 def _path_param(name: str) -> dict[str, Any]:
@@ -559,13 +624,18 @@ def test_openapi_31_and_json_and_yaml_give_the_same_tools(tmp_path: Path) -> Non
     assert webhooks_only.operations == ()
 
 
-def test_a_body_with_no_json_form_is_skipped_with_its_reason(tmp_path: Path) -> None:
+def test_a_body_in_no_media_type_toolkeeper_sends_is_skipped_with_its_reason(tmp_path: Path) -> None:
     document = spec(
         {
             "/upload": {
                 "post": {
                     "operationId": "upload",
-                    "requestBody": {"content": {"multipart/form-data": {"schema": {"type": "object"}}}},
+                    "requestBody": {
+                        "content": {
+                            "application/xml": {"schema": {"type": "object"}},
+                            "image/png": {"schema": {"type": "string", "format": "binary"}},
+                        }
+                    },
                     "responses": ok(),
                 },
                 "get": {"operationId": "listUploads", "responses": ok()},
@@ -576,7 +646,7 @@ def test_a_body_with_no_json_form_is_skipped_with_its_reason(tmp_path: Path) -> 
     assert [op.tool_name for op in conversion.operations] == ["listUploads"]
     (skipped,) = conversion.skipped
     assert (skipped.method, skipped.path, skipped.operation_id) == ("POST", "/upload", "upload")
-    assert "multipart/form-data" in skipped.reason
+    assert "application/xml, image/png" in skipped.reason
 
 
 # -- hints, filters, security, servers -------------------------------------------------------------

@@ -2,46 +2,43 @@
 
 Names. A tool is named after its operation's `operationId`, or `method_path` when it has none
 (`get /pets/{petId}` → `get_pets_petId`): every run of characters outside `[A-Za-z0-9_-]`
-becomes one `_`, and `_` at either end is dropped. A name longer than 64 characters, and every
-name two or more operations would share, ends instead in `_` and a stable suffix: the first 8
-hex digits of the SHA-256 of `METHOD path` (one operation's own, whatever else the spec holds),
-after the name's first 55 characters. All the operations that share a name get a suffix, not
-all but the first, so the names do not depend on the order of the operations; and names are
-made over every operation of the spec before `include`/`exclude` choose, so filtering never
-renames a tool. (Should a suffixed name still meet another, its suffix grows to 16 digits.)
-The operationId, method and path as written are in the tool's
-`_meta["toolkeeper/openapi"]`.
+becomes one `_`, and `_` at either end is dropped. A name is never shortened here: MCP's
+64-character limit applies to the name a client sees, which the catalog makes once, after the
+server's prefix is added (`catalog/identity.py`), so a long name is cut once, with one hash.
+Every name two or more operations would share ends instead in `_` and a stable suffix: the
+first 8 hex digits of the SHA-256 of `METHOD path` (one operation's own, whatever else the spec
+holds). All the operations that share a name get a suffix, not all but the first, so the names
+do not depend on the order of the operations; an operation added to the spec renames no other
+(unless it takes a name another already has); and names are made over every operation of the
+spec before `include`/`exclude` choose, so filtering never renames a tool. (Should a suffixed
+name still meet another, its suffix grows to 16 digits.) The operationId, method and path as
+written are in the tool's `_meta["toolkeeper/openapi"]`.
 
 Arguments. A tool's `inputSchema` is an object whose properties are the operation's path,
 query, header and cookie parameters (the path item's, overridden by the operation's of the
 same name and place; `Accept`, `Content-Type` and `Authorization` headers are ignored, as the
-OpenAPI specification says), then its JSON request body. Each takes its HTTP name as its
+OpenAPI specification says), then its request body's. Each takes its HTTP name as its
 argument, in this order: path, query, header, cookie parameters (each in the order written),
 then body properties. A name already taken by an earlier one gets its place as a suffix:
 `id__query`, `id__header`, `name__body` (then `id__query2`, … should that be taken too).
-A parameter's `description` is kept (over its schema's).
+A parameter's `description` is kept (over its schema's). Which body media type is sent, and
+how its arguments give it (JSON, forms, multipart with files, text, bytes), is in `bodies.py`;
+an operation whose body can be sent in none of them is skipped, with its media types in the
+reason.
 
-The JSON request body (`application/json`, then any `…+json`, then `*/*`) is flattened into
-the arguments when its schema is an object with `properties` and nothing that a flat list
-cannot say (no `allOf`/`oneOf`/`anyOf`/`not`/`if` at its top, no `additionalProperties`
-allowed); its `readOnly` properties are left out, as a client must not send them. Any other
-JSON body is one argument, `body`. An operation whose request body has no JSON form
-(multipart uploads, forms, binary) is skipped, with its media types in the reason.
+References. A `$ref` is followed wherever OpenAPI allows one: path items, parameters, request
+bodies, media types, responses, the `paths`, `content` and `responses` maps themselves, and
+every schema position (`schemas.py`: schemas are inlined, maps of schemas given by `$ref`
+included, cycles cut, each tool's schemas bounded). A Reference Object's `summary` and
+`description` written beside its `$ref` (OpenAPI 3.1) are kept over the target's. A reference
+that cannot be resolved, or leads to something that is not the object it should be, skips the
+one operation that needs it, with the reference named; a path item that cannot be resolved
+skips its operations (reported as method `*`). So does a problem the loader found in an
+operation or path item (`LoadedSpec.problems`).
 
-Schemas. Every `$ref` is inlined, resolved with `referencing` through the spec's registry, so a
-tool's schemas stand alone. References that form a cycle (a schema that contains itself, or
-schemas that contain each other) are cut at depth one: such a schema is expanded where it is
-first reached from outside its cycle, and inside it every reference back into the cycle is cut.
-Other references are expanded at most `MAX_REF_DEPTH` (10) references deep, and an operation's
-schemas hold at most `SCHEMA_BUDGET` (5,000) schema objects: a reference that would go past it
-is expanded less deep, and cut when even one level does not fit. A reference cut for any of
-these reasons is replaced by an empty schema (any value) whose description says why. So a
-circular or enormous spec costs bounded time, never a `RecursionError`. `allOf`, `oneOf` and
-`anyOf` are kept, each branch resolved. OpenAPI 3.0's `nullable: true` becomes `null` among the
-`type`s (or an `anyOf` with `{"type": "null"}` when there is no `type`), and its boolean
-`exclusiveMinimum`/`exclusiveMaximum` become JSON Schema's numbers. A `required` that is not a
-list (`required: true` on a property, as Swagger wrote it) is dropped, as it would make the whole
-schema invalid. Example and default values are kept as written, never read as schemas.
+Schemas are shared, not copied: what a shared component expands to is built once per spec and
+the same objects stand in every tool that uses it, so a tool's schemas are read-only (copy
+before changing one, as the gateway's layers do).
 
 `outputSchema` is the JSON schema of the first 2xx response (`200`…`299`, then `2XX`) that has
 one, when it is an object schema (`type: object`, or `properties` with no `type`), as MCP
@@ -62,27 +59,26 @@ means the operation needs none; a set `()` among others means it may be called w
 from __future__ import annotations
 
 import fnmatch
+import gc
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urldefrag, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 
-import orjson
-
+from toolkeeper.downstreams.openapi.bodies import Body, BodyKind, FieldEncoding, Unsupported, read_body
+from toolkeeper.downstreams.openapi.schemas import Expander, is_reference
 from toolkeeper.downstreams.openapi.spec import HTTP_METHODS, LoadedSpec, SpecError
 
 ParameterLocation = Literal["path", "query", "header", "cookie"]
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-NAME_MAX = 64
 SUFFIX_DIGITS = 8
-MAX_REF_DEPTH = 10
-SCHEMA_BUDGET = 5_000
 HINT_NAMES = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 META_KEY = "toolkeeper/openapi"
+PROGRESS_EVERY = 250  # operations between two calls of `convert`'s `progress`
 
 # The method table: each method's hints, exactly.
 METHOD_HINTS: Mapping[str, Mapping[str, bool]] = {
@@ -97,28 +93,6 @@ METHOD_HINTS: Mapping[str, Mapping[str, bool]] = {
 IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
 DEFAULT_STYLE: Mapping[str, str] = {"path": "simple", "query": "form", "header": "simple", "cookie": "form"}
 LOCATION_ORDER: tuple[ParameterLocation, ...] = ("path", "query", "header", "cookie")
-
-# Keywords whose value is a schema, a list of schemas, or a map of names to schemas; every other
-# keyword's value (examples, defaults, enums, extensions) is data, kept as written.
-_SCHEMA_ONE = frozenset(
-    {
-        "items",
-        "additionalItems",
-        "additionalProperties",
-        "not",
-        "if",
-        "then",
-        "else",
-        "contains",
-        "propertyNames",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-        "contentSchema",
-    }
-)
-_SCHEMA_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
-_SCHEMA_MAP = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
-_NOT_FLAT = ("allOf", "oneOf", "anyOf", "not", "if")
 
 
 @dataclass(frozen=True)
@@ -146,9 +120,11 @@ class Operation:
     method_hints: Mapping[str, bool]
     declared_hints: Mapping[str, Any]
     tool: Mapping[str, Any]
-    body_media_type: str | None = None  # the JSON media type to send the body as
+    body_media_type: str | None = None  # the media type to send the body as
     security: tuple[tuple[str, ...], ...] = ()
     tags: tuple[str, ...] = ()
+    body_kind: BodyKind = "json"
+    body_encodings: Mapping[str, FieldEncoding] = field(default_factory=dict)  # form and multipart fields
 
 
 @dataclass(frozen=True)
@@ -204,10 +180,6 @@ class Conversion:
     warnings: tuple[str, ...] = ()
 
 
-class _Unsupported(Exception):
-    """An operation the converter cannot express: the message is the reason it is skipped."""
-
-
 @dataclass(frozen=True)
 class _Found:
     """One operation as written: where it stands and what it says."""
@@ -238,30 +210,40 @@ def convert(
     progress: Callable[[int, int], None] | None = None,
 ) -> Conversion:
     """The tools `spec`'s operations become, what was skipped and why, its servers and security.
-    `progress` hears (done, total) operations as they are converted."""
-    found = list(_operations_of(spec))
+    `progress`, when given, is called with (operations done, operations in all) every
+    `PROGRESS_EVERY` operations and at the end."""
+    found, skipped = _operations_of(spec)
     names = tool_names([(f.method, f.path, f.operation_id) for f in found])
-    expander = _Expander(spec)
+    expander = Expander(spec)
     root_security = _security_of(spec.document.get("security"))
+    problems: Mapping[tuple[str, str], str] = getattr(spec, "problems", {})
     operations: list[Operation] = []
-    skipped: list[Skipped] = []
-    for done, (entry, name) in enumerate(zip(found, names, strict=True)):
-        if progress is not None:
-            progress(done, len(found))
-        reason = _filtered_out(entry, name=name, include=include, exclude=exclude)
-        if reason is None:
-            try:
-                operation = _convert_one(
-                    entry, name=name, expander=expander, open_world=open_world, root_security=root_security
-                )
-            except (_Unsupported, SpecError) as exc:
-                reason = str(exc)
-            except RecursionError:
-                reason = "a schema is nested too deeply to convert"
-            else:
-                operations.append(operation)
-        if reason is not None:
-            skipped.append(Skipped(entry.method, entry.path, entry.operation_id, reason))
+    with _collector_paused():
+        for done, (entry, name) in enumerate(zip(found, names, strict=True), start=1):
+            reason = problems.get((entry.path, entry.method.lower())) or _filtered_out(
+                entry, name=name, include=include, exclude=exclude
+            )
+            if reason is None:
+                try:
+                    operation = _convert_one(
+                        entry,
+                        name=name,
+                        expander=expander,
+                        open_world=open_world,
+                        root_security=root_security,
+                    )
+                except (Unsupported, SpecError) as exc:
+                    reason = str(exc)
+                except RecursionError:
+                    reason = "a schema is nested too deeply to convert"
+                else:
+                    operations.append(operation)
+            if reason is not None:
+                skipped.append(Skipped(entry.method, entry.path, entry.operation_id, reason))
+            if progress is not None and (done % PROGRESS_EVERY == 0 or done == len(found)):
+                progress(done, len(found))
+    if progress is not None and not found:
+        progress(0, 0)
     servers, warnings = _servers(spec)
     return Conversion(
         operations=tuple(operations),
@@ -273,19 +255,66 @@ def convert(
     )
 
 
-def _operations_of(spec: LoadedSpec) -> list[_Found]:
-    paths, paths_base = spec.resolve(spec.document.get("paths") or {}, spec.uri)
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while converting: the conversion makes no cycles,
+    but its millions of new dicts set off collections that walk the whole spec again and
+    again, half of Microsoft Graph's conversion time. It is on again at the end (unless it was
+    off before); reference counting frees memory meanwhile as ever."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _operations_of(spec: LoadedSpec) -> tuple[list[_Found], list[Skipped]]:
+    """Every operation as written, and those that cannot even be found (a path item or an
+    operation whose `$ref` points nowhere, or a path item the loader found a problem in)."""
+    problems: Mapping[tuple[str, str], str] = getattr(spec, "problems", {})
+    paths, paths_base = mapping_of(spec, spec.document.get("paths") or {}, spec.uri, "paths")
     found: list[_Found] = []
+    skipped: list[Skipped] = []
     for path, written in paths.items():
         if not path.startswith("/"):  # an `x-` extension
             continue
-        item, item_base = spec.resolve(written, paths_base)
+        try:
+            if (path, "") in problems:
+                raise SpecError(problems[(path, "")])
+            item, item_base = mapping_of(spec, written, paths_base, f"the path item {path}")
+        except SpecError as exc:
+            skipped.append(Skipped("*", path, None, str(exc)))
+            continue
         for method in item:
             if method not in HTTP_METHODS:
                 continue
-            operation, base = spec.resolve(item[method], item_base)
+            try:
+                operation, base = mapping_of(spec, item[method], item_base, f"{method.upper()} {path}")
+            except SpecError as exc:
+                skipped.append(Skipped(method.upper(), path, None, str(exc)))
+                continue
             found.append(_Found(method.upper(), path, item, item_base, operation, base))
-    return found
+    return found, skipped
+
+
+def mapping_of(spec: LoadedSpec, node: Any, base: str, what: str) -> tuple[Mapping[str, Any], str]:
+    """An OpenAPI object, through its `$ref`s, and the URI of the document it stands in; its
+    `summary` and `description` written beside a `$ref` (3.1) over the target's. Raises
+    `SpecError` naming `what` when it is not an object."""
+    found, found_base = spec.resolve(node, base)
+    if not isinstance(found, Mapping):
+        shown = (
+            "a list" if isinstance(found, list) else "null" if found is None else f"a {type(found).__name__}"
+        )
+        pointer = f" (through $ref {node['$ref']})" if is_reference(node) else ""
+        raise SpecError(f"{what}{pointer} is {shown}, not an object")
+    if is_reference(node) and len(node) > 1:
+        written = {key: node[key] for key in ("summary", "description") if key in node}
+        if written:
+            found = {**found, **written}
+    return found, found_base
 
 
 # -- names ----------------------------------------------------------------------------------------
@@ -299,7 +328,7 @@ def tool_names(operations: list[tuple[str, str, str | None]]) -> list[str]:
     ]
     counts = Counter(plain)
     names = [
-        name if len(name) <= NAME_MAX and counts[name] == 1 else _suffixed(name, method, path, SUFFIX_DIGITS)
+        name if counts[name] == 1 else _suffixed(name, method, path, SUFFIX_DIGITS)
         for name, (method, path, _) in zip(plain, operations, strict=True)
     ]
     counts = Counter(names)
@@ -317,7 +346,7 @@ def _clean(raw: str, method: str) -> str:
 
 def _suffixed(name: str, method: str, path: str, digits: int) -> str:
     digest = hashlib.sha256(f"{method.upper()} {path}".encode()).hexdigest()[:digits]
-    return f"{name[: NAME_MAX - digits - 1]}_{digest}"
+    return f"{name}_{digest}"
 
 
 # -- choosing -------------------------------------------------------------------------------------
@@ -374,7 +403,7 @@ def _convert_one(
     entry: _Found,
     *,
     name: str,
-    expander: _Expander,
+    expander: Expander,
     open_world: bool,
     root_security: tuple[tuple[str, ...], ...],
 ) -> Operation:
@@ -413,21 +442,30 @@ def _convert_one(
         body_required=body.required,
         method_hints=method_hints,
         declared_hints=declared,
-        # A copy of its own: inlined schemas are shared between operations while converting.
-        tool=orjson.loads(orjson.dumps(tool)),
-        body_media_type=body.media_type,
+        tool=tool,  # its schemas shared with other tools (read-only), as the module's docstring says
+        body_media_type=body.read.media_type if body.read else None,
         security=security,
         tags=entry.tags,
+        body_kind=body.read.kind if body.read else "json",
+        body_encodings=body.read.encodings if body.read else {},
     )
 
 
-def _parameters(entry: _Found, *, expander: _Expander, arguments: _Arguments) -> tuple[Parameter, ...]:
+def _parameters(entry: _Found, *, expander: Expander, arguments: _Arguments) -> tuple[Parameter, ...]:
     spec = expander.spec
     written: dict[tuple[str, str], tuple[Mapping[str, Any], str]] = {}
     for source, base in ((entry.item, entry.item_base), (entry.operation, entry.base)):
-        for node in source.get("parameters", ()):
-            parameter, parameter_base = spec.resolve(node, base)
-            written[(parameter["name"], parameter["in"])] = (parameter, parameter_base)
+        listed = source.get("parameters") or []
+        if is_reference(listed):
+            listed, base = spec.resolve(listed, base)
+        if not isinstance(listed, list):
+            raise SpecError(f"the parameters of {entry.method} {entry.path} are not a list")
+        for index, node in enumerate(listed):
+            parameter, parameter_base = mapping_of(spec, node, base, f"parameter {index}")
+            name, where = parameter.get("name"), parameter.get("in")
+            if not isinstance(name, str) or where not in LOCATION_ORDER:
+                raise SpecError(f"parameter {index} of {entry.method} {entry.path} has no name or place")
+            written[(name, where)] = (parameter, parameter_base)
     placed: list[Parameter] = []
     for location in LOCATION_ORDER:
         for (name, where), (parameter, base) in written.items():
@@ -438,16 +476,19 @@ def _parameters(entry: _Found, *, expander: _Expander, arguments: _Arguments) ->
 
 
 def _parameter(
-    parameter: Mapping[str, Any], *, base: str, expander: _Expander, arguments: _Arguments
+    parameter: Mapping[str, Any], *, base: str, expander: Expander, arguments: _Arguments
 ) -> Parameter:
     name, location = parameter["name"], parameter["in"]
     content_type = None
     if "schema" in parameter:
         schema = expander.schema(parameter["schema"], base)
     elif isinstance(parameter.get("content"), Mapping) and parameter["content"]:
-        content_type, media = next(iter(parameter["content"].items()))
-        media, media_base = expander.spec.resolve(media, base)
-        schema = expander.schema(media.get("schema", {}), media_base) if isinstance(media, Mapping) else {}
+        content, content_base = expander.spec.resolve(parameter["content"], base)
+        content_type, media = next(iter(content.items()))
+        media, media_base = mapping_of(
+            expander.spec, media, content_base, f"the {content_type} of parameter {name}"
+        )
+        schema = expander.schema(media.get("schema", {}), media_base)
     else:
         schema = {}
     shown = dict(schema) if isinstance(schema, Mapping) else {}
@@ -475,83 +516,68 @@ def _parameter(
 
 @dataclass(frozen=True)
 class _Body:
+    """The request body as the tool takes it: its flattened arguments (argument → property) or
+    its one argument."""
+
+    read: Body | None = None
     arguments: Mapping[str, str] | None = None
     argument: str | None = None
-    required: bool = False
-    media_type: str | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.read is not None and self.read.required
 
 
 def _json_media(content: Mapping[str, Any]) -> str | None:
     """The JSON media type among a content map's keys: application/json, any +json, */*."""
     kinds = {media.split(";")[0].strip().lower(): media for media in content}
-    for wanted in ("application/json",):
-        if wanted in kinds:
-            return kinds[wanted]
+    if "application/json" in kinds:
+        return kinds["application/json"]
     for kind, media in kinds.items():
         if kind.endswith("+json"):
             return media
     return kinds.get("*/*")
 
 
-def _body(entry: _Found, *, expander: _Expander, arguments: _Arguments) -> _Body:
+def _body(entry: _Found, *, expander: Expander, arguments: _Arguments) -> _Body:
     if "requestBody" not in entry.operation:
         return _Body()
-    body, base = expander.spec.resolve(entry.operation["requestBody"], entry.base)
-    content = body["content"]
-    if not content:
+    body = read_body(entry.operation["requestBody"], entry.base, expander)
+    if body is None:
         return _Body()
-    media = _json_media(content)
-    if media is None:
-        raise _Unsupported(
-            f"request body only as {', '.join(content)}, which toolkeeper does not send (JSON bodies only)"
-        )
-    required = body.get("required") is True
-    described, media_base = expander.spec.resolve(content[media], base)
-    raw = described.get("schema", {}) if isinstance(described, Mapping) else {}
-    schema = expander.schema(raw, media_base)
-    if _flattens(schema):
+    if body.fields is not None:
         flat: dict[str, str] = {}
-        wanted = schema.get("required", [])
-        for prop, prop_schema in schema["properties"].items():
-            if isinstance(prop_schema, Mapping) and prop_schema.get("readOnly") is True:
-                continue
-            argument = arguments.claim(prop, "body")
-            arguments.add(argument, prop_schema, required=required and prop in wanted)
-            flat[argument] = prop
-        return _Body(arguments=flat, required=required, media_type=media)
+        for body_field in body.fields:
+            argument = arguments.claim(body_field.name, "body")
+            arguments.add(argument, body_field.schema, required=body_field.required)
+            flat[argument] = body_field.name
+        return _Body(body, arguments=flat)
     argument = arguments.claim("body", "body")
-    shown = dict(schema) if isinstance(schema, Mapping) else {}
-    if isinstance(body.get("description"), str) and "description" not in shown:
-        shown["description"] = body["description"]
-    arguments.add(argument, shown, required=required)
-    return _Body(argument=argument, required=required, media_type=media)
+    arguments.add(argument, body.whole, required=body.required)
+    return _Body(body, argument=argument)
 
 
-def _flattens(schema: Any) -> bool:
-    return (
-        isinstance(schema, Mapping)
-        and schema.get("type", "object") == "object"
-        and isinstance(schema.get("properties"), Mapping)
-        and not any(keyword in schema for keyword in _NOT_FLAT)
-        and schema.get("additionalProperties", False) is False
+def _output_schema(entry: _Found, *, expander: Expander) -> dict[str, Any] | None:
+    spec = expander.spec
+    responses, responses_base = mapping_of(
+        spec,
+        entry.operation.get("responses") or {},
+        entry.base,
+        f"the responses of {entry.method} {entry.path}",
     )
-
-
-def _output_schema(entry: _Found, *, expander: _Expander) -> dict[str, Any] | None:
-    responses = entry.operation.get("responses") or {}
     statuses = sorted(s for s in responses if re.fullmatch(r"2\d\d", s)) + [
         s for s in responses if s.upper() == "2XX"
     ]
     for status in statuses:
-        response, base = expander.spec.resolve(responses[status], entry.base)
-        content = response.get("content")
+        response, base = mapping_of(spec, responses[status], responses_base, f"response {status}")
+        content, base = spec.resolve(response.get("content"), base)
         if not isinstance(content, Mapping) or not content:
             continue
         media = _json_media(content)
         if media is None:
             return None
-        described, media_base = expander.spec.resolve(content[media], base)
-        if not isinstance(described, Mapping) or "schema" not in described:
+        described, media_base = mapping_of(spec, content[media], base, f"the {media} of response {status}")
+        if "schema" not in described:
             return None
         schema = expander.schema(described["schema"], media_base)
         if not isinstance(schema, Mapping):
@@ -579,217 +605,6 @@ def _security_of(requirements: Any) -> tuple[tuple[str, ...], ...]:
     if not isinstance(requirements, list):
         return ()
     return tuple(tuple(sorted(req)) for req in requirements if isinstance(req, Mapping))
-
-
-# -- schemas --------------------------------------------------------------------------------------
-
-
-class _Expander:
-    """Inlines a schema's `$ref`s, by the rule in the module's docstring.
-
-    What a reference expands to depends only on the reference and how many references deep it
-    may still go, so each (reference, depth) is expanded once per spec and shared; its size
-    (schema objects and lists, counted as if copied out) is kept beside it, so an operation's
-    budget is checked without walking what was shared.
-
-    Cycles: references are grouped into strongly connected components (Tarjan's algorithm over
-    the graph of which schema refers to which). A schema whose group is a cycle is expanded
-    where it is reached from outside its group; inside that expansion every reference into the
-    same group is cut. So a cycle unfolds once, whatever path led to it.
-    """
-
-    def __init__(self, spec: LoadedSpec) -> None:
-        self.spec = spec
-        self.is_30 = spec.is_30
-        self._expanded: dict[tuple[str, int], tuple[Any, int]] = {}
-        self._edges: dict[str, tuple[str, ...]] = {}
-        self._group: dict[str, int] = {}
-        self._cyclic: set[int] = set()
-        self._groups_made = 0
-        self._budget = SCHEMA_BUDGET
-
-    def start_operation(self) -> None:
-        self._budget = SCHEMA_BUDGET
-
-    def schema(self, node: Any, base: str) -> Any:
-        """`node` (one of the operation's own schemas) with its references inlined."""
-        return self._schema(node, base, depth=MAX_REF_DEPTH, home=None, top=True)[0]
-
-    def _schema(self, node: Any, base: str, *, depth: int, home: int | None, top: bool) -> tuple[Any, int]:
-        if not isinstance(node, Mapping):
-            return node, 1
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            return self._follow(node, ref, base, depth=depth, home=home, top=top)
-        size = 1
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            if key in _SCHEMA_MAP and isinstance(value, Mapping):
-                expanded: dict[str, Any] = {}
-                for name, sub in value.items():
-                    expanded[name], count = self._schema(sub, base, depth=depth, home=home, top=top)
-                    size += count
-                out[key] = expanded
-            elif (key in _SCHEMA_LIST or key == "items") and isinstance(value, list):
-                items: list[Any] = []
-                for sub in value:
-                    item, count = self._schema(sub, base, depth=depth, home=home, top=top)
-                    items.append(item)
-                    size += count
-                out[key] = items
-            elif key in _SCHEMA_ONE:
-                out[key], count = self._schema(value, base, depth=depth, home=home, top=top)
-                size += count
-            elif key == "required" and not isinstance(value, list):
-                continue  # `required: true` on a property (Swagger's habit) would make the schema invalid
-            else:
-                out[key] = value
-        return (_from_30(out) if self.is_30 else out), size
-
-    def _follow(
-        self, node: Mapping[str, Any], ref: str, base: str, *, depth: int, home: int | None, top: bool
-    ) -> tuple[Any, int]:
-        absolute = self.spec.join(base, ref)[0]
-        result: Any
-        if home is not None and self._group_of(absolute) == home:
-            result, size = _cut(ref, "it refers back to a schema that contains it (a cycle)"), 1
-        elif depth <= 0:
-            result, size = _cut(ref, f"it is more than {MAX_REF_DEPTH} references deep"), 1
-        elif top:
-            result, size = self._fitted(absolute, ref, depth)
-        else:
-            result, size = self._expand_ref(absolute, depth)
-        siblings = {key: value for key, value in node.items() if key != "$ref"}
-        if not siblings:
-            return result, size
-        extra, count = self._schema(siblings, base, depth=depth, home=home, top=top)
-        merged = {**result, **extra} if isinstance(result, Mapping) else extra
-        return merged, size + count
-
-    def _fitted(self, absolute: str, ref: str, depth: int) -> tuple[Any, int]:
-        """The reference expanded as deep as the operation's budget allows."""
-        for allowed in range(depth, 0, -1):
-            result, size = self._expand_ref(absolute, allowed)
-            if size <= self._budget:
-                self._budget -= size
-                return result, size
-        return _cut(ref, f"expanding it would take the tool's schemas past {SCHEMA_BUDGET} objects"), 1
-
-    def _expand_ref(self, absolute: str, depth: int) -> tuple[Any, int]:
-        key = (absolute, depth)
-        if key not in self._expanded:
-            group = self._group_of(absolute)
-            target = self.spec.lookup(absolute)
-            home = group if group in self._cyclic else None
-            document = self.spec.join(absolute, "")[1]
-            self._expanded[key] = self._schema(target, document, depth=depth - 1, home=home, top=False)
-        return self._expanded[key]
-
-    # -- which references form cycles -------------------------------------------------------------
-
-    def _group_of(self, absolute: str) -> int:
-        if absolute not in self._group:
-            self._find_groups(absolute)
-        return self._group[absolute]
-
-    def _edges_of(self, absolute: str) -> tuple[str, ...]:
-        """The references a referenced schema makes itself (not those of what it refers to)."""
-        if absolute not in self._edges:
-            found: list[str] = []
-            _collect_refs(self.spec.lookup(absolute), urldefrag(absolute).url, found)
-            self._edges[absolute] = tuple(found)
-        return self._edges[absolute]
-
-    def _find_groups(self, start: str) -> None:
-        """Tarjan's strongly connected components, iteratively, from `start` over the references
-        not grouped yet."""
-        index: dict[str, int] = {start: 0}
-        low: dict[str, int] = {start: 0}
-        stack, on_stack = [start], {start}
-        work = [(start, iter(self._edges_of(start)))]
-        while work:
-            node, edges = work[-1]
-            for following in edges:
-                if following in self._group:
-                    continue
-                if following not in index:
-                    index[following] = low[following] = len(index)
-                    stack.append(following)
-                    on_stack.add(following)
-                    work.append((following, iter(self._edges_of(following))))
-                    break
-                if following in on_stack:
-                    low[node] = min(low[node], index[following])
-            else:
-                work.pop()
-                if work:
-                    parent = work[-1][0]
-                    low[parent] = min(low[parent], low[node])
-                if low[node] == index[node]:
-                    self._close_group(node, stack, on_stack)
-
-    def _close_group(self, root: str, stack: list[str], on_stack: set[str]) -> None:
-        self._groups_made += 1
-        group = self._groups_made
-        members = []
-        while True:
-            member = stack.pop()
-            on_stack.discard(member)
-            members.append(member)
-            self._group[member] = group
-            if member == root:
-                break
-        if len(members) > 1 or root in self._edges_of(root):
-            self._cyclic.add(group)
-
-
-def _collect_refs(node: Any, base: str, found: list[str]) -> None:
-    """The absolute references in a schema's schema positions, not following them."""
-    if not isinstance(node, Mapping):
-        return
-    ref = node.get("$ref")
-    if isinstance(ref, str):
-        found.append(urljoin(base, ref))
-    for key, value in node.items():
-        if key in _SCHEMA_MAP and isinstance(value, Mapping):
-            for sub in value.values():
-                _collect_refs(sub, base, found)
-        elif (key in _SCHEMA_LIST or key == "items") and isinstance(value, list):
-            for sub in value:
-                _collect_refs(sub, base, found)
-        elif key in _SCHEMA_ONE:
-            _collect_refs(value, base, found)
-
-
-def _cut(ref: str, why: str) -> dict[str, Any]:
-    return {"description": f"Not expanded here: $ref {ref}, because {why}. Any value is accepted."}
-
-
-def _from_30(schema: dict[str, Any]) -> dict[str, Any]:
-    """An OpenAPI 3.0 schema object in JSON Schema's words (nullable, exclusive bounds)."""
-    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
-        flag = schema.get(exclusive)
-        if isinstance(flag, bool):
-            del schema[exclusive]
-            if flag and bound in schema:
-                schema[exclusive] = schema.pop(bound)
-    if "nullable" not in schema:
-        return schema
-    nullable = schema.pop("nullable") is True
-    if not nullable:
-        return schema
-    kind = schema.get("type")
-    if isinstance(kind, str):
-        schema["type"] = [kind, "null"]
-    elif isinstance(kind, list):
-        schema["type"] = kind if "null" in kind else [*kind, "null"]
-    elif schema and any(key in schema for key in ("allOf", "oneOf", "anyOf", "$ref", "enum", "const")):
-        return {"anyOf": [schema, {"type": "null"}]}
-    else:
-        return schema
-    if isinstance(schema.get("enum"), list) and None not in schema["enum"]:
-        schema["enum"] = [*schema["enum"], None]
-    return schema
 
 
 # -- servers and security -------------------------------------------------------------------------

@@ -1,30 +1,50 @@
 """One tool call of an OpenAPI operation as one HTTP request, and its response as a tool result.
 
-Arguments go where the operation's parameters say (path, query, header, cookie, JSON body), in
-each parameter's `style` and `explode`; a path value is URL-encoded whole, so it never adds a
-path segment. A response is read up to the source's `maxResponseBytes`, and a redirect is
-followed only within the origin the request went to.
+Arguments go where the operation's parameters say (path, query, header, cookie), in each
+parameter's `style` and `explode`. A path value is URL-encoded whole, so it never adds a path
+segment, and a path segment a value makes `.` or `..` is sent as `%2E` or `%2E%2E`, which
+httpx2 does not remove as it does dot segments (RFC 3986 removes only literal ones): a value
+can never change which resource is called.
+
+The body is sent in the media type the converter chose (`bodies.py`): JSON; a form
+(`application/x-www-form-urlencoded`), each field in its encoding's `style` and `explode`
+(`form` exploded by default: a list repeats its name, an object's entries are fields of their
+own; `deepObject` nests in brackets, lists by index: `metadata[key]=v`, `items[0][price]=p`;
+`spaceDelimited`/`pipeDelimited` join a list; a field whose `contentType` is JSON is sent as
+JSON text), with the standard form encoding (`%5B` for `[`, `+` for a space); multipart, one
+part per field (a list one per item) in the order given: text as text, an object as a JSON
+part (or, with `style: deepObject`, one text part per bracketed leaf, as a form has them), a
+file from its base64 content with its filename and content type; text/plain as UTF-8;
+application/octet-stream as the bytes the base64 argument decodes to. A value that cannot be
+sent so (base64 that does not decode) refuses the call before anything is sent.
+
+A response is read up to the source's `maxResponseBytes`, and a redirect is followed only
+within the origin the request went to (a 307 or 308 sends the same body again).
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import httpx2
 import jsonschema  # type: ignore[import-untyped]
 
 from toolkeeper.config.openapi import Credential
+from toolkeeper.downstreams.openapi.bodies import FieldEncoding
 from toolkeeper.downstreams.openapi.operations import Operation, Parameter, SecurityScheme
 
 MAX_REDIRECTS = 5
 ERROR_EXCERPT_CHARS = 500
 # Values in a query, header or cookie: what stays unescaped in each (RFC 3986 `unreserved`).
 UNRESERVED = "-._~"
+DOT_SEGMENTS = {".": "%2E", "..": "%2E%2E"}
+JSON_PART = "application/json"
 
 
 class CallRefused(Exception):
@@ -40,6 +60,7 @@ class PreparedRequest:
     cookies: Mapping[str, str] = field(default_factory=dict)
     json_body: Any = None
     has_body: bool = False
+    content: bytes | None = None  # the body as bytes, for every kind but JSON
 
     @property
     def shown(self) -> str:
@@ -82,18 +103,30 @@ def prepare(
     for scheme, credential in credentials:
         _authorize(scheme, credential, query=query, headers=sent_headers, cookies=cookies)
     body, has_body = _body(operation, arguments)
+    content: bytes | None = None
     media_type = operation.body_media_type
+    if has_body and operation.body_kind != "json":
+        content, media_type = _encoded_body(operation, body)
+        body = None
     if has_body and media_type and "*" not in media_type:
         sent_headers["Content-Type"] = media_type
     return PreparedRequest(
         method=operation.method,
-        url=base_url.rstrip("/") + path,
+        url=base_url.rstrip("/") + _without_dot_segments(path),
         params=tuple(query),
         headers=sent_headers,
         cookies=cookies,
         json_body=body,
         has_body=has_body,
+        content=content,
     )
+
+
+def _without_dot_segments(path: str) -> str:
+    """The path with every segment that is `.` or `..` (as values can make them) percent-encoded,
+    so neither httpx2 nor the server removes it (RFC 3986 normalizes only the literal dots)."""
+    segments = path.split("/")
+    return "/".join(DOT_SEGMENTS.get(segment, segment) for segment in segments)
 
 
 def _path_value(parameter: Parameter, value: Any) -> str:
@@ -202,13 +235,102 @@ def _authorize(
 
 
 def _body(operation: Operation, arguments: Mapping[str, Any]) -> tuple[Any, bool]:
-    """The JSON body, and whether one is sent (an empty object when the body is required)."""
+    """The body's value, and whether one is sent (an empty object when the body is required)."""
     if operation.body_arguments is not None:
         body = {prop: arguments[arg] for arg, prop in operation.body_arguments.items() if arg in arguments}
         return body, bool(body) or operation.body_required
     if operation.body_argument is not None and operation.body_argument in arguments:
         return arguments[operation.body_argument], True
     return None, False
+
+
+def _encoded_body(operation: Operation, value: Any) -> tuple[bytes, str | None]:
+    """A body that is not JSON as the bytes to send, and its Content-Type."""
+    media_type = operation.body_media_type
+    kind = operation.body_kind
+    if kind == "text":
+        text = value if isinstance(value, str) else _scalar(value)
+        return text.encode(), media_type
+    if kind == "binary":
+        try:
+            return base64.b64decode(str(value), validate=True), media_type
+        except (binascii.Error, ValueError):
+            raise CallRefused("the body is not valid base64; nothing was sent") from None
+    fields = value if isinstance(value, Mapping) else {}
+    if kind == "form":
+        pairs = [
+            pair
+            for name, item in fields.items()
+            for pair in _form_pairs(name, item, _encoding(operation, name))
+        ]
+        return urlencode(pairs).encode(), media_type
+    return _multipart(operation, fields)
+
+
+def _encoding(operation: Operation, name: str) -> FieldEncoding:
+    return operation.body_encodings.get(name) or FieldEncoding()
+
+
+def _form_pairs(name: str, value: Any, encoding: FieldEncoding) -> list[tuple[str, str]]:
+    """One form field as (name, value) pairs, as its encoding's style says."""
+    if encoding.content_type is not None and _is_json_type(encoding.content_type):
+        return [(name, json.dumps(value, separators=(",", ":")))]
+    if encoding.style == "deepObject" and isinstance(value, dict | list):
+        return _nested_pairs(name, value)
+    parameter = Parameter(name, "query", name, False, encoding.style, encoding.explode)
+    return _query_pairs(parameter, value)
+
+
+def _nested_pairs(name: str, value: Any) -> list[tuple[str, str]]:
+    """`deepObject`: an object's entries as `name[key]`, a list's items as `name[0]`, nested."""
+    if isinstance(value, dict):
+        return [pair for key, item in value.items() for pair in _nested_pairs(f"{name}[{key}]", item)]
+    if isinstance(value, list):
+        return [pair for index, item in enumerate(value) for pair in _nested_pairs(f"{name}[{index}]", item)]
+    return [(name, _scalar(value))]
+
+
+def _multipart(operation: Operation, fields: Mapping[str, Any]) -> tuple[bytes, str | None]:
+    """The multipart/form-data body (its boundary in the Content-Type httpx2 makes)."""
+    parts: list[tuple[str, Any]] = []
+    for name, value in fields.items():
+        encoding = _encoding(operation, name)
+        if encoding.style == "deepObject" and not encoding.file and isinstance(value, dict | list):
+            # As Stripe reads its multipart forms: one text part per bracketed leaf.
+            parts.extend((key, (None, text.encode(), None)) for key, text in _nested_pairs(name, value))
+            continue
+        items = (
+            value
+            if isinstance(value, list) and (encoding.file or not _is_json_type(encoding.content_type))
+            else [value]
+        )
+        parts.extend((name, _part(name, item, encoding)) for item in items)
+    built = httpx2.Request("POST", "http://multipart.invalid/", files=parts)
+    return built.read(), built.headers.get("content-type")
+
+
+def _part(name: str, value: Any, encoding: FieldEncoding) -> tuple[str | None, bytes, str | None]:
+    """One part: (filename, bytes, Content-Type)."""
+    if encoding.file:
+        if not isinstance(value, Mapping) or not isinstance(value.get("base64"), str):
+            raise CallRefused(
+                f"the file '{name}' is not given as an object with base64 content; nothing was sent"
+            )
+        try:
+            data = base64.b64decode(value["base64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise CallRefused(f"the file '{name}' is not valid base64; nothing was sent") from None
+        filename = value.get("filename") if isinstance(value.get("filename"), str) else name
+        content_type = value.get("contentType") if isinstance(value.get("contentType"), str) else None
+        return filename, data, content_type or encoding.content_type or "application/octet-stream"
+    if isinstance(value, dict | list) or _is_json_type(encoding.content_type):
+        return None, json.dumps(value, separators=(",", ":")).encode(), encoding.content_type or JSON_PART
+    return None, _scalar(value).encode(), encoding.content_type
+
+
+def _is_json_type(media_type: str | None) -> bool:
+    kind = (media_type or "").split(";")[0].strip().lower()
+    return kind == "application/json" or kind.endswith("+json")
 
 
 async def send(
@@ -235,7 +357,8 @@ async def send(
             url,
             params=tuple(params) or None,
             headers=headers,
-            json=request.json_body if body_sent else None,
+            json=request.json_body if body_sent and request.content is None else None,
+            content=request.content if body_sent else None,
         )
         response = await client.send(built, stream=True)
         try:
