@@ -42,6 +42,7 @@ from toolkeeper.jsonwire import dumps
 _ANNOTATOR_OWNS = ("title", "annotations")
 _SCHEMAS = ("inputSchema", "outputSchema")
 _SHOWN = 80  # characters of an offending value quoted in a reason
+_TOLD = 200  # characters of a library's message in a reason
 
 
 def tool_problem(listed: Mapping[str, Any]) -> str | None:
@@ -105,7 +106,9 @@ def _schema_problem(listed: Mapping[str, Any]) -> str | None:
             return f"{field} nests too deep to check"
         if error is not None:
             where = _path((field, *error.absolute_path))
-            return f"{where} is not valid JSON Schema ({_draft_name(draft)}): {_clipped(error.message)}"
+            # Of alternatives (`type`: a name or a list of names), the first says it best.
+            message = error.context[0].message if error.context else error.message
+            return f"{where} is not valid JSON Schema ({_draft_name(draft)}): {_clipped(message, _TOLD)}"
     return None
 
 
@@ -192,7 +195,7 @@ def _encoding_problem(listed: Mapping[str, Any]) -> str | None:
     try:
         dumps(listed)
     except (TypeError, ValueError, RecursionError) as exc:
-        return f"does not encode as JSON: {_clipped(str(exc))}"
+        return f"does not encode as JSON: {_clipped(str(exc), _TOLD)}"
     return None
 
 
@@ -263,5 +266,5 @@ def _quoted(value: Any) -> str:
     return _clipped(text)
 
 
-def _clipped(text: str) -> str:
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+def _clipped(text: str, limit: int = _SHOWN) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
