@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
+import pydantic_core
 import pytest
 from browser import WIDE, PageAt, screenshot
 from conftest import (
@@ -136,6 +137,7 @@ BROKEN_TOOLS: list[tuple[dict[str, Any], str]] = [
     ({"name": "a", "inputSchema": {"type": "object", "properties": {"x": {"type": "strnig"}}}}, "'strnig'"),
     ({"name": "a", "inputSchema": {"type": "object", "x": {1, 2}}}, "does not encode as JSON"),
     ({"name": "a", "inputSchema": {"type": "object", "$anchor": "1bad"}}, "inputSchema.$anchor"),
+    ({"name": "a", "description": "x\ud800", "inputSchema": {"type": "object"}}, "description holds text"),
     (
         {
             "name": "a",
@@ -176,7 +178,8 @@ def refused_anywhere(tool: dict[str, Any]) -> bool:
                     tool[field], default=jsonschema.Draft202012Validator
                 )
                 draft.check_schema(tool[field])
-    except (jsonschema.SchemaError, TypeError, ValueError):
+        pydantic_core.to_json(tool)  # as the SDK's writer encodes a message
+    except (jsonschema.SchemaError, TypeError, ValueError, pydantic_core.PydanticSerializationError):
         return True
     return False
 

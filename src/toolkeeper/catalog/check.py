@@ -11,12 +11,15 @@ A listed tool passes when:
   always do; the rule is here so the check stands alone);
 - its `inputSchema` is a JSON object whose root says `"type": "object"`, and its
   `outputSchema`, when it has one, too (handshake-era clients require both);
+- it encodes as JSON with the gateway's own encoder (`jsonwire.dumps`, the raw lanes'), and
+  all its text has a UTF-8 form (the SDK's writer refuses a lone UTF-16 surrogate);
 - it validates against the `Tool` model of every protocol version the SDK serves (each
-  distinct model once), and dumps as the SDK dumps it;
+  distinct model once). The SDK then dumps what it validated; that dump walks every schema
+  (nine tenths of this check's time on a large API, were it done here) and can fail only on a
+  value that is not JSON, which the encoding has refused already;
 - each schema is valid JSON Schema for the draft its `$schema` names (2020-12 when it names
   none or one jsonschema does not know), by its metaschema as `check_schema` checks it, formats
-  aside (see `_metaschema_validator`);
-- it encodes as JSON with the gateway's own encoder (`jsonwire.dumps`, the raw lanes').
+  aside (see `_metaschema_validator`).
 
 `title` and `annotations` are not checked: the annotator lists only usable values in them
 (annotations/effective.py), whatever the server declared. A reason names the field and what
@@ -31,12 +34,12 @@ from functools import cache
 from typing import Any, get_args
 
 import jsonschema  # type: ignore[import-untyped]
+import orjson
 from mcp_types import methods
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_core import PydanticSerializationError
 
 from toolkeeper.catalog.identity import EXPOSED_NAME
-from toolkeeper.jsonwire import dumps
+from toolkeeper.jsonwire import dumps, lone_surrogate_at
 
 # What the annotator rewrites into usable values for every client (see the docstring).
 _ANNOTATOR_OWNS = ("title", "annotations")
@@ -47,7 +50,7 @@ _TOLD = 200  # characters of a library's message in a reason
 
 def tool_problem(listed: Mapping[str, Any]) -> str | None:
     """Why a client could not be sent this tool (`listed`: its `tools/list` entry), or None."""
-    for check in (_name_problem, _root_problem, _model_problem, _schema_problem, _encoding_problem):
+    for check in (_name_problem, _root_problem, _encoding_problem, _model_problem, _schema_problem):
         problem = check(listed)
         if problem is not None:
             return problem
@@ -80,15 +83,11 @@ def _model_problem(listed: Mapping[str, Any]) -> str | None:
     checked = {k: v for k, v in listed.items() if k not in _ANNOTATOR_OWNS}
     for versions, adapter in _tool_adapters():
         try:
-            adapter.dump_python(
-                adapter.validate_python(checked, by_name=False), by_alias=True, mode="json", exclude_none=True
-            )
+            adapter.validate_python(checked, by_name=False)
         except ValidationError as exc:
             error = exc.errors(include_url=False)[0]
             where = _path(_present(checked, error["loc"])) or "the tool"
             return f"{where}: {error['msg']}, got {_quoted(error['input'])} (protocol {versions})"
-        except PydanticSerializationError as exc:
-            return f"does not serialize as the SDK sends it (protocol {versions}): {exc}"
     return None
 
 
@@ -192,6 +191,15 @@ def _names(value: Any) -> bool:
 
 
 def _encoding_problem(listed: Mapping[str, Any]) -> str | None:
+    try:  # what orjson writes, every path can: only a tool it refuses is looked at closer
+        orjson.dumps(listed)
+        return None
+    except TypeError:
+        pass
+    where = lone_surrogate_at(listed)
+    if where is not None:
+        # The raw lanes would write it, escaped; the SDK's writer cannot encode it at all.
+        return f"{where} holds text with no UTF-8 form (a lone UTF-16 surrogate)"
     try:
         dumps(listed)
     except (TypeError, ValueError, RecursionError) as exc:
