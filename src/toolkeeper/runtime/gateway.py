@@ -424,7 +424,8 @@ class Gateway:
     def why_hidden(self, name: str, principal: Principal = LOCAL_USER) -> str:
         """For a name the current view does not route: which mode (if any) would show it. A
         principal who cannot change modes or toolsets, or whose scope leaves tools out, hears
-        only that the name is unknown: nothing about a tool outside what it may see."""
+        only that the name is unknown: nothing about a tool outside what it may see. A tool the
+        catalog's check left out: why, to anyone whose scope reaches its server."""
         left_out = self.catalog.by_exposed.get(name)
         if left_out is not None and left_out.problem is not None and self._reaches(principal, left_out):
             return (
