@@ -6,7 +6,8 @@ Runs over stdio (default) or streamable HTTP (`--http PORT`), serving both proto
 test can see what actually reached the server. `--instructions TEXT` sets its instructions;
 `--resources` offers resources and prompts (a low-level server with no resource templates
 handler, so `resources/templates/list` is answered -32601 like many servers do). `--asks` offers
-`ask`, a tool that puts a question to its client during the call.
+`ask`, a tool that puts a question to its client during the call. `--raw-tool JSON` (repeatable)
+lists one more tool exactly as written, past the SDK's models, however malformed.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def main() -> None:
     parser.add_argument("--instructions", default=None)
     parser.add_argument("--resources", action="store_true", help="offer resources and prompts")
     parser.add_argument("--asks", action="store_true", help="offer the ask tool (a question during a call)")
+    parser.add_argument("--raw-tool", action="append", default=[], help="one more tool, as this raw JSON")
     parser.add_argument(
         "--start-delay-file",
         default=None,
@@ -163,7 +165,7 @@ def main() -> None:
         tools[0]["annotations"] = echo_annotations
         if resolution:
             tools[0]["dynamicAnnotations"] = True
-        return {"tools": tools}
+        return {"tools": tools + [json.loads(raw) for raw in args.raw_tool]}
 
     async def tool_annotations(ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
         if resolution.get("hang"):

@@ -150,8 +150,27 @@ def lint_tool(tool: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
-def lint(tools: Iterable[Mapping[str, Any]]) -> list[Finding]:
-    return [finding for tool in tools for finding in lint_tool(tool)]
+def lint(tools: Iterable[Mapping[str, Any]], left_out: Mapping[str, str] | None = None) -> list[Finding]:
+    """Findings for `tools`; `left_out` maps the name of each tool the catalog leaves out of
+    every client's list (catalog/check.py) to why: such a tool gets that one error, as nothing
+    else about it matters until a client can be sent it."""
+    left_out = left_out or {}
+    findings: list[Finding] = []
+    for tool in tools:
+        name = str(tool.get("name") or "")
+        if name in left_out:
+            findings.append(
+                Finding(
+                    name,
+                    Severity.ERROR,
+                    "left-out",
+                    None,
+                    f"Left out of every client's tool list: {left_out[name]}.",
+                )
+            )
+        else:
+            findings.extend(lint_tool(tool))
+    return findings
 
 
 def summary(findings: Iterable[Finding]) -> dict[str, int]:

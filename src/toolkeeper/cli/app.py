@@ -6,6 +6,7 @@ import gc
 import json
 import sys
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -171,12 +172,18 @@ def servers(
             styled((r.get("progress") or state, colours.get(state, "dim"))),
             r.get("transport") or "",
             f"{r.get('era') or ''} {r.get('protocolVersion') or ''}".strip(),
-            str(r.get("tools", 0)),
+            f"{r.get('tools', 0)}" + (f" ({r['leftOut']} left out)" if r.get("leftOut") else ""),
             offers,
             r.get("trust") or "",
             r.get("lastError") or "",
         )
     out.print(table)
+    for r in rows:
+        if r.get("leftOut"):
+            heading = f"{r['name']}: {r['leftOut']} tool(s) left out of every client's list:"
+            err.print(styled((heading, "yellow")))
+            for tool in r["leftOutTools"]:
+                err.print(styled("  ", (tool["name"], "bold"), f": {tool['reason']}"), soft_wrap=True)
 
 
 OFFERINGS = (("resources", "resources"), ("resourceTemplates", "templates"), ("prompts", "prompts"))
@@ -188,9 +195,12 @@ def tools(
     demo: bool = DemoOption,
     as_json: bool = JsonOption,
     wait: float = typer.Option(15.0, help="Seconds to wait for servers to connect."),
+    everything: bool = typer.Option(
+        False, "--all", help="Also the tools left out of every client's list, each with the reason."
+    ),
 ) -> None:
-    """Every tool: exposed name, title, behaviour hints as declared, server."""
-    rows = with_gateway(load(config, demo), wait, tool_rows)
+    """Every tool clients are listed: exposed name, title, behaviour hints as declared, server."""
+    rows = with_gateway(load(config, demo), wait, partial(tool_rows, include_left_out=everything))
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -199,7 +209,12 @@ def tools(
     )
     for r in rows:
         hints = r["annotations"]
-        name = styled(r["name"]) if r["available"] else styled((f"{r['name']} (unavailable)", "dim"))
+        if r["leftOut"]:
+            name = styled((f"{r['name']} (left out: {r['leftOut']})", "red"))
+        elif r["available"]:
+            name = styled(r["name"])
+        else:
+            name = styled((f"{r['name']} (unavailable)", "dim"))
         table.add_row(
             name,
             r["title"] or "",

@@ -12,6 +12,7 @@ import typer
 
 from toolkeeper.annotations.hints import FIELDS, HINTS, field_name
 from toolkeeper.annotations.lint import Finding, Severity, lint, summary
+from toolkeeper.catalog.check import tool_problem
 from toolkeeper.cli.common import (
     ConfigOption,
     DemoOption,
@@ -243,12 +244,15 @@ def _lint_target(
     return Config(path=None, servers=(target,), settings=GatewaySettings())
 
 
-def _declared_tools(config: Config, wait: float) -> list[dict[str, Any]]:
-    def collect(gateway: Any) -> tuple[bool, str | None, list[dict[str, Any]]]:
-        downstream = next(iter(gateway.pool))
-        return downstream.available, downstream.last_error, [dict(t) for t in downstream.tools]
+def _declared_tools(config: Config, wait: float) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The server's tools as it declared them, and why the catalog leaves out each it does."""
 
-    available, last_error, tools = with_gateway(config, wait, collect)
+    def collect(gateway: Any) -> tuple[bool, str | None, list[dict[str, Any]], dict[str, str]]:
+        downstream = next(iter(gateway.pool))
+        left_out = {tool.name: tool.problem for tool in gateway.catalog.left_out}
+        return downstream.available, downstream.last_error, [dict(t) for t in downstream.tools], left_out
+
+    available, last_error, tools, left_out = with_gateway(config, wait, collect)
     if not available:
         target = config.servers[0]
         err.print(
@@ -259,7 +263,7 @@ def _declared_tools(config: Config, wait: float) -> list[dict[str, Any]]:
             )
         )
         raise typer.Exit(2)
-    return tools
+    return tools, left_out
 
 
 def _builtin_tools() -> list[dict[str, Any]]:
@@ -323,11 +327,12 @@ def lint_command(
     if builtin:
         setup_logging(command_log_level(None))
         target, tools = "toolkeeper configuration tools", _builtin_tools()
+        left_out = {str(t["name"]): problem for t in tools if (problem := tool_problem(t)) is not None}
     else:
         target_config = _lint_target(command or [], server, url, config, demo)
         target = server or target_config.servers[0].describe()
-        tools = _declared_tools(target_config, wait)
-    findings = lint(tools)
+        tools, left_out = _declared_tools(target_config, wait)
+    findings = lint(tools, left_out)
     if as_json:
         print_json(
             {

@@ -217,6 +217,7 @@ class Gateway:
     def _rebuild(self) -> None:
         self.catalog = build_catalog(
             (ServerTools(u.name, u.config.prefix, u.available, u.tools, u.known_hints) for u in self.pool),
+            previous=self.catalog,
         )
         self._server_offerings = tuple(
             ServerOfferings(
@@ -270,6 +271,8 @@ class Gateway:
         shadowing = self.menu.names() if self.menu else frozenset()
         scope = toolset.name if toolset else None
         for tool in tools:
+            if tool.problem is not None:  # no client is sent it; a call hears why (why_hidden)
+                continue
             if tool.exposed_name in shadowing:
                 if warn:
                     logger.warning(
@@ -421,7 +424,14 @@ class Gateway:
     def why_hidden(self, name: str, principal: Principal = LOCAL_USER) -> str:
         """For a name the current view does not route: which mode (if any) would show it. A
         principal who cannot change modes or toolsets, or whose scope leaves tools out, hears
-        only that the name is unknown: nothing about a tool outside what it may see."""
+        only that the name is unknown: nothing about a tool outside what it may see. A tool the
+        catalog's check left out: why, to anyone whose scope reaches its server."""
+        left_out = self.catalog.by_exposed.get(name)
+        if left_out is not None and left_out.problem is not None and self._reaches(principal, left_out):
+            return (
+                f"'{name}' ({left_out.namespaced_name}) is left out of the tool list: {left_out.problem}. "
+                f"Fix the tool in server '{left_out.server}'."
+            )
         if not principal.admin or principal.scoped:
             return unknown_tool(name)
         reason = self.menu.why_hidden(name, self._menu_mode) if self.menu else None
@@ -446,6 +456,11 @@ class Gateway:
             f"'{name}' is not in {where}, so no mode lists it. In configuration mode, add it with "
             "build-toolset and equip that toolset."
         )
+
+    def _reaches(self, principal: Principal, tool: CatalogTool) -> bool:
+        """Whether a principal's scope reaches `tool`'s server (every principal's without one)."""
+        servers = self.servers_for(principal)
+        return servers is None or tool.server in servers
 
     # -- modes -----------------------------------------------------------------------------
 

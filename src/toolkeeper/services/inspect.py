@@ -1,4 +1,9 @@
-"""What is connected and what it offers: the data behind `toolkeeper servers` and `toolkeeper tools`."""
+"""What is connected and what it offers: the data behind `toolkeeper servers` and `toolkeeper tools`.
+
+A tool the catalog's check failed (catalog/check.py) is left out of every client's list: a
+server's row counts those (`leftOut`) and gives each one's reason (`leftOutTools`); the tool
+rows leave them out unless asked, and then give the reason as `leftOut`.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +36,10 @@ class Inspectable(Protocol):
 def server_rows(gateway: Inspectable) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     now = time.monotonic()
+    left_out: dict[str, list[dict[str, str]]] = {}
+    for tool in gateway.catalog.left_out:
+        entry = {"name": tool.namespaced_name, "reason": str(tool.problem)}
+        left_out.setdefault(tool.server, []).append(entry)
     for downstream in gateway.pool:
         rows.append(
             {
@@ -40,6 +49,8 @@ def server_rows(gateway: Inspectable) -> list[dict[str, Any]]:
                 "era": downstream.era.value if downstream.era else None,
                 "protocolVersion": downstream.protocol_version,
                 "tools": len(downstream.tools),
+                "leftOut": len(left_out.get(downstream.name, ())),
+                "leftOutTools": left_out.get(downstream.name, []),
                 "resources": len(downstream.resources),
                 "resourceTemplates": len(downstream.resource_templates),
                 "prompts": len(downstream.prompts),
@@ -72,10 +83,14 @@ def _loading(downstream: Downstream) -> dict[str, Any]:
     return {"loaded": progress[0], "of": progress[1], "progress": f"loading: {describe_progress(progress)}"}
 
 
-def tool_rows(gateway: Inspectable, include_unavailable: bool = True) -> list[dict[str, Any]]:
+def tool_rows(
+    gateway: Inspectable, include_unavailable: bool = True, *, include_left_out: bool = False
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for tool in gateway.catalog.tools:
         if not tool.available and not include_unavailable:
+            continue
+        if tool.problem is not None and not include_left_out:
             continue
         # What the server declared, and where it declared nothing what the gateway knows for
         # itself (an HTTP operation's method).
@@ -90,6 +105,7 @@ def tool_rows(gateway: Inspectable, include_unavailable: bool = True) -> list[di
                 "available": tool.available,
                 "annotations": {h: annotations[h] for h in HINTS if h in annotations},
                 "refId": tool.ref_id,
+                "leftOut": tool.problem,
             }
         )
     return rows

@@ -323,6 +323,8 @@ def _entry(
         "title": title if isinstance(title, str) else None,
         "description": description if isinstance(description, str) else None,
         "available": tool.available,
+        # Why no client is sent it (catalog/check.py), or None.
+        "leftOut": tool.problem,
         "inToolset": status is not None,
         "changed": status is ToolStatus.CHANGED,
         "risk": found.risk.value,

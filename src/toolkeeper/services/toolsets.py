@@ -787,6 +787,8 @@ def _tool_entry(tool: CatalogTool) -> dict[str, Any]:
         entry["title"] = title
     if declared.get("description"):
         entry["description"] = declared["description"]
+    if tool.problem is not None:  # a toolset may hold it, but no client is sent it until fixed
+        entry["leftOut"] = tool.problem
     return entry
 
 
