@@ -25,6 +25,7 @@ MAX_EXPOSED = 64
 SEPARATOR = "__"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _SUFFIX_LEN = 6
+_told_shortened: set[tuple[str, str]] = set()
 
 
 def canonical_json(value: Any) -> str:
@@ -81,7 +82,9 @@ def assign_exposed_names(tools: Iterable[tuple[str, str, str]]) -> dict[tuple[st
             if collides or len(base) > MAX_EXPOSED or not base:
                 suffix = "_" + _stable_suffix(server, tool)
                 name = base[: MAX_EXPOSED - len(suffix)] + suffix
-                if not collides and base:
+                if not collides and base and (server, tool) not in _told_shortened:
+                    # Once per tool and process: the catalog is rebuilt on every server's change.
+                    _told_shortened.add((server, tool))
                     logger.warning("tool %s.%s: exposed name shortened to %r", server, tool, name)
             else:
                 name = base
