@@ -10,7 +10,8 @@ The rules each spec is held to:
   that spec's test alone;
 - every tool it serves passes the catalog's check (`tool_problem`: what the SDK validates when
   it serializes `tools/list`), and the whole listing encodes as the gateway sends it. A tool the
-  catalog would leave out is a tool of a real spec the converter broke.
+  catalog would leave out is a tool of a real spec the converter broke, unless the spec's own
+  schema is what is wrong (SPEC_FAULTS names those, with the fault).
 
 A spec that names no http(s) server is given a `baseUrl` (a line of configuration, not a fault
 of the spec), as `bench/openapi_corpus.py` does. scripts/test installs the corpus into
@@ -46,6 +47,15 @@ GITHUB_ID = "@octokit/openapi api.github.com.json"
 # A spec that takes longer than this, or more memory, fails: it would stall or kill a gateway.
 SPEC_SECONDS = 30.0
 SPEC_MEMORY_MB = 3000
+# Specs whose own schemas are not valid JSON Schema, so the catalog's check rightly leaves the
+# tools that carry them out: the text each such problem names, and the spec's fault. Any other
+# problem of theirs still fails.
+SPEC_FAULTS = {
+    "codat.io/assess.json": (
+        "outputSchema.examples",
+        "schema ExcelStatus gives `examples` as an OpenAPI examples map; JSON Schema's is an array",
+    ),
+}
 # One line a person reads: longer than this is a dump, not a reason.
 MAX_REFUSAL_CHARS = 600
 STUB_BASE_URL = "http://127.0.0.1:9"
@@ -244,7 +254,8 @@ def assert_served_or_refused_in_one_line(spec_id: str, path: Path, found: dict[s
             f"spec {spec_id}: refused in {len(message)} characters, not a line: {message[:300]!r}…"
         )
         return
-    problems = found["problems"]
+    fault = SPEC_FAULTS.get(spec_id)
+    problems = [p for p in found["problems"] if fault is None or fault[0] not in p]
     assert not problems, (
         f"spec {spec_id}: {len(problems)} of its {found['tools']} tools fail the catalog's check "
         f"(a client would not get them): " + "; ".join(problems[:5])
