@@ -241,6 +241,20 @@ def test_over_long_names_are_shortened_with_the_suffix(caplog):
     ]
 
 
+def test_many_shortened_names_of_one_server_are_one_warning(caplog):
+    # Microsoft Graph's spec shortens about 3,000 names: a line each flooded every command's terminal.
+    caplog.set_level(logging.DEBUG, logger="toolkeeper")
+    triples = [("wide", "wide", f"{'v' * 70}{i}") for i in range(3)]
+    names = names_of(triples)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    first = triples[0][2]
+    assert warnings == [
+        f"server 'wide': 3 exposed names shortened to 64 characters with a hash, such as wide.{first} "
+        f"to {names[('wide', first)]!r}; `toolkeeper tools --all` lists them"
+    ]
+    assert sum(r.levelno == logging.DEBUG and "shortened" in r.getMessage() for r in caplog.records) == 3
+
+
 def test_long_names_sharing_their_first_57_characters_stay_distinct():
     triples = [("srv", "srv", "x" * 60 + str(i)) for i in range(20)]
     names = names_of(triples)

@@ -225,6 +225,23 @@ async def test_a_scheme_without_a_value_is_reported_and_nothing_is_sent_for_it(
     assert "security scheme 'queryKey' has no value: environment variable QUERY_KEY" in said
 
 
+async def test_a_local_spec_without_servers_and_a_base_url_is_not_warned_about(
+    tmp_path: Path, api: RestApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found trying it as a new user: baseUrl set, the log still said "(set baseUrl)".
+    caplog.set_level(logging.WARNING, logger="toolkeeper")
+    document = spec_document(api)
+    del document["servers"]
+    spec = tmp_path / "no-servers.json"
+    spec.write_text(json.dumps(document))
+    servers = {"items": {**entry(api), "spec": str(spec), "baseUrl": f"{api.url}/api"}}
+    async with serving(tmp_path, servers, "legacy") as (client, _):
+        listed = await client.call_tool("api__listItems", {})
+    assert not listed.is_error, text_of(listed)
+    said = " ".join(record.getMessage() for record in caplog.records)
+    assert "set baseUrl" not in said and "is relative" not in said, said
+
+
 async def test_errors_timeouts_big_responses_and_redirects_are_results(tmp_path: Path, api: RestApi) -> None:
     servers = {"items": entry(api, timeout=1, maxResponseBytes=1000)}
     async with serving(tmp_path, servers, "legacy") as (client, _):

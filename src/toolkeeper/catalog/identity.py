@@ -69,6 +69,7 @@ def assign_exposed_names(tools: Iterable[tuple[str, str, str]]) -> dict[tuple[st
         by_base[base_exposed_name(prefix, tool)].append((server, tool))
 
     names: dict[tuple[str, str], str] = {}
+    newly_shortened: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for base, owners in by_base.items():
         collides = len(owners) > 1
         if collides:
@@ -85,10 +86,11 @@ def assign_exposed_names(tools: Iterable[tuple[str, str, str]]) -> dict[tuple[st
                 if not collides and base and (server, tool) not in _told_shortened:
                     # Once per tool and process: the catalog is rebuilt on every server's change.
                     _told_shortened.add((server, tool))
-                    logger.warning("tool %s.%s: exposed name shortened to %r", server, tool, name)
+                    newly_shortened[server].append((tool, name))
             else:
                 name = base
             names[(server, tool)] = name
+    _tell_shortened(newly_shortened)
     # A suffixed name could in theory equal another tool's plain name; make that impossible.
     seen: dict[str, tuple[str, str]] = {}
     for key, name in sorted(names.items()):
@@ -97,3 +99,25 @@ def assign_exposed_names(tools: Iterable[tuple[str, str, str]]) -> dict[tuple[st
             names[key] = name[: MAX_EXPOSED - len(longer) - 1] + "_" + longer
         seen[names[key]] = key
     return names
+
+
+def _tell_shortened(newly_shortened: dict[str, list[tuple[str, str]]]) -> None:
+    """One warning per server, each name at debug: Microsoft Graph's spec shortens about 3,000
+    names, and a warning each flooded the terminal of every command that starts the servers."""
+    for server, shortened in newly_shortened.items():
+        tool, name = shortened[0]
+        if len(shortened) == 1:
+            logger.warning("tool %s.%s: exposed name shortened to %r", server, tool, name)
+            continue
+        logger.warning(
+            "server %r: %d exposed names shortened to %d characters with a hash, such as %s.%s to %r; "
+            "`toolkeeper tools --all` lists them",
+            server,
+            len(shortened),
+            MAX_EXPOSED,
+            server,
+            tool,
+            name,
+        )
+        for tool, name in shortened:
+            logger.debug("tool %s.%s: exposed name shortened to %r", server, tool, name)

@@ -234,8 +234,9 @@ class OpenApiSource(ToolSource):
             logger.warning(
                 "server %r: %d operations skipped: %s%s", self.name, len(conversion.skipped), listed, more
             )
-        for warning in conversion.warnings:
-            logger.warning("server %r: %s", self.name, warning)
+        if not self.openapi.base_url:  # the warnings are about the spec's servers, which baseUrl replaces
+            for warning in conversion.warnings:
+                logger.warning("server %r: %s", self.name, warning)
         for credential in self.openapi.missing_credentials:
             logger.warning(
                 "server %r: security scheme %r has no value: environment variable %s is not set; "
