@@ -400,3 +400,13 @@ def _api_tools(base: str) -> list[dict[str, Any]] | None:
     tools: list[dict[str, Any]] = body["tools"]
     names = {t["exposedName"] for t in tools}
     return tools if GOOD | BROKEN.keys() <= names else None
+
+
+def test_lint_counts_the_hints_an_http_method_gives_as_given(tmp_path: Path) -> None:
+    """A REST API's spec is not asked to declare what its methods already say: its tools reach
+    clients with the method's hints, so lint finds no hint missing on them."""
+    config = str(write_config(tmp_path, servers(tmp_path)))
+    linted = toolkeeper("lint", "--server", "shop", "--json", "--config", config)
+    findings = json.loads(linted.stdout)["findings"]
+    assert [f for f in findings if f["code"] == "left-out"], linted.stdout  # the shop was linted
+    assert not [f for f in findings if f["code"] == "missing-hint"], findings

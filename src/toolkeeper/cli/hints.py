@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ from toolkeeper.store.overrides import PARAM
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from toolkeeper.downstreams.base import KnownHint
 
 hints_app = typer.Typer(
     help="Explain, pin and clear tools' behaviour hints, titles and parameter descriptions.",
@@ -250,7 +253,10 @@ def _declared_tools(config: Config, wait: float) -> tuple[list[dict[str, Any]], 
     def collect(gateway: Any) -> tuple[bool, str | None, list[dict[str, Any]], dict[str, str]]:
         downstream = next(iter(gateway.pool))
         left_out = {tool.name: tool.problem for tool in gateway.catalog.left_out}
-        return downstream.available, downstream.last_error, [dict(t) for t in downstream.tools], left_out
+        tools = [
+            _with_known_hints(t, downstream.known_hints.get(str(t.get("name")), {})) for t in downstream.tools
+        ]
+        return downstream.available, downstream.last_error, tools, left_out
 
     available, last_error, tools, left_out = with_gateway(config, wait, collect)
     if not available:
@@ -264,6 +270,18 @@ def _declared_tools(config: Config, wait: float) -> tuple[list[dict[str, Any]], 
         )
         raise typer.Exit(2)
     return tools, left_out
+
+
+def _with_known_hints(tool: Mapping[str, Any], known: Mapping[str, KnownHint]) -> dict[str, Any]:
+    """The tool with the hints the gateway knows for itself (an HTTP operation's method) among its
+    annotations, as clients receive them: a REST API's spec is not asked to declare what its
+    methods already say."""
+    if not known:
+        return dict(tool)
+    written = tool.get("annotations")
+    annotations = {hint: fact.value for hint, fact in known.items()}
+    annotations.update(written if isinstance(written, Mapping) else {})
+    return {**tool, "annotations": annotations}
 
 
 def _builtin_tools() -> list[dict[str, Any]]:

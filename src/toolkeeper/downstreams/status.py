@@ -63,4 +63,6 @@ def describe_progress(progress: tuple[int, int]) -> str:
     """A load's progress as a person reads it: "3,200 of 11,320 operations" (only an OpenAPI
     source reports progress, counting its spec's operations)."""
     done, total = progress
+    if total and done >= total:  # converted; its routes and the catalog's check come next
+        return f"{total:,} operations converted, preparing the tools"
     return f"{done:,} of {total:,} operations"

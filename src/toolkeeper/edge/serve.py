@@ -14,6 +14,7 @@ import gc
 import logging
 import signal
 import sys
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.config.model import Config
+from toolkeeper.downstreams.base import State
 from toolkeeper.downstreams.cancellation import OwnCancellation
 from toolkeeper.edge.auth import Authenticator, AuthPlan
 from toolkeeper.edge.clients import client_of
@@ -335,12 +337,25 @@ async def _announce_when_listening(
     await gateway.started.wait()
     toolset = gateway.toolset.name if gateway.toolset else "none"
     print(
-        f"toolkeeper: serving {len(gateway.catalog.tools)} tools from {len(gateway.config.servers)} servers "
+        f"toolkeeper: serving {len(gateway.catalog.tools)} tools from {len(gateway.config.servers)} servers"
+        f"{_not_serving_yet(gateway)} "
         f"at http://{host}:{port}{MCP_PATH} (mode: {gateway.mode_name}, toolset: {toolset}, "
         f"store: {gateway.store.label if gateway.store else 'none'}, clients: {plan.describe()})",
         file=sys.stderr,
         flush=True,
     )
+
+
+def _not_serving_yet(gateway: Gateway) -> str:
+    """ " (1 still loading, 2 stopped: see toolkeeper servers)", or nothing when every server
+    serves: a count of tools alone hides a large spec that has not arrived yet."""
+    states = Counter(downstream.state for downstream in gateway.pool)
+    parts = [
+        f"{states[state]} {words}"
+        for state, words in ((State.LOADING, "still loading"), (State.STOPPED, "stopped"))
+        if states[state]
+    ]
+    return f" ({', '.join(parts)}: see toolkeeper servers)" if parts else ""
 
 
 def _web_server(app: ASGIApp, host: str, port: int, *, lifespan: bool = True) -> _WebServer:

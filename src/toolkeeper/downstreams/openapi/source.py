@@ -192,7 +192,7 @@ class OpenApiSource(ToolSource):
         """The spec (or its new version) cannot be served: keep serving the last good version's
         tools if there is one, else stop; say why either way."""
         if self.state is not State.READY:
-            self._stop(f"{reason}; fix the spec (this server is skipped until then)")
+            self._stop(f"{reason} (this server is skipped until that is fixed)")
             return
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._served_at))
         self.last_error = (
