@@ -13,8 +13,8 @@ response without the SDK's streamable-HTTP machinery, through the same pipeline.
   answer stream per id, and the first request would never get its answer.
 - A modern request stands alone (no session), so a POST whose body is one call the stdio fast
   lane would accept (see fastlane.py) and whose headers agree with its body is answered here.
-- A list request from a client that accepts JSON gets its answer as one JSON response, not an
-  event stream whose one event may be larger than the client takes (see json_answer.py).
+- A list request from a client that accepts JSON gets a large answer as one JSON response, not
+  an event stream whose one event may be larger than the client takes (see json_answer.py).
 Everything else goes on to the SDK's app (its body replayed).
 """
 

@@ -1,12 +1,14 @@
-"""A list request's answer as one JSON response, not an event stream.
+"""A list request's large answer as one JSON response, not an event stream.
 
 The SDK's streamable-HTTP app answers every request of a session with an event stream, and
 common clients cap one event's size (the SDK's own client at 1 MiB): a `tools/list` of a large
 REST API, or one tool with a huge description, would then never reach them. A list request
 never makes the server ask its client anything mid-way, so when the client accepts JSON its
-answer is collected here and sent as one `application/json` response with the SDK's status and
-headers. An answer that is not exactly one message (a notification came first, or the stream
-ended with none) is sent on as the stream the SDK made, unchanged.
+answer is collected here, and one larger than `LARGE_ANSWER_BYTES` is sent as one
+`application/json` response with the SDK's status and headers. A smaller answer, and one that is
+not exactly one message (a notification came first, or the stream ended with none), is sent on as
+the stream the SDK made, unchanged: streams are what clients of the handshake era expect most
+(the MCP conformance suite counts them), and a small one fits every client.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from starlette.types import Message, Send
 
 # Requests whose answer is one message and that never wait on the client.
 LIST_METHODS = frozenset({"tools/list", "resources/list", "resources/templates/list", "prompts/list"})
+# Well under the 1 MiB the SDK's own client takes in one event.
+LARGE_ANSWER_BYTES = 256 * 1024
 _DROPPED_HEADERS = frozenset({b"content-type", b"content-length", b"transfer-encoding", b"cache-control"})
 
 
@@ -53,7 +57,7 @@ class OneJsonAnswer:
         assert self.start is not None
         stream = b"".join(self.chunks)
         answers = _event_data(stream)
-        if len(answers) != 1:
+        if len(answers) != 1 or len(answers[0]) <= LARGE_ANSWER_BYTES:
             await self.send(self.start)
             await self.send({"type": "http.response.body", "body": stream})
             return
