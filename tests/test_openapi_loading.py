@@ -173,7 +173,9 @@ def test_servers_shows_a_large_spec_loading_with_its_progress(tmp_path: Path, gr
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert re.search(r"loading: ([\d,]+ of 22,361 operations|22,361 operations converted)", done.stdout), done.stdout
+    assert re.search(r"loading: ([\d,]+ of 22,361 operations|22,361 operations converted)", done.stdout), (
+        done.stdout
+    )
 
 
 # -- a spec that changes while the gateway runs, and breaks --------------------------------------
