@@ -7,7 +7,7 @@ import json
 import urllib.request
 
 import pytest
-from conftest import MODES, free_port, spawn_http_gateway, stop, wait_port, write_config
+from conftest import MODES, http_gateway_url, write_config
 from mcp import Client
 
 pytestmark = pytest.mark.anyio
@@ -47,13 +47,8 @@ def gateway_with_a_huge_tool(tmp_path):
         {"huge": {"type": "openapi", "spec": str(spec), "baseUrl": "http://127.0.0.1:9"}},
         featureFlags={"enableConfigToolsMenu": False},
     )
-    port = free_port()
-    process = spawn_http_gateway(config, port)
-    try:
-        wait_port(port)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        stop(process)
+    with http_gateway_url(config) as url:
+        yield url
 
 
 @pytest.mark.parametrize("mode", MODES)
