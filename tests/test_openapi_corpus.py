@@ -59,12 +59,6 @@ SPEC_FAULTS = {
 # One line a person reads: longer than this is a dump, not a reason.
 MAX_REFUSAL_CHARS = 600
 STUB_BASE_URL = "http://127.0.0.1:9"
-# A `tools/list` result of each era, as the SDK validates it before sending (the 2026 one with
-# the fields the SDK's runner adds).
-SDK_RESULT_ENVELOPES: dict[str, dict[str, Any]] = {
-    "2025-11-25": {},
-    "2026-07-28": {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"},
-}
 
 
 def directory_specs(directory: Path = DIRECTORY) -> list[str]:
@@ -96,38 +90,6 @@ def require_corpus() -> None:
 
 
 # -- in the worker process ---------------------------------------------------------------------
-def tool_problem(listed: dict[str, Any]) -> str | None:
-    """Why a client could not be sent this tool, or None. The catalog's own check once it has
-    one; until then the same validation: the SDK's `tools/list` result models of both eras, and
-    the gateway's encoder."""
-    try:
-        from toolkeeper.catalog.check import tool_problem as catalog_check  # type: ignore[import-not-found]
-    except ImportError:
-        return _sdk_problem(listed)
-    problem: str | None = catalog_check(listed)
-    return problem
-
-
-def _sdk_problem(listed: dict[str, Any]) -> str | None:
-    from mcp_types import methods
-    from pydantic import ValidationError
-
-    from toolkeeper.jsonwire import dumps
-
-    for version, envelope in SDK_RESULT_ENVELOPES.items():
-        try:
-            methods.serialize_server_result("tools/list", version, {**envelope, "tools": [listed]})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"][2:]) or "the tool"
-            return f"the SDK ({version}) refuses it: {where}: {first['msg']}"
-    try:
-        dumps(listed)
-    except (TypeError, ValueError) as exc:
-        return f"cannot be encoded: {exc}"
-    return None
-
-
 def served(path: str, base_url: str | None) -> dict[str, Any]:
     """What an OpenAPI source serves of the spec at `path`: its tools as clients see them, each
     with the catalog's check."""
@@ -141,10 +103,8 @@ def served(path: str, base_url: str | None) -> dict[str, Any]:
     ready = _ready(config)
     catalog = build_catalog([ServerTools("api", "api", True, ready.tools, ready.known_hints)])
     problems = []
-    for tool in catalog.tools:
-        problem = getattr(tool, "problem", None) or tool_problem(tool.listed())
-        if problem is not None:
-            problems.append(f"{tool.name}: {problem}")
+    for tool in catalog.left_out:
+        problems.append(f"{tool.name}: {tool.problem}")
     dumps({"tools": [tool.listed() for tool in catalog.tools]})
     return {
         "outcome": "served",
