@@ -160,7 +160,8 @@ def serve_one(path: str, base_url: str | None) -> dict[str, Any]:
     catalog = build_catalog([ServerTools("api", "api", True, ready.tools, ready.known_hints)])
     listed, left_out = [], Counter[str]()
     for tool in catalog.tools:
-        problem = getattr(tool, "problem", None) or tool_problem(tool.listed())
+        # The catalog's own verdict; a tree from before the catalog had its check (--src) gets one.
+        problem = tool.problem if hasattr(tool, "problem") else tool_problem(tool.listed())
         if problem is None:
             listed.append(tool.listed())
         else:
