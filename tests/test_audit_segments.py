@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 from sqlalchemy import select
-from test_audit_chain import (  # noqa: F401 - `place`: the fixture, SQLite and PostgreSQL
+from test_audit_chain import (
     EXIT_BROKEN,
     EXIT_WHOLE,
     Place,
     append,
     call_row,
-    place,
+    place,  # noqa: F401 - the fixture: SQLite and PostgreSQL
     retain,
     some_records,
     toolkeeper,
@@ -35,20 +35,20 @@ from toolkeeper.store.tables import audit_log
 pytestmark = pytest.mark.anyio
 
 
-def repair(place: Place, *args: str, **options: object) -> tuple[int, str]:
-    done = toolkeeper(place, "repair", *args, **options)  # type: ignore[arg-type]
+def repair(where: Place, *args: str, **options: object) -> tuple[int, str]:
+    done = toolkeeper(where, "repair", *args, **options)  # type: ignore[arg-type]
     return done.returncode, done.stdout + done.stderr
 
 
-async def anchors(place: Place) -> list[dict[str, object]]:
-    async with Store(place.url) as store, store.read() as conn:
+async def anchors(where: Place) -> list[dict[str, object]]:
+    async with Store(where.url) as store, store.read() as conn:
         rows = await conn.execute(
             select(audit_log).where(audit_log.c.kind == chain.ANCHOR).order_by(audit_log.c.seq)
         )
         return [dict(row._mapping) for row in rows]
 
 
-async def test_a_restart_soon_after_the_first_start_keeps_the_start_anchor(place: Place) -> None:
+async def test_a_restart_soon_after_the_first_start_keeps_the_start_anchor(place: Place) -> None:  # noqa: F811
     # The first gateway wrote a few records; the next one applies the 30 days' retention at start.
     await append(place, [call_row(number) for number in range(3)])
     (start,) = await anchors(place)
@@ -58,7 +58,7 @@ async def test_a_restart_soon_after_the_first_start_keeps_the_start_anchor(place
     assert code == EXIT_WHOLE and "retention removed" not in said, said
 
 
-async def test_retention_with_old_records_deletes_them_and_keeps_the_start_anchor(place: Place) -> None:
+async def test_retention_with_old_records_deletes_them_and_keeps_the_start_anchor(place: Place) -> None:  # noqa: F811
     old, now = datetime.now(UTC) - timedelta(days=40), datetime.now(UTC)
     await append(place, [call_row(number, at=old) for number in range(4)])
     await append(place, [call_row(number, at=now) for number in range(4, 6)])
@@ -76,7 +76,7 @@ async def test_retention_with_old_records_deletes_them_and_keeps_the_start_ancho
     assert verify(place)[0] == EXIT_WHOLE
 
 
-async def test_a_repair_starts_a_segment_and_verify_shows_both_and_the_break(place: Place) -> None:
+async def test_a_repair_starts_a_segment_and_verify_shows_both_and_the_break(place: Place) -> None:  # noqa: F811
     records = await some_records(place)
     await place.sql("UPDATE audit_log SET decision = 'deny' WHERE id = :v", v=records[1]["id"])
     await place.sql("UPDATE audit_chain SET mac = 'f' || substr(mac, 2)")  # one byte of the head
@@ -120,15 +120,15 @@ async def test_a_repair_starts_a_segment_and_verify_shows_both_and_the_break(pla
     assert code == EXIT_BROKEN and "earlier segment" in said and "changed after it was repaired" in said, said
 
 
-async def test_a_repair_of_a_store_without_a_chain_says_there_is_nothing_to_repair(place: Place) -> None:
+async def test_a_repair_of_a_store_without_a_chain_says_there_is_nothing_to_repair(place: Place) -> None:  # noqa: F811
     code, said = repair(place, "--reason", "just in case")
     assert code == 1 and "nothing to repair" in said, said
 
 
-def serve(place: Place, home: Path) -> subprocess.CompletedProcess[str]:
+def serve(where: Place, home: Path) -> subprocess.CompletedProcess[str]:
     """`toolkeeper serve` over stdio with nothing on its input: it starts, then ends with it."""
     return subprocess.run(
-        [sys.executable, "-m", "toolkeeper", "serve", "--config", str(place.config)],
+        [sys.executable, "-m", "toolkeeper", "serve", "--config", str(where.config)],
         input="",
         capture_output=True,
         text=True,
@@ -138,7 +138,7 @@ def serve(place: Place, home: Path) -> subprocess.CompletedProcess[str]:
 
 
 async def test_a_missing_key_with_signed_records_refuses_start_and_a_new_key_is_made_on_purpose(
-    place: Place,
+    place: Place,  # noqa: F811
 ) -> None:
     await append(place, [call_row(1)])
     key_file = place.home / chain.KEY_FILE
