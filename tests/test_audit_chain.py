@@ -27,7 +27,7 @@ from sqlalchemy import create_engine, insert, text
 
 from toolkeeper.config.loader import ConfigError, load_config
 from toolkeeper.config.model import GatewaySettings
-from toolkeeper.store import Store
+from toolkeeper.store import Store, audit_key
 from toolkeeper.store import audit_chain as chain
 from toolkeeper.store.tables import audit_log
 
@@ -438,6 +438,7 @@ from pathlib import Path
 from toolkeeper.store import Store
 from toolkeeper.store import audit as audit_rows
 from toolkeeper.store import audit_chain as chain
+from toolkeeper.store import audit_key
 
 async def main(url, home, name, batches):
     key = chain.load_chain_key(Path(home))
@@ -484,7 +485,7 @@ def test_the_key_setting_is_used_and_a_short_one_refused(
     config = write_config(tmp_path, {}, auditKey="${MY_AUDIT_KEY}")
     monkeypatch.setenv("MY_AUDIT_KEY", key)
     loaded = load_config(config).settings
-    assert chain.chain_key(loaded) == chain.ChainKey(key.encode(), chain.KEY_SETTING)
+    assert chain.chain_key(loaded) == chain.ChainKey(key.encode(), audit_key.KEY_SETTING)
     assert key not in repr(loaded)
     monkeypatch.setenv("MY_AUDIT_KEY", "short but secret")
     with pytest.raises(ConfigError, match="needs at least 32") as refused:
