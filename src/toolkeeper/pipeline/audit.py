@@ -40,6 +40,7 @@ ARGUMENTS_UNREAD = "audit_arguments_unread"
 # Why a call was not run: its record could not be written (`ToolCall.extra`).
 AUDIT_REFUSED = "audit_refused"
 NOT_COMMITTED = "the store did not commit the call's record in time"
+NOT_CHECKED = "the store did not answer in time when the audit log started"
 
 
 def reliably_read_only(call: ToolCall) -> bool:
@@ -64,6 +65,8 @@ class AuditAhead:
         if reliably_read_only(call):
             return None
         writer = self.log.writer
+        if not writer.checked_now and not await writer.checked():
+            return refused(call, NOT_CHECKED)
         refusal = writer.refusal
         if refusal is not None:
             return refused(call, refusal)

@@ -194,6 +194,7 @@ class AuditWriter:
         # Why records cannot be written now (the store's or the chain's error), read by the call
         # path: a call that is not reliably read-only does not run meanwhile.
         self._refusal: str | None = None
+        self._checked = asyncio.Event()  # set once the thread knows whether records can be written
         self._next_attempt = 0.0
 
     # -- the call path (the event loop's thread): hand over, never wait ------------------------
@@ -210,6 +211,21 @@ class AuditWriter:
     def refusal(self) -> str | None:
         """Why records cannot be written now, or None while they can."""
         return self._refusal
+
+    @property
+    def checked_now(self) -> bool:
+        """Whether `checked` would not wait (read on every risky call: no coroutine made)."""
+        return self._checked.is_set() or self._thread is None
+
+    async def checked(self) -> bool:
+        """Wait until the writer's thread checked, as it starts, whether records can be written
+        (at most `write_ahead_seconds`); whether it did. No wait once it has, nor for a writer
+        whose thread is not running (nothing is known, and nothing is written)."""
+        if self.checked_now:
+            return True
+        with anyio.move_on_after(self.write_ahead_seconds):
+            await self._checked.wait()
+        return self._checked.is_set()
 
     def add(self, record: Record) -> None:
         """Keep the record of an ended call for the next write."""
@@ -342,9 +358,6 @@ class AuditWriter:
         bounded time)."""
         self._loop = asyncio.get_running_loop()
         self._journal = self._open_journal()
-        # Before any call: whether records can be written at all (the chain whole at its head,
-        # the key the chain's), so that no risky call runs on a chain that refuses records.
-        await anyio.to_thread.run_sync(self._probe, abandon_on_cancel=True)
         self._ensure_thread()
         task_status.started()
         try:
@@ -473,6 +486,11 @@ class AuditWriter:
 
     def _work(self) -> None:
         try:
+            # Before anything else: whether records can be written at all (the chain whole at its
+            # head, the key the chain's), so that no risky call runs on a chain that refuses them.
+            self._probe()
+            if self._loop is not None:
+                _call_soon(self._loop, self._checked.set)
             self._recover()
             while True:
                 timeout = RETRY_SECONDS if self._refused_since is not None else self.flush_seconds

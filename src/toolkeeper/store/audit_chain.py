@@ -16,8 +16,12 @@ the epoch in UTC. A "started" entry leaves out the result (`RESULT_COLUMNS`), wh
 entry covers with everything else.
 
 A chain starts with an anchor record (which counts the records from before the chain), and
-retention deletes only a prefix of it, summarised by a new anchor: the walk starts at the newest
-anchor's `through_seq` with its `last_mac`.
+retention deletes only a prefix of it after that anchor, summarised by a new anchor: the walk
+starts at the newest anchor's `through_seq` with its `last_mac`. A person's repair starts a new
+segment with an anchor built on nothing (`audit_segments.py`); a walk of the current segment
+starts after the earlier ones. An append first checks that the head is the newest entry, so a
+chain changed behind the writers' backs refuses records rather than hiding where. The key lives
+in `audit_key.py`.
 """
 
 from __future__ import annotations
