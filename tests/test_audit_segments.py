@@ -10,8 +10,10 @@ import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
+import anyio
 import pytest
 from conftest import ROOT
 from sqlalchemy import select
@@ -28,6 +30,8 @@ from test_audit_chain import (
     verify,
 )
 
+from toolkeeper.config.model import GatewaySettings
+from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.store import Store
 from toolkeeper.store import audit_chain as chain
 from toolkeeper.store.tables import audit_log
@@ -163,3 +167,17 @@ async def test_a_missing_key_with_signed_records_refuses_start_and_a_new_key_is_
     # A second --new-key would replace a key that is there: refused.
     code, said = repair(place, "--new-key", "--reason", "again")
     assert code != 0 and "exists" in said
+
+
+async def test_a_gateways_writer_makes_no_key_over_signed_records(place: Place) -> None:  # noqa: F811
+    await append(place, [call_row(1)])
+    key_file = place.home / chain.KEY_FILE
+    key_file.unlink()
+    async with Store(place.url) as store:
+        writer = AuditWriter(store, 30, key=partial(chain.chain_key, GatewaySettings(home=place.home)))
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            assert await writer.checked()
+            assert writer.refusal is not None and f"The audit key {key_file} is missing" in writer.refusal
+            tg.cancel_scope.cancel()
+    assert not key_file.exists()

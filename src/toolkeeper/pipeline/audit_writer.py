@@ -146,7 +146,7 @@ class AuditWriter:
         store: Store,
         retention_days: int,
         *,
-        key: Callable[[], audit_chain.ChainKey] | None = None,
+        key: Callable[[str | None], audit_chain.ChainKey] | None = None,
         home: Path | None = None,
         batch_size: int = BATCH_SIZE,
         max_waiting: int = MAX_WAITING,
@@ -157,8 +157,9 @@ class AuditWriter:
     ) -> None:
         self.store = store
         self.retention_days = retention_days
-        # The chain's key (read on the writer's thread): what `key` gives, else the key file in
-        # `home` (beside a SQLite store by default).
+        # The chain's key (read on the writer's thread): what `key` gives (told the fingerprint
+        # of the key the chain's records are signed with, if any), else the key file in `home`
+        # (beside a SQLite store by default).
         self.chain_key = key
         self.home = home
         self.batch_size = batch_size
@@ -521,7 +522,8 @@ class AuditWriter:
             raise
         finally:
             if self._store_connection is not None:
-                self._store_connection.close()
+                with self._writing:  # not under a retention still running on a worker thread
+                    self._store_connection.close()
 
     def _recover(self) -> None:
         """Add the records left in the journals of gateways that ended to the store."""
@@ -656,9 +658,14 @@ class AuditWriter:
 
     def _key_now(self) -> audit_chain.ChainKey:
         if self._key is None:
+            # A key file is made only while no record was signed with a key (audit_key.py).
+            head = self._connection_now().transaction(audit_chain.read_head)
+            signed_by = head.fingerprint if head is not None else None
             try:
                 self._key = (
-                    self.chain_key() if self.chain_key else audit_chain.load_chain_key(self._key_home())
+                    self.chain_key(signed_by)
+                    if self.chain_key
+                    else audit_chain.load_chain_key(self._key_home(), signed_by)
                 )
             except OSError as exc:
                 raise StoreError(f"Cannot read or make the audit log's key: {exc}") from None

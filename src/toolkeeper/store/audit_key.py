@@ -43,12 +43,16 @@ class ChainKeyError(StoreError):
     """The chain was started with another key: every writer of a store needs the same one."""
 
 
-def load_chain_key(home: Path) -> ChainKey:
-    """The key file in `home`, made (readable by its owner only) when there is none yet."""
+def load_chain_key(home: Path, signed_by: str | None = None, label: str = "this store") -> ChainKey:
+    """The key file in `home`, made (readable by its owner only) when there is none yet, unless
+    records signed with a key exist (`signed_by`: the fingerprint the chain's head keeps):
+    ChainKeyMissing then."""
     path = home / KEY_FILE
     found = read_key_file(path)
     if found is not None:
         return found
+    if signed_by is not None:
+        raise ChainKeyMissing(key_missing_message(path, signed_by, label))
     try:
         _make_key_file(path)
     except OSError as exc:
@@ -108,11 +112,12 @@ def key_file(settings: GatewaySettings) -> Path:
     return (settings.home or default_home()) / KEY_FILE
 
 
-def chain_key(settings: GatewaySettings) -> ChainKey:
-    """The key a gateway writes with: the setting if given, else the key file (made if missing)."""
+def chain_key(settings: GatewaySettings, signed_by: str | None = None, label: str = "this store") -> ChainKey:
+    """The key a gateway writes with: the setting if given, else the key file (made if missing,
+    unless records signed with a key exist: see `load_chain_key`)."""
     if settings.audit_key:
         return ChainKey(settings.audit_key.encode(), KEY_SETTING)
-    return load_chain_key(settings.home or default_home())
+    return load_chain_key(settings.home or default_home(), signed_by, label)
 
 
 def find_chain_key(settings: GatewaySettings) -> ChainKey | None:
@@ -126,8 +131,7 @@ class ChainKeyMissing(StoreError):
     """The key file is gone while the chain holds records signed with a key."""
 
 
-def key_missing_message(settings: GatewaySettings, fingerprint: str, label: str) -> str:
-    path = key_file(settings)
+def key_missing_message(path: Path, fingerprint: str, label: str) -> str:
     return (
         f"The audit key {path} is missing, and the audit chain of {label} holds records signed with a "
         f"key (fingerprint {fingerprint[:12]}…), so toolkeeper does not make a new one over them. "
@@ -142,8 +146,9 @@ def check_custody(settings: GatewaySettings, fingerprint: str | None, label: str
     (the chain's head keeps its `fingerprint`) exist; the setting, when given, is the key."""
     if settings.audit_key or fingerprint is None:
         return
-    if read_key_file(key_file(settings)) is None:
-        raise ChainKeyMissing(key_missing_message(settings, fingerprint, label))
+    path = key_file(settings)
+    if read_key_file(path) is None:
+        raise ChainKeyMissing(key_missing_message(path, fingerprint, label))
 
 
 def make_new_key(settings: GatewaySettings) -> ChainKey:
