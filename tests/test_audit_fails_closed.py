@@ -78,3 +78,22 @@ async def test_a_changed_chain_refuses_risky_calls_and_lets_read_only_ones_run(t
     outcomes = [(r["exposedName"], r["outcome"]) for r in listed if r["kind"] == "call"]
     assert ("gated__change", "ok") in outcomes
     assert audit(config, "verify").returncode == 0
+
+
+async def test_a_key_that_is_not_the_chains_refuses_risky_calls(tmp_path: Path) -> None:
+    entry = {"command": PY, "args": [GATED], "trust": "trusted", "confirm": "never"}
+    config = write_config(tmp_path, {"gated": entry})
+    release = tmp_path / "release"
+    release.touch()
+    async with Client(gateway_params(config), mode="legacy") as client:
+        assert not (await client.call_tool("gated__change", {"release": str(release)})).is_error
+    other = write_config(
+        tmp_path, {"gated": entry}, auditKey="another key, long enough to be a key: 0123456789"
+    )
+    risky = tmp_path / "risky"
+    async with Client(gateway_params(other), mode="legacy") as client:
+        refused = await client.call_tool("gated__change", {"release": str(risky)})
+        said = refused.content[0].text  # type: ignore[union-attr]
+        assert refused.is_error and "started with another key" in said and "toolkeeper audit verify" in said
+        assert not Path(f"{risky}.arrived").exists()
+        assert not (await client.call_tool("gated__look", {"release": str(release)})).is_error
