@@ -1,5 +1,6 @@
-"""Reading the audit log, once: the CLI (and later the web face) pass the person's filters as
-they typed them; what each filter accepts is decided here."""
+"""The audit log, once for every face: reading it (the CLI and the web face pass the person's
+filters as they typed them; what each filter accepts is decided here), verifying its chain
+segment by segment, a person's repair (a new segment), and the key's custody at start-up."""
 
 from __future__ import annotations
 
