@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from conftest import controllable, eventually
-from web_support import TOKEN, config_for, running_dashboard
+from web_support import TOKEN, config_for, form_token, running_dashboard
 
-from toolkeeper.faces.web.access import CSRF_COOKIE, TOKEN_COOKIE
+from toolkeeper.faces.web.access import TOKEN_COOKIE
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_a_foreign_origin_or_host_is_refused(board) -> None:  # type: ignore[no-
 def test_a_form_without_its_csrf_token_is_refused(board) -> None:  # type: ignore[no-untyped-def]
     assert board.client.post("/theme", data={"theme": "dark"}).status_code == 403
     board.client.get("/")  # sets the CSRF cookie
-    csrf = board.client.cookies[CSRF_COOKIE]
+    csrf = form_token(board.client)
     assert board.client.post("/theme", data={"theme": "dark", "csrf": "stale"}).status_code == 403
     done = board.client.post("/theme", data={"theme": "dark", "csrf": csrf}, follow_redirects=False)
     assert done.status_code == 303 and done.cookies["theme"] == "dark"
