@@ -37,7 +37,7 @@ class HostGuard:
     def _decide(self, host: str | None, origin: str | None) -> tuple[int, str] | None:
         if host is None or not self._host_allowed(host):
             return 421, "Invalid Host header"
-        if origin and not self._origin_allowed(origin):
+        if origin and not self.origin_allowed(origin):
             return 403, "Invalid Origin header"
         return None
 
@@ -50,7 +50,7 @@ class HostGuard:
             (f"{name}:{port}" if port else name) in self.hosts
         )
 
-    def _origin_allowed(self, origin: str) -> bool:
+    def origin_allowed(self, origin: str) -> bool:
         try:
             parts = urlsplit(origin)
             port = parts.port

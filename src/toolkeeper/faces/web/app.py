@@ -49,23 +49,27 @@ from toolkeeper.services import Services
 
 def build_web_app(gateway: Gateway, services: Services, access: Access) -> ASGIApp:
     """The dashboard's app: pages at `/`, JSON at `/api/`, static files at `/static/`."""
-    from toolkeeper.faces.web import api, pages
-
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, finalize=visible_in_page
     )
     templates = Jinja2Templates(env=environment)
-    routes: Sequence[BaseRoute] = [
-        Mount(STATIC_PREFIX, app=StaticFiles(directory=HERE / "static"), name="static"),
-        Mount(API_PREFIX, routes=api.routes()),
-        *pages.routes(),
-    ]
     app = Starlette(
-        routes=list(routes),
+        routes=list(web_routes()),
         exception_handlers={ServiceError: _service_error, HTTPException: _http_error},
     )
     app.state.face = WebFace(gateway, services, access, templates)
     return AccessGate(app, access)
+
+
+def web_routes() -> Sequence[BaseRoute]:
+    """Every route of the dashboard, the API's under its mount."""
+    from toolkeeper.faces.web import api, pages
+
+    return [
+        Mount(STATIC_PREFIX, app=StaticFiles(directory=HERE / "static"), name="static"),
+        Mount(API_PREFIX, routes=api.routes()),
+        *pages.routes(),
+    ]
 
 
 async def _service_error(request: Request, exc: Exception) -> Response:
