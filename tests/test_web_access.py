@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 from conftest import controllable, eventually
-from web_support import TOKEN, config_for, form_token, running_dashboard
+from web_support import BASE_URL, TOKEN, config_for, form_token, running_dashboard
 
-from toolkeeper.faces.web.access import TOKEN_COOKIE
+from toolkeeper.edge.auth import AuthPlan, CannotStart, credential_required
+from toolkeeper.faces.web.access import CSRF_COOKIE, TOKEN_COOKIE
+from toolkeeper.services.keys import KeyRing
 
 
 @pytest.fixture
@@ -83,3 +85,50 @@ def test_an_admin_client_key_opens_the_api_and_a_plain_one_does_not(board) -> No
         board.client.get("/api/servers", headers={"authorization": f"Bearer {plain.token}"}).status_code
         == 401
     )
+
+
+def test_a_csrf_cookie_chosen_by_another_page_does_not_make_its_form_pass(board) -> None:  # type: ignore[no-untyped-def]
+    # Another port of this machine shares its cookies: a page there can set the session cookie.
+    board.client.cookies.set(CSRF_COOKIE, "chosen")
+    assert board.client.post("/theme", data={"theme": "dark", "csrf": "chosen"}).status_code == 403
+    board.client.cookies.clear()
+    page = board.client.get("/")
+    assert "httponly" in page.headers["set-cookie"].lower()
+    assert board.client.cookies[CSRF_COOKIE] not in page.text  # the form token is not the cookie
+
+
+def test_the_origin_must_be_the_dashboards_own_not_another_local_port(board) -> None:  # type: ignore[no-untyped-def]
+    csrf = form_token(board.client)
+    form = {"theme": "dark", "csrf": csrf}
+    other_port = board.client.post("/theme", data=form, headers={"origin": "http://127.0.0.1:9999"})
+    assert other_port.status_code == 403 and "its own pages" in other_port.text
+    other_scheme = board.client.post("/theme", data=form, headers={"origin": "https://127.0.0.1:8765"})
+    assert other_scheme.status_code == 403
+    own = board.client.post("/theme", data=form, headers={"origin": BASE_URL}, follow_redirects=False)
+    assert own.status_code == 303
+
+
+def test_every_answer_forbids_framing_sniffing_and_referrers(board) -> None:  # type: ignore[no-untyped-def]
+    for answer in (
+        board.client.get("/"),
+        board.client.get("/api/servers"),  # a refusal too
+        board.client.get("/static/app.js"),
+        board.client.get("/", headers={"host": "evil.example"}),
+    ):
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert answer.headers["content-security-policy"] == "frame-ancestors 'none'"
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["referrer-policy"] == "no-referrer"
+
+
+@pytest.mark.parametrize("mode", ["auto", "keys", "oauth", "keys+oauth", "none"])
+@pytest.mark.parametrize("hosts", [[], ["gateway.example"]])
+def test_actions_need_a_credential_exactly_when_mcp_does(tmp_path: Path, mode: str, hosts: list[str]) -> None:
+    oauth = {"issuer": "https://issuer.example", "audience": "https://gateway.example/mcp"}
+    auth = {"mode": mode, **({"oauth": oauth} if "oauth" in mode else {})}
+    config = config_for(tmp_path, {}, http={"auth": auth, "allowedHosts": hosts})
+    try:
+        required = AuthPlan.for_serving(config, "127.0.0.1", KeyRing.empty()).required
+    except CannotStart:  # reachable beyond loopback with no way in: it would refuse everyone
+        required = True
+    assert credential_required(config, "127.0.0.1") is required
