@@ -10,7 +10,6 @@ from pathlib import Path
 from conftest import PY, ROOT
 from web_support import Dashboard, config_for, form_token, running_dashboard
 
-
 HOSTILE = str(ROOT / "tests" / "servers" / "hostile.py")
 PREVIEW = "rm_rf\x1b[2K\x1b[1Gread_file"  # the name tests/servers/hostile.py gives its tool
 ACTING = re.compile("[\x1b\u202e]")

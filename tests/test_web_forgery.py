@@ -7,7 +7,6 @@ dashboard or frame it."""
 from __future__ import annotations
 
 import re
-import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ TOKEN = "forgery-test-token"
 # elsewhere (a route refuses an unknown name after the access gate, never before).
 PATH_VALUES = {"name": "ctl__echo", "call_id": "no-such-call"}
 REFUSED = (401, 403)
+SERVE_OPTIONS = ("--transport", "http", "--ui", "--port")  # then the port
 
 
 @dataclass
@@ -56,13 +56,15 @@ def serving(tmp_path: Path, mode: str) -> Iterator[Served]:
     config = write_config(tmp_path, {"ctl": controllable()}, **settings)
     keys = {}
     if mode == "keys":
-        keys = {"admin": new_key(config, "admin", "--admin"), "agent": new_key(config, "agent", "--server", "ctl")}
+        keys = {
+            "admin": new_key(config, "admin", "--admin"),
+            "agent": new_key(config, "agent", "--server", "ctl"),
+        }
     port = free_port()
     log = tmp_path / "gateway.log"
     with log.open("wb") as stderr:
         process = spawn(
-            [PY, "-m", "toolkeeper", "serve", "--config", str(config), "--transport", "http", "--ui"]
-            + ["--port", str(port)],
+            [PY, "-m", "toolkeeper", "serve", "--config", str(config), *SERVE_OPTIONS, str(port)],
             cwd=tmp_path,
             env={"PYTHONPATH": str(ROOT / "src"), "TOOLKEEPER_UI_TOKEN": TOKEN},
             stderr=stderr,
@@ -85,7 +87,9 @@ def unsafe_routes() -> list[tuple[str, str]]:
                 walk(list(route.routes), prefix + route.path)
             elif isinstance(route, Route):
                 path = re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: PATH_VALUES.get(m.group(1), "1"), route.path)
-                found.extend((method, prefix + path) for method in sorted((route.methods or set()) & UNSAFE_METHODS))
+                found.extend(
+                    (method, prefix + path) for method in sorted((route.methods or set()) & UNSAFE_METHODS)
+                )
 
     walk(list(web_routes()), "")
     return found
@@ -105,10 +109,15 @@ def attempt(client: httpx.Client, method: str, path: str, csrf: str) -> httpx.Re
     return client.request(method, path, data={"csrf": csrf}, headers={"x-csrf-token": csrf})
 
 
-async def test_in_keys_mode_every_action_needs_the_token_or_an_admin_key_even_on_loopback(tmp_path: Path) -> None:
+async def test_in_keys_mode_every_action_needs_the_token_or_an_admin_key_even_on_loopback(
+    tmp_path: Path,
+) -> None:
     routes = unsafe_routes()
     assert ("POST", "/approvals/no-such-call/approve") in routes
-    assert ("PUT", "/api/tools/ctl__echo/confirm") in routes and ("POST", "/tools/ctl__echo/confirm") in routes
+    assert ("PUT", "/api/tools/ctl__echo/confirm") in routes and (
+        "POST",
+        "/tools/ctl__echo/confirm",
+    ) in routes
     assert len(routes) >= 40
     with serving(tmp_path, "keys") as served:
         # Anyone on this machine may look: the pages that only show state stay open.
@@ -128,7 +137,11 @@ async def test_in_keys_mode_every_action_needs_the_token_or_an_admin_key_even_on
             allowed = served.api(credential)
             for method, path in routes:
                 answer = attempt(allowed, method, path, "")
-                assert answer.status_code not in REFUSED and answer.status_code < 500, (method, path, answer.text)
+                assert answer.status_code not in REFUSED and answer.status_code < 500, (
+                    method,
+                    path,
+                    answer.text,
+                )
         # A browser signed in with the token: its cookie and the page's form token.
         person = httpx.Client(base_url=served.base, timeout=30, follow_redirects=True)
         assert person.get(f"/?token={TOKEN}").status_code == 200
@@ -161,7 +174,10 @@ async def test_an_agent_with_a_client_key_cannot_approve_its_own_call_with_a_coo
                 assert inbox.status_code == 200 and CSRF_COOKIE in curl.cookies
                 always = {"scope": "always", "csrf": form_token(inbox)}
                 assert curl.post(f"/approvals/{call_id}/approve", data=always).status_code == 401
-                assert curl.post(f"/api/approvals/{call_id}/approve", json={"scope": "always"}).status_code == 401
+                assert (
+                    curl.post(f"/api/approvals/{call_id}/approve", json={"scope": "always"}).status_code
+                    == 401
+                )
                 still = person.get("/api/approvals").json()["calls"]
                 assert [c["id"] for c in still] == [call_id]
                 assert person.get("/api/approval-rules").json()["rules"] == []
@@ -175,7 +191,7 @@ def page_on_another_port(html: str) -> Iterator[str]:
     """`html` served at / of another port of 127.0.0.1, as any local program could serve it."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+        def do_GET(self) -> None:
             body = html.encode()
             self.send_response(200)
             self.send_header("content-type", "text/html; charset=utf-8")
@@ -183,7 +199,7 @@ def page_on_another_port(html: str) -> Iterator[str]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -235,5 +251,8 @@ async def test_a_page_on_another_port_cannot_frame_the_dashboard_to_steal_a_clic
                 await reconnect.click()
         assert shown == 0
         headers = httpx.get(f"{served.base}/", timeout=30).headers
-        assert headers["x-frame-options"] == "DENY" and "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert (
+            headers["x-frame-options"] == "DENY"
+            and "frame-ancestors 'none'" in headers["content-security-policy"]
+        )
         assert headers["x-content-type-options"] == "nosniff" and headers["referrer-policy"] == "no-referrer"

@@ -15,7 +15,6 @@ from mcp import Client
 from tool_page_support import EDIT_NOTE, GET_NOTE, equip_toolset, notebook, served_dashboard
 from web_support import Dashboard, config_for, form_token, running_dashboard
 
-
 READ_RULE = {"when": {"argument": "action", "equals": "read"}, "hints": {"readOnlyHint": True}}
 ERASE_RULE = {"when": {"argument": "action", "equals": "erase"}, "hints": {"destructiveHint": True}}
 

@@ -10,7 +10,6 @@ import pytest
 from conftest import controllable, eventually
 from web_support import config_for, form_token, running_dashboard
 
-
 ECHO = "ctl.echo"
 PID = "ctl.pid"
 
