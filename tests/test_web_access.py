@@ -118,7 +118,7 @@ def test_every_answer_forbids_framing_sniffing_and_referrers(board) -> None:  # 
         assert answer.headers["x-frame-options"] == "DENY"
         assert answer.headers["content-security-policy"] == "frame-ancestors 'none'"
         assert answer.headers["x-content-type-options"] == "nosniff"
-        assert answer.headers["referrer-policy"] == "no-referrer"
+        assert answer.headers["referrer-policy"] == "same-origin"
 
 
 @pytest.mark.parametrize("mode", ["auto", "keys", "oauth", "keys+oauth", "none"])

@@ -255,4 +255,4 @@ async def test_a_page_on_another_port_cannot_frame_the_dashboard_to_steal_a_clic
             headers["x-frame-options"] == "DENY"
             and "frame-ancestors 'none'" in headers["content-security-policy"]
         )
-        assert headers["x-content-type-options"] == "nosniff" and headers["referrer-policy"] == "no-referrer"
+        assert headers["x-content-type-options"] == "nosniff" and headers["referrer-policy"] == "same-origin"

@@ -67,11 +67,12 @@ def dashboard(gateway: Gateway, config: Config, host: str, guard: HostGuard) -> 
 
 # Sent with every answer of the dashboard: no page of another site may frame it (and trick a
 # click), a browser takes each answer for the type it says, and no address (which may hold
-# `?token=`) leaves in a Referer.
+# `?token=`) leaves for another site in a Referer. Not "no-referrer": with it, browsers send
+# `Origin: null` on the dashboard's own forms, and the Origin check would refuse them.
 SECURITY_HEADERS = (
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),
 )
 FRAME_ANCESTORS = b"frame-ancestors 'none'"
 FOREIGN_ORIGIN = "Invalid Origin header: the dashboard takes requests only from its own pages"
