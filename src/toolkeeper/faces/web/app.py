@@ -93,6 +93,11 @@ class AccessGate:
         self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Steps, in order: static files pass; a page opened with `?token=` signs in; a request
+        that needs the token or an admin key (`Access.needs_credential`) and has neither is
+        refused; a browser without a session gets one, and the form token of its session and
+        credential is left for the pages; a state-changing request must fit the size limit and,
+        carried by the cookie, echo that form token."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
