@@ -132,3 +132,18 @@ def test_actions_need_a_credential_exactly_when_mcp_does(tmp_path: Path, mode: s
     except CannotStart:  # reachable beyond loopback with no way in: it would refuse everyone
         required = True
     assert credential_required(config, "127.0.0.1") is required
+
+
+def test_an_origin_the_configuration_allows_may_post(tmp_path: Path) -> None:
+    # Behind a reverse proxy the browser's origin is the proxy's address, listed by the person.
+    config = config_for(tmp_path, {"ctl": controllable()}, http={"allowedOrigins": ["https://tk.example"]})
+    with running_dashboard(config) as board:
+        form = {"theme": "dark", "csrf": form_token(board.client)}
+        proxied = board.client.post(
+            "/theme", data=form, headers={"origin": "https://tk.example"}, follow_redirects=False
+        )
+        assert proxied.status_code == 303
+        assert (
+            board.client.post("/theme", data=form, headers={"origin": "https://tk.example:8443"}).status_code
+            == 403
+        )
