@@ -56,6 +56,11 @@ def ui_token() -> tuple[str, bool]:
     return secrets.token_urlsafe(24), True
 
 
+def address_of(request: Request) -> str:
+    """Where a request came from, as the edge decided (a trusted proxy's X-Forwarded-For)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
 class Throttle(Protocol):
     """What the dashboard needs of the edge's count of failed authentications
     (`FailureThrottle`), which it shares with `/mcp`."""
@@ -110,11 +115,6 @@ class Access:
         if scheme.lower() == "bearer" and value.strip():
             return value.strip(), True
         return request.cookies.get(TOKEN_COOKIE), False
-
-
-def address_of(request: Request) -> str:
-    """Where a request came from, as the edge decided (a trusted proxy's X-Forwarded-For)."""
-    return request.client.host if request.client is not None else "unknown"
 
 
 def new_csrf_token() -> str:
