@@ -14,6 +14,7 @@ from toolkeeper.config.model import Config
 from toolkeeper.edge.auth import credential_required, reachable_beyond_loopback
 from toolkeeper.edge.guard import HostGuard, same_origin
 from toolkeeper.edge.http_fastlane import respond
+from toolkeeper.edge.throttle import FailureThrottle
 from toolkeeper.faces.web.access import TOKEN_ENV, Access, ui_token
 from toolkeeper.faces.web.app import build_web_app
 from toolkeeper.runtime.gateway import Gateway
@@ -45,8 +46,11 @@ class Dashboard:
         print(f"toolkeeper: dashboard at {where}", file=sys.stderr, flush=True)
 
 
-def dashboard(gateway: Gateway, config: Config, host: str, guard: HostGuard) -> Dashboard:
-    """The dashboard over `gateway`'s services, guarded as `/mcp` is."""
+def dashboard(
+    gateway: Gateway, config: Config, host: str, guard: HostGuard, *, throttle: FailureThrottle | None = None
+) -> Dashboard:
+    """The dashboard over `gateway`'s services, guarded as `/mcp` is; its failed sign-ins are
+    counted by `throttle` (`/mcp`'s, when they share a port), else by a throttle of its own."""
     if gateway.services is None:
         raise CannotServeDashboard(
             "the dashboard needs the store, and this gateway runs without one; set toolkeeper.home "
@@ -56,6 +60,7 @@ def dashboard(gateway: Gateway, config: Config, host: str, guard: HostGuard) -> 
     access = Access(
         token=token,
         keys=lambda: gateway.keys,
+        throttle=throttle or FailureThrottle(),
         pages_need_token=reachable_beyond_loopback(config, host) is not None,
         actions_need_token=credential_required(config, host),
         max_body_bytes=config.settings.http_max_request_bytes,

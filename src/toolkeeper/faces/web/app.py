@@ -30,6 +30,7 @@ from toolkeeper.faces.web.access import (
     TOKEN_COOKIE,
     UNSAFE_METHODS,
     Access,
+    address_of,
     new_session,
 )
 from toolkeeper.faces.web.face import (
@@ -112,8 +113,11 @@ class AccessGate:
             await self._log_in(scope, receive, send, query_token)
             return
         presented, by_header = self.access.presented(request)
-        holder = self.access.holder(presented)
+        holder = self.access.holder(presented, address_of(request))
         if holder is None and self.access.needs_credential(is_api=is_api, method=request.method):
+            where = "in a bearer header" if by_header else "in the cookie"
+            if presented and await self._throttled(scope, receive, send, presented, where):
+                return
             acting = not is_api and not self.access.pages_need_token  # only actions are closed
             await self._refuse_unknown(scope, receive, send, is_api, presented, acting=acting)
             return
@@ -154,7 +158,9 @@ class AccessGate:
     async def _log_in(self, scope: Scope, receive: Receive, send: Send, token: str) -> None:
         """A page opened with `?token=`: the cookie is set and the address loses the token."""
         request = Request(scope)
-        if not self.access.accepts(token):
+        if not self.access.accepts(token, address_of(request)):
+            if token and await self._throttled(scope, receive, send, token, "in ?token= (the sign-in form)"):
+                return
             await self._refuse_unknown(scope, receive, send, False, token)
             return
         rest = {k: v for k, v in parse_qs(request.url.query).items() if k != "token"}
@@ -194,6 +200,25 @@ class AccessGate:
             response = HTMLResponse(page, status_code=401)
         response.headers["www-authenticate"] = 'Bearer realm="toolkeeper dashboard"'
         await response(scope, receive, send)
+
+    async def _throttled(
+        self, scope: Scope, receive: Receive, send: Send, presented: str, where: str
+    ) -> bool:
+        """Count a token that opened nothing (`where` says how it came); True when the answer,
+        sent here, is 429: its address or what it tried is throttled."""
+        wait = self.access.refused(presented, address_of(Request(scope)), where)
+        if not wait:
+            return False
+        seconds = str(int(wait) + 1)
+        message = f"429: too many wrong tokens from this address or for this token; try again in {seconds} s."
+        response: Response
+        if scope["path"].startswith(API_PREFIX):
+            response = JsonResponse({"error": {"kind": "throttled", "message": message}}, status_code=429)
+        else:
+            response = HTMLResponse(_escape(message), status_code=429)
+        response.headers["retry-after"] = seconds
+        await response(scope, receive, send)
+        return True
 
     async def _bounded_body(self, request: Request, receive: Receive) -> bytes | None:
         """The whole body, or None once it is over the limit (declared or sent)."""
