@@ -82,6 +82,15 @@ def reachable_beyond_loopback(config: Config, host: str) -> str | None:
     return None
 
 
+def credential_required(config: Config, host: str) -> bool:
+    """Whether `/mcp` on `host` refuses a request without a credential: what
+    `AuthPlan.for_serving(...).required` says, without its warnings or its refusal to start."""
+    mode = config.settings.http_auth_mode
+    if mode == "auto":
+        return reachable_beyond_loopback(config, host) is not None
+    return mode != "none"
+
+
 @dataclass(frozen=True, slots=True)
 class AuthPlan:
     """How the HTTP edge authenticates, decided once at start-up from the settings."""

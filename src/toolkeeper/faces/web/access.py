@@ -1,13 +1,21 @@
 """Who may use the dashboard and its API, and what protects a browser that has access.
 
 - **The access token.** Every `/api/` request needs it; every page needs it too once the
-  dashboard can be reached beyond loopback. It is `TOOLKEEPER_UI_TOKEN`, or one made at random
-  at each start and printed. An admin client key is accepted wherever the token is: one
-  mechanism for both. A browser presents it once (`?token=` on any page, or the login form) and
-  keeps it in an HttpOnly, SameSite=Strict cookie; other programs send `Authorization: Bearer`.
-- **CSRF.** A state-changing request carried by the cookie (or by nothing, on loopback) must
-  echo the CSRF cookie in a form field or the `X-CSRF-Token` header (double submit). A bearer
-  header cannot be sent by another site's page, so a request with one needs no echo.
+  dashboard can be reached beyond loopback; and every action (a POST, PUT, PATCH or DELETE)
+  needs it on loopback too once `/mcp` asks its own clients for a credential (`keys` mode, for
+  one): otherwise any program that can open a page could answer its own approvals. It is
+  `TOOLKEEPER_UI_TOKEN`, or one made at random at each start and printed. An admin client key is
+  accepted wherever the token is: one mechanism for both. A browser presents it once (`?token=`
+  on any page, or the sign-in form) and keeps it in an HttpOnly, SameSite=Strict cookie; other
+  programs send `Authorization: Bearer`.
+- **CSRF.** A state-changing request carried by the cookie (or by nothing, where actions need
+  no token) must echo its form token in a form field or the `X-CSRF-Token` header. The form
+  token is an HMAC, under a secret of this process, of the browser's session (a random value in
+  an HttpOnly cookie) and the credential its cookie carries. The page only reads it from the
+  HTML it was served; a page of another site (or another port of this machine, which shares
+  this host's cookies) can set the session cookie but cannot compute the token that goes with
+  it. A bearer header cannot be sent by another site's page, so a request with one needs no
+  echo.
 - **Size.** A body over the limit is refused with 413 before it is read whole.
 - **Guesses.** A token that opens nothing, where one is needed (`?token=`, the sign-in form, a
   bearer header, the cookie), is counted by the edge's throttle with `/mcp`'s failures, against
@@ -15,16 +23,17 @@
   is answered 429. A token shorter than a made one (`TOKEN_CHARS`) is not even compared then,
   since it might be guessed; a longer one, or an admin key, still opens the dashboard.
 
-Host and Origin are checked before this, by the edge's HostGuard, as on `/mcp`.
+Host and Origin are checked before this, by the edge (exactly this dashboard's own origin).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -79,7 +88,11 @@ class Access:
     throttle: Throttle
     # Pages need the token too (the dashboard can be reached beyond this machine).
     pages_need_token: bool
+    # Actions need the token even on loopback (/mcp asks its clients for a credential).
+    actions_need_token: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # What the form tokens are made with; a restart makes every open form stale.
+    csrf_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
 
     def holder(self, presented: str | None, address: str) -> str | None:
         """Who `presented`, sent from `address`, opens the dashboard as: the person holding the
@@ -116,10 +129,22 @@ class Access:
             return value.strip(), True
         return request.cookies.get(TOKEN_COOKIE), False
 
+    def needs_credential(self, *, is_api: bool, method: str) -> bool:
+        """Whether a request must carry the token or an admin key, whoever sends it."""
+        acts = method in UNSAFE_METHODS
+        return is_api or self.pages_need_token or (acts and self.actions_need_token)
 
-def new_csrf_token() -> str:
+    def form_token(self, session: str, credential: str | None) -> str:
+        """The CSRF token of a browser `session` signed in with `credential` (or none)."""
+        bound = f"{session}\n{credential or ''}".encode()
+        return hmac.new(self.csrf_secret, bound, hashlib.sha256).hexdigest()
+
+    def form_token_matches(self, session: str | None, credential: str | None, echoed: str | None) -> bool:
+        """Whether `echoed` is the form token of this session and credential."""
+        if not session or not echoed:
+            return False
+        return hmac.compare_digest(self.form_token(session, credential).encode(), echoed.encode())
+
+
+def new_session() -> str:
     return secrets.token_urlsafe(18)
-
-
-def csrf_matches(cookie: str | None, echoed: str | None) -> bool:
-    return bool(cookie) and bool(echoed) and hmac.compare_digest(str(cookie), str(echoed))
