@@ -16,6 +16,8 @@ import pytest
 from conftest import CONTROLLABLE, PY, controllable, free_port, spawn, stop, wait_port, write_config
 from test_wire_lanes import ENVELOPE, HttpGateway, StdioGateway, modern_headers, open_handshake
 
+from toolkeeper import jsonwire
+
 # Written into the request as raw JSON text: `json.dumps` would keep the integers, but the
 # decimal is the point, and no float holds it.
 ARGUMENTS_TEXT = (
@@ -72,11 +74,11 @@ def received_arguments(raw_answer: str) -> Any:
     return exact(result["content"][0]["text"])["params"]["arguments"]
 
 
-def assert_exact_both_ways(call: Any, server: str) -> None:
+def assert_exact_both_ways(call: Any, server: str, arguments: dict[str, Any] = ARGUMENTS) -> None:
     """`call(request_id, tool, arguments_text)` returns a raw answer: the arguments reach the
-    server exactly, and big integers in its result reach the client exactly."""
-    assert received_arguments(call("echo", f"{server}__raw_echo", ARGUMENTS_TEXT)) == ARGUMENTS
-    result = exact(call("big", f"{server}__big_numbers", "{}"))["result"]
+    server as `arguments`, and big integers in its result reach the client exactly."""
+    assert received_arguments(call(f"echo-{server}", f"{server}__raw_echo", ARGUMENTS_TEXT)) == arguments
+    result = exact(call(f"big-{server}", f"{server}__big_numbers", "{}"))["result"]
     assert result["structuredContent"] == BIG_NUMBERS
     assert exact(result["content"][0]["text"]) == BIG_NUMBERS
 
@@ -92,14 +94,14 @@ def stdio_raw_answer(gateway: StdioGateway, request_id: str) -> str:
             return line
 
 
-def wait_for_numbers(call: Any) -> None:
-    """Until both servers' tools answer (the gateway connects to them after it starts)."""
+def wait_for(call: Any, tools: list[str], arguments: str = "{}") -> None:
+    """Until each of `tools` answers (the gateway connects to its servers after it starts)."""
     for attempt in range(200):
-        answers = [json.loads(call(f"ready-{attempt}", f"{s}__big_numbers", "{}")) for s in ("ctl", "web")]
+        answers = [json.loads(call(f"ready-{attempt}-{tool}", tool, arguments)) for tool in tools]
         if all("result" in a and not a["result"].get("isError") for a in answers):
             return
         time.sleep(0.1)
-    raise AssertionError("the numbers servers' tools never showed")
+    raise AssertionError(f"{tools} never answered")
 
 
 @pytest.mark.parametrize("era", ["handshake", "modern"])
@@ -114,7 +116,7 @@ def test_numbers_pass_exactly_over_stdio(config: Path, era: str) -> None:
         return stdio_raw_answer(gateway, request_id)
 
     try:
-        wait_for_numbers(call)
+        wait_for(call, ["ctl__big_numbers", "web__big_numbers"])
         assert_exact_both_ways(call, "ctl")
         assert_exact_both_ways(call, "web")
     finally:
@@ -141,9 +143,99 @@ def test_numbers_pass_exactly_over_http(config: Path, era: str) -> None:
         assert status == 200, text
         return http_raw_answer(text)
 
+    # A handshake-era session over HTTP is the SDK's own transport, which reads a decimal as the
+    # nearest double: integers stay exact, the long decimal arrives as that double's digits.
+    arguments = ARGUMENTS if era == "modern" else {**ARGUMENTS, "precise": Decimal("0.1")}
     try:
-        wait_for_numbers(call)
-        assert_exact_both_ways(call, "ctl")
-        assert_exact_both_ways(call, "web")
+        wait_for(call, ["ctl__big_numbers", "web__big_numbers"])
+        assert_exact_both_ways(call, "ctl", arguments)
+        assert_exact_both_ways(call, "web", arguments)
     finally:
         gateway.close()
+
+
+# -- to a REST API ------------------------------------------------------------------------------
+
+NUMBERS_API = {
+    "openapi": "3.1.0",
+    "info": {"title": "Numbers", "version": "1"},
+    "paths": {
+        "/numbers": {
+            "post": {
+                "operationId": "store",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "ok",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
+            }
+        }
+    },
+}
+
+
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+def test_numbers_pass_exactly_to_a_rest_api_and_back(tmp_path: Path, era: str) -> None:
+    from echo_api import running_echo
+
+    with running_echo() as api:
+        api.answer = b'{"id":18446744073709551617,"balance":0.1000000000000000055511151231257827}'
+        spec = tmp_path / "numbers.json"
+        spec.write_text(json.dumps({**NUMBERS_API, "servers": [{"url": api.url}]}))
+        config = write_config(tmp_path, {"numbers": {"type": "openapi", "spec": str(spec), "prefix": "api"}})
+        gateway = StdioGateway(config)
+        meta = ENVELOPE if era == "modern" else {}
+        try:
+            if era == "handshake":
+                open_handshake(gateway)
+
+            def call(request_id: str, tool: str, arguments: str) -> str:
+                gateway.send(call_text(request_id, tool, meta, arguments))
+                return stdio_raw_answer(gateway, request_id)
+
+            wait_for(call, ["api__store"], '{"body":{}}')
+            answer = exact(call("store", "api__store", f'{{"body":{ARGUMENTS_TEXT}}}'))
+            assert exact(api.received[-1].body.decode()) == ARGUMENTS
+            assert answer["result"]["structuredContent"] == {
+                "id": 2**64 + 1,
+                "balance": Decimal("0.1000000000000000055511151231257827"),
+            }
+        finally:
+            gateway.close()
+
+
+# -- the codec itself ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "18446744073709551615",  # the largest integer orjson keeps
+        "18446744073709551616",
+        "-9223372036854775809",
+        "1" + "0" * 400,
+        "0.1000000000000000055511151231257827",
+        "1e400",
+        "-1E+400",
+        "1e-400",
+        "2.4703282292062328e-324",
+        "123456789.123456789",
+    ],
+)
+def test_the_codec_writes_every_number_as_it_read_it(text: str) -> None:
+    message = f'{{"jsonrpc":"2.0","id":1,"result":{{"n":{text},"list":[{text}],"plain":1.5}}}}'.encode()
+    value, surrogate_at = jsonwire.read(message)
+    assert surrogate_at is None
+    assert jsonwire.dumps(value) == message
+    assert jsonwire.dumps(jsonwire.loads(message)) == message
+
+
+def test_the_codec_reads_ordinary_numbers_as_plain_values() -> None:
+    value = jsonwire.loads(b'{"a":0.1,"b":1e300,"c":-7,"d":12345678901234567890123,"e":"12345678901234567"}')
+    assert value == {"a": 0.1, "b": 1e300, "c": -7, "d": 12345678901234567890123, "e": "12345678901234567"}
+    assert type(value["a"]) is float and type(value["b"]) is float  # only inexact ones are kept as text
