@@ -33,6 +33,8 @@ ARGUMENTS = {
     "plain": Decimal("1.5"),
     "small": 7,
 }
+# The arguments where the SDK's own models carry them: the decimal as the nearest double.
+ROUNDED = {**ARGUMENTS, "precise": Decimal("0.1")}
 # What the test server's big_numbers returns (tests/servers/controllable.py).
 BIG_NUMBERS = {"big": 2**64 + 1, "negative": -(2**70), "huge": 10**40}
 
@@ -104,10 +106,16 @@ def wait_for(call: Any, tools: list[str], arguments: str = "{}") -> None:
     raise AssertionError(f"{tools} never answered")
 
 
+@pytest.mark.parametrize("progress", [False, True], ids=["plain", "progress"])
 @pytest.mark.parametrize("era", ["handshake", "modern"])
-def test_numbers_pass_exactly_over_stdio(config: Path, era: str) -> None:
+def test_numbers_pass_exactly_over_stdio(config: Path, era: str, progress: bool) -> None:
+    """A plain call takes the raw lanes; one with a progress token the SDK's session to the
+    server, whose models write a decimal as the nearest double (integers stay exact)."""
     gateway = StdioGateway(config)
-    meta = ENVELOPE if era == "modern" else {}
+    meta: dict[str, Any] = {
+        **(ENVELOPE if era == "modern" else {}),
+        **({"progressToken": 1} if progress else {}),
+    }
     if era == "handshake":
         open_handshake(gateway)
 
@@ -117,8 +125,8 @@ def test_numbers_pass_exactly_over_stdio(config: Path, era: str) -> None:
 
     try:
         wait_for(call, ["ctl__big_numbers", "web__big_numbers"])
-        assert_exact_both_ways(call, "ctl")
-        assert_exact_both_ways(call, "web")
+        assert_exact_both_ways(call, "ctl", ROUNDED if progress else ARGUMENTS)
+        assert_exact_both_ways(call, "web", ROUNDED if progress else ARGUMENTS)
     finally:
         gateway.close()
 
@@ -145,7 +153,7 @@ def test_numbers_pass_exactly_over_http(config: Path, era: str) -> None:
 
     # A handshake-era session over HTTP is the SDK's own transport, which reads a decimal as the
     # nearest double: integers stay exact, the long decimal arrives as that double's digits.
-    arguments = ARGUMENTS if era == "modern" else {**ARGUMENTS, "precise": Decimal("0.1")}
+    arguments = ARGUMENTS if era == "modern" else ROUNDED
     try:
         wait_for(call, ["ctl__big_numbers", "web__big_numbers"])
         assert_exact_both_ways(call, "ctl", arguments)
