@@ -171,6 +171,10 @@ NUMBERS_API = {
         "/numbers": {
             "post": {
                 "operationId": "store",
+                "parameters": [
+                    {"name": "n", "in": "query", "schema": {"type": "integer"}},
+                    {"name": "at", "in": "query", "schema": {"type": "number"}},
+                ],
                 "requestBody": {
                     "required": True,
                     "content": {"application/json": {"schema": {"type": "object"}}},
@@ -207,8 +211,10 @@ def test_numbers_pass_exactly_to_a_rest_api_and_back(tmp_path: Path, era: str) -
                 return stdio_raw_answer(gateway, request_id)
 
             wait_for(call, ["api__store"], '{"body":{}}')
-            answer = exact(call("store", "api__store", f'{{"body":{ARGUMENTS_TEXT}}}'))
+            query = '"n":18446744073709551617,"at":0.1000000000000000055511151231257827'
+            answer = exact(call("store", "api__store", f'{{{query},"body":{ARGUMENTS_TEXT}}}'))
             assert exact(api.received[-1].body.decode()) == ARGUMENTS
+            assert api.received[-1].query == "n=18446744073709551617&at=0.1000000000000000055511151231257827"
             assert answer["result"]["structuredContent"] == {
                 "id": 2**64 + 1,
                 "balance": Decimal("0.1000000000000000055511151231257827"),

@@ -242,7 +242,7 @@ def _as_json(value: Any) -> Any:
     if isinstance(value, ExactNumber):
         return orjson.Fragment(value.text)
     if isinstance(value, str):
-        return str(value)
+        return str.__str__(value)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):

@@ -184,6 +184,8 @@ def _scalar(value: Any) -> str:
         return ""
     if isinstance(value, dict | list):
         return _json_text(value)
+    if isinstance(value, jsonwire.ExactNumber):
+        return value.text
     return str(value)
 
 
