@@ -7,7 +7,8 @@ test can see what actually reached the server. `--instructions TEXT` sets its in
 `--resources` offers resources and prompts (a low-level server with no resource templates
 handler, so `resources/templates/list` is answered -32601 like many servers do). `--asks` offers
 `ask`, a tool that puts a question to its client during the call. `--raw-tool JSON` (repeatable)
-lists one more tool exactly as written, past the SDK's models, however malformed.
+lists one more tool exactly as written, past the SDK's models, however malformed;
+`--huge-description BYTES` offers `huge`, whose description is that long.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def text_tool(name: str, description: str, properties: dict[str, Any] | None = N
         description=description,
         input_schema={"type": "object", "properties": properties or {}},
     )
+
+
+def huge_description(size: int) -> str:
+    """A description of exactly `size` bytes whose first line says what the tool does."""
+    first = "Reads one record.\n"
+    return first + "x" * (size - len(first))
 
 
 ASK_TOOL = text_tool(
@@ -85,6 +92,12 @@ def main() -> None:
     parser.add_argument("--resources", action="store_true", help="offer resources and prompts")
     parser.add_argument("--asks", action="store_true", help="offer the ask tool (a question during a call)")
     parser.add_argument("--raw-tool", action="append", default=[], help="one more tool, as this raw JSON")
+    parser.add_argument(
+        "--huge-description",
+        type=int,
+        default=0,
+        help="offer `huge`, a tool whose description has this many bytes",
+    )
     parser.add_argument(
         "--start-delay-file",
         default=None,
@@ -157,6 +170,8 @@ def main() -> None:
         tools += [text_tool(name, f"Extra tool {name}.") for name in extra]
         if args.asks:
             tools.append(ASK_TOOL)
+        if args.huge_description:
+            tools.append(text_tool("huge", huge_description(args.huge_description)))
         return tools
 
     async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> dict[str, Any]:
