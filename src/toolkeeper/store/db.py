@@ -515,10 +515,9 @@ def keep_private(path: Path) -> None:
     2. the file and each companion already there that group or others may use, and that this
        user owns, lose those permissions, with a warning naming the file and its mode before.
     A folder or file that cannot be created or changed is left for SQLite to report."""
-    try:
+    # Already there, or not creatable: SQLite's own error then names the problem.
+    with contextlib.suppress(OSError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_MODE))
-    except OSError:
-        pass  # already there (or not creatable: SQLite's own error names it)
     for file in (path, *(path.with_name(path.name + suffix) for suffix in SQLITE_COMPANIONS)):
         try:
             info = file.stat()
