@@ -1,15 +1,23 @@
-"""One tool with a 2 MB description, from an MCP server over stdio or over HTTP, reaches SDK
-clients of both eras over HTTP whole: the SDK's client takes at most 1 MiB in one event of a
-stream, on the gateway's side of a downstream as on a client's."""
+"""One tool with a 2 MB description: it reaches SDK clients of both eras over HTTP whole, from an
+MCP server over stdio or over HTTP (the SDK's client takes at most 1 MiB in one event of a stream,
+on the gateway's side of a downstream as on a client's); `toolkeeper lint` warns about it; the
+dashboard's tools page loads in a real Chromium with its row one line high, and the tool's own
+page shows the whole text."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
+from browser import WIDTHS, PageAt, screenshot
 from conftest import (
     CONTROLLABLE,
     MODES,
@@ -28,10 +36,11 @@ from mcp import Client
 pytestmark = pytest.mark.anyio
 
 HUGE = 2 * 1024 * 1024
+TOKEN = "huge-definitions-token"
 
 
 def _expected() -> str:
-    first = "Reads one record.\n"
+    first = "Reads one record. "
     return first + "x" * (HUGE - len(first))
 
 
@@ -87,3 +96,50 @@ def test_lint_warns_about_a_description_over_the_configured_size(tmp_path):
     found = _long_descriptions(_lint("--config", str(config), "--server", "ctl"))
     assert [f["tool"] for f in found] == ["huge"] and "over 1,000" in found[0]["message"]
     assert _long_descriptions(_lint("--", PY, CONTROLLABLE, "--huge-description", "2000")) == []
+
+
+@contextmanager
+def dashboard_with_a_huge_tool(tmp_path: Path) -> Iterator[str]:
+    """`toolkeeper serve --transport http --ui` over a server with the 2 MB tool; its base URL,
+    once the tool is in the catalog."""
+    config = write_config(tmp_path, {"ctl": controllable(server_args={"huge-description": HUGE})})
+    port = free_port()
+    args = [PY, "-m", "toolkeeper", "serve", "--config", str(config), "--transport", "http", "--ui"]
+    env = {"PYTHONPATH": str(ROOT / "src"), "TOOLKEEPER_UI_TOKEN": TOKEN}
+    process = spawn([*args, "--port", str(port)], cwd=tmp_path, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_port(port)
+        deadline = time.monotonic() + 30
+        headers = {"authorization": f"Bearer {TOKEN}"}
+        while httpx2.get(f"{base}/api/tools/ctl__huge", headers=headers, timeout=30).status_code != 200:
+            assert time.monotonic() < deadline, "the 2 MB tool never reached the gateway's catalog"
+            time.sleep(0.1)
+        yield base
+    finally:
+        stop(process)
+
+
+async def test_the_tools_page_loads_with_a_2mb_description_on_one_line_and_the_tool_page_has_it_whole(
+    tmp_path: Path, page_at: PageAt
+) -> None:
+    with dashboard_with_a_huge_tool(tmp_path) as base:
+        for width in WIDTHS:
+            page = await page_at(width)
+            await page.goto(f"{base}/tools?token={TOKEN}")  # the load event, within the page timeout
+            huge = page.locator('tr[data-tool="ctl__huge"] td.description .clamp')
+            echo = page.locator('tr[data-tool="ctl__echo"] td.description .clamp')
+            line = await huge.inner_text()
+            assert line.startswith("Reads one record. xxx") and line.endswith("…") and len(line) < 300
+            shown = await huge.evaluate(
+                "el => ({height: el.clientHeight, cut: el.scrollWidth > el.clientWidth})"
+            )
+            assert shown["height"] == await echo.evaluate("el => el.clientHeight")  # one line, like echo's
+            assert shown["cut"]  # and it says so, with an ellipsis
+            assert len(await page.content()) < 256 * 1024  # the page does not carry the 2 MB
+            await screenshot(page, "tools-huge-description")
+
+        page = await page_at(WIDTHS[0])
+        await page.goto(f"{base}/tools/ctl__huge?token={TOKEN}")
+        assert await page.locator("#description").inner_text() == _expected()
+        await screenshot(page, "tool-huge-description")

@@ -48,8 +48,8 @@ def text_tool(name: str, description: str, properties: dict[str, Any] | None = N
 
 
 def huge_description(size: int) -> str:
-    """A description of exactly `size` bytes whose first line says what the tool does."""
-    first = "Reads one record.\n"
+    """A description of exactly `size` bytes, on one line, that starts by saying what the tool does."""
+    first = "Reads one record. "
     return first + "x" * (size - len(first))
 
 
