@@ -53,6 +53,31 @@ async def test_a_2mb_description_from_a_stdio_server_reaches_sdk_clients_over_ht
     assert tools["ctl__huge"].description == _expected()
 
 
+def test_a_list_request_with_a_cursor_gets_the_whole_list_as_one_json_response(tmp_path):
+    """The gateway lists every tool on one page: a cursor a client sends changes nothing."""
+    config = write_config(tmp_path, {"ctl": controllable(server_args={"huge-description": HUGE})})
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
+    hello = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    }
+    with http_gateway_url(config) as url, httpx2.Client(headers=headers, timeout=30) as http:
+        opened = http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
+        http.headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+        http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for request_id in range(2, 400):  # until the server's tools are in (it connects after the port opens)
+            params = {"cursor": "page-2"}
+            answer = http.post(
+                url, json={"jsonrpc": "2.0", "id": request_id, "method": "tools/list", "params": params}
+            )
+            if answer.headers["content-type"].startswith("application/json"):
+                break
+            time.sleep(0.1)
+    tools = {tool["name"]: tool for tool in answer.json()["result"]["tools"]}
+    assert tools["ctl__huge"]["description"] == _expected()
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_2mb_description_from_an_http_server_reaches_sdk_clients_over_http(tmp_path, mode):
     port = free_port()
