@@ -191,6 +191,9 @@ class GatewaySettings:
     # Host and Origin headers the HTTP endpoint accepts besides the local ones (DNS rebinding).
     http_allowed_hosts: tuple[str, ...] = ()
     http_allowed_origins: tuple[str, ...] = ()
+    # Reverse proxies (addresses and networks, normalised as CIDRs) whose X-Forwarded-For and
+    # X-Forwarded-Proto are believed; no other peer's are, loopback included.
+    http_trusted_proxies: tuple[str, ...] = ()
     http_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     http_auth_mode: HttpAuthMode = "auto"
     http_auth_oauth: OAuthSettings | None = None
