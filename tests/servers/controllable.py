@@ -10,6 +10,7 @@ handler, so `resources/templates/list` is answered -32601 like many servers do).
 lists one more tool exactly as written, past the SDK's models, however malformed. `--numbers`
 offers `raw_echo`, which answers with the raw text of the request that called it (so a test sees
 every number's digits as they arrived), and `big_numbers`, whose result holds integers past 64 bits.
+`--huge-description BYTES` offers `huge`, whose description is that long.
 """
 
 from __future__ import annotations
@@ -88,6 +89,12 @@ def text_tool(name: str, description: str, properties: dict[str, Any] | None = N
     )
 
 
+def huge_description(size: int) -> str:
+    """A description of exactly `size` bytes, on one line, that starts by saying what the tool does."""
+    first = "Reads one record. "
+    return first + "x" * (size - len(first))
+
+
 ASK_TOOL = text_tool(
     "ask",
     "Wait `after` seconds, then ask the client for a name (elicitation/create).",
@@ -128,6 +135,12 @@ def main() -> None:
     parser.add_argument("--asks", action="store_true", help="offer the ask tool (a question during a call)")
     parser.add_argument("--numbers", action="store_true", help="offer raw_echo and big_numbers")
     parser.add_argument("--raw-tool", action="append", default=[], help="one more tool, as this raw JSON")
+    parser.add_argument(
+        "--huge-description",
+        type=int,
+        default=0,
+        help="offer `huge`, a tool whose description has this many bytes",
+    )
     parser.add_argument(
         "--start-delay-file",
         default=None,
@@ -203,6 +216,8 @@ def main() -> None:
         if args.numbers:
             tools.append(text_tool("raw_echo", "Answer with the raw text of this request."))
             tools.append(text_tool("big_numbers", "Return integers past 64 bits."))
+        if args.huge_description:
+            tools.append(text_tool("huge", huge_description(args.huge_description)))
         return tools
 
     async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from toolkeeper.config.model import (
     DEFAULT_DATABASE_TIMEOUT,
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
+    DEFAULT_MAX_DESCRIPTION_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_SERVER_INSTRUCTIONS,
@@ -530,6 +531,14 @@ SETTINGS = (
             "{where}: toolkeeper.maxServerInstructions must be 0 (pass none on) or more characters, "
             "got {value}.",
             at_least=0,
+        ),
+    ),
+    Setting(
+        key="maxDescriptionBytes", field="max_description_bytes", read=_typed, kind=int,
+        default=DEFAULT_MAX_DESCRIPTION_BYTES, env=("TOOLKEEPER_MAX_DESCRIPTION_BYTES",),
+        bounds=Bounds(
+            "{where}: toolkeeper.maxDescriptionBytes must be a whole number of at least 1, got {value}.",
+            at_least=1,
         ),
     ),
     Setting(

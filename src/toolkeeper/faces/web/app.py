@@ -43,7 +43,7 @@ from toolkeeper.faces.web.face import (
     render,
     service_refusal,
 )
-from toolkeeper.faces.web.shown import visible_in_page
+from toolkeeper.faces.web.shown import first_line, visible_in_page
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services import Services
 
@@ -53,6 +53,7 @@ def build_web_app(gateway: Gateway, services: Services, access: Access) -> ASGIA
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, finalize=visible_in_page
     )
+    environment.filters["first_line"] = first_line
     templates = Jinja2Templates(env=environment)
     app = Starlette(
         routes=list(web_routes()),
