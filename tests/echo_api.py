@@ -1,6 +1,7 @@
 """An HTTP server that records exactly what it received (method, the raw request path, query,
-headers, body bytes) and answers `{"ok": true}`: a bare ASGI app run by uvicorn in a thread on a
-free port of 127.0.0.1, so a test can assert on the bytes a request put on the wire."""
+headers, body bytes) and answers `{"ok": true}` (or its `answer`, JSON bytes a test sets): a
+bare ASGI app run by uvicorn in a thread on a free port of 127.0.0.1, so a test can assert on
+the bytes a request put on the wire."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class Received:
 class EchoApi:
     url: str = ""
     received: list[Received] = field(default_factory=list)
+    answer: bytes = b'{"ok": true}'
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -54,7 +56,7 @@ class EchoApi:
                 "headers": [(b"content-type", b"application/json")],
             }
         )
-        await send({"type": "http.response.body", "body": b'{"ok": true}'})
+        await send({"type": "http.response.body", "body": self.answer})
 
 
 @contextmanager

@@ -81,8 +81,8 @@ async def tool_names(client: Client) -> set[str]:
 
 
 @contextmanager
-def gateway(config: Path, port: int | None = None) -> Iterator[HttpGateway]:
-    running = HttpGateway(config, port)
+def gateway(config: Path, port: int | None = None, **spawned: Any) -> Iterator[HttpGateway]:
+    running = HttpGateway(config, port, **spawned)
     try:
         yield running
     finally:
@@ -182,17 +182,78 @@ def test_without_a_valid_key_every_request_gets_401_and_the_metadata_link(tmp_pa
 HANDSHAKE = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": HANDSHAKE_INIT}
 
 
-def test_an_address_with_ten_failures_in_a_minute_is_refused_for_a_while(tmp_path: Path) -> None:
+LISTING = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": ENVELOPE}}
+LISTING_HEADERS = {"mcp_protocol_version": "2026-07-28", "mcp_method": "tools/list"}
+ROTATED = [f"198.51.100.{n}" for n in range(1, 13)]
+
+
+@contextmanager
+def logged_gateway(config: Path, log: Path) -> Iterator[HttpGateway]:
+    """A gateway whose log (its stderr) goes to `log`."""
+    with log.open("wb") as stderr, gateway(config, stderr=stderr) as running:
+        yield running
+
+
+def test_an_attackers_bad_tokens_throttle_it_but_never_lock_a_valid_key_out_of_the_same_address(
+    tmp_path: Path,
+) -> None:
     config = team_config(tmp_path)
     token = new_key(config, "alice")
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": ENVELOPE}}
-    headers = {"mcp_protocol_version": "2026-07-28", "mcp_method": "tools/list"}
-    with gateway(config) as running:
-        assert running.request(body, authorization=f"Bearer {token}", **headers)[0] == 200
-        for _ in range(10):
-            assert running.request(body, authorization="Bearer tk_wrong", **headers)[0] == 401
-        status, answered, _ = running.request(body, authorization=f"Bearer {token}", **headers)
-        assert status == 429 and int(answered["retry-after"]) > 0
+    with logged_gateway(config, tmp_path / "gateway.log") as running:
+        statuses = []
+        for _ in range(12):
+            status, answered, _ = running.request(LISTING, authorization="Bearer tk_wrong", **LISTING_HEADERS)
+            statuses.append(status)
+        # The issue's finding: after 10 bad tokens from an address, this was 429 for 60 s.
+        status, _, text = running.request(LISTING, authorization=f"Bearer {token}", **LISTING_HEADERS)
+        assert status == 200, text
+        assert statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}
+        assert int(answered["retry-after"]) > 0
+    assert "authentication failed from 127.0.0.1" in (tmp_path / "gateway.log").read_text()
+
+
+def test_a_forged_x_forwarded_for_from_loopback_is_ignored_for_the_throttle_and_the_log(
+    tmp_path: Path,
+) -> None:
+    config = team_config(tmp_path)
+    token = new_key(config, "alice")
+    log = tmp_path / "gateway.log"
+    with logged_gateway(config, log) as running:
+        statuses = [
+            running.request(
+                LISTING, authorization="Bearer tk_wrong", x_forwarded_for=forged, **LISTING_HEADERS
+            )[0]
+            for forged in ROTATED
+        ]
+        assert statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}  # rotating it escapes nothing
+        status, _, _ = running.request(
+            LISTING, authorization=f"Bearer {token}", x_forwarded_for="198.51.100.99", **LISTING_HEADERS
+        )
+        assert status == 200
+    text = log.read_text()
+    assert "authentication failed from 127.0.0.1" in text
+    assert "198.51.100." not in text
+
+
+def test_with_trusted_proxies_the_forwarded_address_is_counted_and_logged(tmp_path: Path) -> None:
+    config = team_config(tmp_path, http={**EXPOSED["http"], "trustedProxies": ["127.0.0.0/8"]})
+    token = new_key(config, "alice")
+    log = tmp_path / "gateway.log"
+    with logged_gateway(config, log) as running:
+
+        def listing(authorization: str, forwarded: str) -> int:
+            headers = {**LISTING_HEADERS, "x_forwarded_for": forwarded}
+            return running.request(LISTING, authorization=authorization, **headers)[0]
+
+        assert [listing("Bearer tk_wrong", "198.51.100.1") for _ in range(6)] == [401] * 5 + [429]
+        # Each client behind the proxy has its own count, and a valid key always gets in.
+        assert listing("Bearer tk_wrong", "198.51.100.2") == 401
+        assert listing(f"Bearer {token}", "198.51.100.1") == 200
+        # The address the proxy appends is the client's, whatever the client wrote before it.
+        assert listing("Bearer tk_wrong", "192.0.2.1, 198.51.100.1") == 429
+    text = log.read_text()
+    assert "authentication failed from 198.51.100.1" in text
+    assert "authentication failed from 127.0.0.1" not in text
 
 
 async def test_scoped_keys_see_their_own_tools_at_the_same_time_and_the_admin_the_configuration_tools(

@@ -1,5 +1,5 @@
 """The HTTP edge's authentication in process: what it answers and logs for each kind of bad
-credential, when the gateway may start, and how the throttle forgets an address."""
+credential, and when the gateway may start (the throttle: test_throttle.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from toolkeeper.edge.auth import (
     Authenticator,
     AuthPlan,
     CannotStart,
-    FailureThrottle,
     reachable_beyond_loopback,
 )
 from toolkeeper.services.keys import TOKEN_START, KeyRing, token_digest
@@ -139,23 +138,6 @@ async def test_no_token_where_one_is_needed_names_the_metadata_and_a_long_header
 async def test_where_no_token_is_needed_a_request_without_one_is_the_local_user() -> None:
     principal, answer = await admit(authenticator(ring(), required=False), None)
     assert answer.messages == [] and principal.name == "local" and principal.admin
-
-
-def test_the_throttle_refuses_an_address_after_ten_failures_in_a_minute_and_forgets_it_later() -> None:
-    now = [1000.0]
-    throttle = FailureThrottle(clock=lambda: now[0])
-    for _ in range(9):
-        throttle.failed("203.0.113.7")
-    assert throttle.blocked_for("203.0.113.7") == 0
-    now[0] += 61  # the first nine are older than a minute now
-    throttle.failed("203.0.113.7")
-    assert throttle.blocked_for("203.0.113.7") == 0
-    for _ in range(9):
-        throttle.failed("203.0.113.7")
-    assert throttle.blocked_for("203.0.113.7") == pytest.approx(60)
-    assert throttle.blocked_for("198.51.100.1") == 0  # another address is not held back
-    now[0] += 60.5
-    assert throttle.blocked_for("203.0.113.7") == 0
 
 
 @pytest.mark.parametrize(

@@ -425,3 +425,60 @@ async def test_the_move_from_claude_desktop_and_back(home: Path) -> None:
 
     tk(home, "uninstall", "claude-desktop")
     assert desktop.read_bytes() == original
+
+
+def test_a_symlinked_config_is_edited_where_it_points_and_stays_a_link(home: Path) -> None:
+    write(toolkeeper_config(home), {"mcpServers": {}})
+    dotfiles = write(home / "dotfiles" / "cursor-mcp.json", {"mcpServers": {"time": {"command": "uvx"}}})
+    dotfiles.chmod(0o640)
+    original = dotfiles.read_bytes()
+    cursor = home / ".cursor" / "mcp.json"
+    cursor.parent.mkdir()
+    cursor.symlink_to(dotfiles)
+
+    installed = tk(home, "install", "cursor")
+    assert cursor.is_symlink() and cursor.readlink() == dotfiles
+    assert set(json.loads(dotfiles.read_text())["mcpServers"]) == {"time", "toolkeeper"}
+    assert oct(dotfiles.stat().st_mode & 0o777) == oct(0o640)
+    assert f"{dotfiles}, where it points, is edited" in installed.stderr
+    assert [b.read_bytes() for b in backups(cursor)] == [original]
+
+    tk(home, "uninstall", "cursor")
+    assert cursor.is_symlink() and cursor.readlink() == dotfiles
+    assert dotfiles.read_bytes() == original and oct(dotfiles.stat().st_mode & 0o777) == oct(0o640)
+    assert sorted(p.name for p in (home / "dotfiles").iterdir()) == ["cursor-mcp.json"]
+
+
+def test_a_link_to_a_file_not_made_yet_gets_the_file_and_keeps_the_link_on_uninstall(home: Path) -> None:
+    write(toolkeeper_config(home), {"mcpServers": {}})
+    (home / "dotfiles").mkdir()
+    target = home / "dotfiles" / "cursor-mcp.json"
+    cursor = home / ".cursor" / "mcp.json"
+    cursor.parent.mkdir()
+    cursor.symlink_to(target)
+
+    tk(home, "install", "cursor")
+    assert cursor.is_symlink() and list(json.loads(target.read_text())["mcpServers"]) == ["toolkeeper"]
+    tk(home, "uninstall", "cursor")
+    assert cursor.is_symlink() and cursor.readlink() == target and not target.exists()
+
+
+def test_a_read_only_config_is_refused_unless_forced_and_stays_read_only(home: Path) -> None:
+    write(toolkeeper_config(home), {"mcpServers": {}})
+    cursor = write(home / ".cursor" / "mcp.json", {"mcpServers": {"time": {"command": "uvx"}}})
+    original = cursor.read_bytes()
+    cursor.chmod(0o444)
+
+    refused = tk(home, "install", "cursor", code=1).stderr
+    assert f"{cursor} is read-only (mode 0444)" in refused
+    assert f"chmod u+w {cursor}" in refused and "--force" in refused
+    assert cursor.read_bytes() == original and not backups(cursor)
+
+    tk(home, "install", "cursor", "--force")
+    assert "toolkeeper" in json.loads(cursor.read_text())["mcpServers"]
+    assert oct(cursor.stat().st_mode & 0o777) == oct(0o444)
+
+    assert "read-only" in tk(home, "uninstall", "cursor", code=1).stderr
+    assert "toolkeeper" in json.loads(cursor.read_text())["mcpServers"]
+    tk(home, "uninstall", "cursor", "--force")
+    assert cursor.read_bytes() == original and oct(cursor.stat().st_mode & 0o777) == oct(0o444)

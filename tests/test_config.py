@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -156,11 +157,32 @@ def test_http_hygiene_settings_from_file_and_environment():
         ({"allowedOrigins": [""]}, "toolkeeper.http.allowedOrigins must be a list of non-empty strings"),
         ({"maxRequestBytes": 10}, "toolkeeper.http.maxRequestBytes must be a whole number of at least 1024"),
         ({"hosts": []}, "toolkeeper.http must look like"),
+        (
+            {"trustedProxies": "10.0.0.5"},
+            "toolkeeper.http.trustedProxies must be a list of non-empty strings",
+        ),
+        (
+            {"trustedProxies": ["10.0.0.5", "proxy.example"]},
+            "toolkeeper.http.trustedProxies lists 'proxy.example', which is no IP address or network: "
+            'write the address your reverse proxy connects from, like "10.0.0.5"',
+        ),
     ],
 )
 def test_bad_http_hygiene_settings(http, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         parse({}, toolkeeper={"http": http})
+
+
+def test_trusted_proxies_are_none_by_default_and_read_as_networks_from_the_file_or_environment():
+    assert parse({}).settings.http_trusted_proxies == ()
+    trusted = {"http": {"trustedProxies": ["10.0.0.5", "10.1.2.3/8", "fd00::/8"]}}
+    assert parse({}, toolkeeper=trusted).settings.http_trusted_proxies == (
+        "10.0.0.5/32",
+        "10.0.0.0/8",
+        "fd00::/8",
+    )
+    env = {"TOOLKEEPER_HTTP_TRUSTED_PROXIES": "127.0.0.1, ::1"}
+    assert parse({}, env).settings.http_trusted_proxies == ("127.0.0.1/32", "::1/128")
 
 
 def test_hint_settings_per_server_fall_back_to_the_gateways() -> None:
@@ -550,13 +572,14 @@ def test_schema_key_is_allowed():
             "<config>: unknown setting 'toolkeeper.port'. Allowed: approvalTimeout, auditArguments, "
             "auditKey, auditMaxWaiting, auditRetentionDays, autoApproveReadOnly, confirm, "
             "confirmDestructive, databaseTimeout, databaseUrl, featureFlags, home, http, inferHints, "
-            "logLevel, maxConcurrentConnects, maxServerInstructions, retryWindow, sanitizeUntrustedHints, "
-            "stdio, trustIdempotentRetries.",
+            "logLevel, maxConcurrentConnects, maxDescriptionBytes, maxServerInstructions, retryWindow, "
+            "sanitizeUntrustedHints, stdio, trustIdempotentRetries.",
         ),
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',
             '<config>: toolkeeper.http must look like {"host": "127.0.0.1", "port": 8765}, with optional '
-            '"allowedHosts" and "allowedOrigins" (lists of strings), "maxRequestBytes" and "auth".',
+            '"allowedHosts", "allowedOrigins" and "trustedProxies" (lists of strings), "maxRequestBytes" '
+            'and "auth".',
         ),
         (
             '{"toolkeeper": {"featureFlags": {"x": "yes"}}}',

@@ -162,8 +162,9 @@ async def test_clients_of_both_eras_are_answered_at_once_and_hear_when_graph_is_
 
 def test_servers_shows_a_large_spec_loading_with_its_progress(tmp_path: Path, graph_spec: Path) -> None:
     # Graph's beta spec (47 MB, 22,361 operations) takes seconds of CPU on any machine, so it is
-    # still converting when `servers` stops waiting after 4 s (reading it alone takes 1-3 s, so at
-    # 2 s a busy machine was still reading, with no count to show); Graph's own loads in about 5 s.
+    # still loading when `servers` stops waiting after 4 s. Reading it alone takes 1-3 s, more on a
+    # busy machine, so the phase shown may be that one or the count of operations converted (the
+    # counts themselves are checked in process, above).
     beta = graph_spec.with_name("graph-beta.json")
     config = write_config(tmp_path, {"graph": {"type": "openapi", "spec": str(beta)}})
     done = subprocess.run(
@@ -174,9 +175,9 @@ def test_servers_shows_a_large_spec_loading_with_its_progress(tmp_path: Path, gr
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert re.search(r"loading: ([\d,]+ of 22,361 operations|22,361 operations converted)", done.stdout), (
-        done.stdout
-    )
+    assert re.search(
+        r"loading: (reading the spec|[\d,]+ of 22,361 operations|22,361 operations converted)", done.stdout
+    ), done.stdout
 
 
 # -- a spec that changes while the gateway runs, and breaks --------------------------------------

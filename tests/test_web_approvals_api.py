@@ -14,9 +14,8 @@ from typing import Any
 import anyio
 import pytest
 from conftest import controllable, eventually
-from web_support import Dashboard, config_for, running_dashboard
+from web_support import Dashboard, config_for, form_token, running_dashboard
 
-from toolkeeper.faces.web.access import CSRF_COOKIE
 from toolkeeper.faces.web.pages.approvals import pending_changes
 from toolkeeper.pipeline.approval import MAY_DESTROY, MAY_REACH_OUT
 from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, ToolCall
@@ -157,7 +156,7 @@ def test_the_inbox_page_lists_the_rules_and_revokes_one(board: Dashboard) -> Non
     )
     page = board.client.get("/approvals")
     assert f'id="rule-{added}"' in page.text
-    csrf = board.client.cookies[CSRF_COOKIE]
+    csrf = form_token(board.client)
     done = board.client.post(f"/approvals/rules/{added}/revoke", data={"csrf": csrf}, follow_redirects=False)
     assert done.status_code == 303
     after = board.client.get(done.headers["location"])
@@ -207,7 +206,7 @@ def test_the_inbox_page_answers_with_forms_and_says_when_a_call_was_decided_else
     fragment = board.client.get("/approvals?fragment=1")
     assert "<html" not in fragment.text and f'data-waiting="{call["id"]}"' in fragment.text
 
-    csrf = board.client.cookies[CSRF_COOKIE]
+    csrf = form_token(board.client)
     done = board.client.post(
         f"/approvals/{call['id']}/approve",
         data={"scope": "once", "csrf": csrf},

@@ -8,9 +8,7 @@ import re
 from pathlib import Path
 
 from conftest import PY, ROOT
-from web_support import Dashboard, config_for, running_dashboard
-
-from toolkeeper.faces.web.access import CSRF_COOKIE
+from web_support import Dashboard, config_for, form_token, running_dashboard
 
 HOSTILE = str(ROOT / "tests" / "servers" / "hostile.py")
 PREVIEW = "rm_rf\x1b[2K\x1b[1Gread_file"  # the name tests/servers/hostile.py gives its tool
@@ -44,7 +42,7 @@ def test_the_toolset_picker_sends_such_a_tools_name_back_as_it_came(tmp_path: Pa
         saved = board.client.post(
             "/toolsets/new",
             data={
-                "csrf": board.client.cookies[CSRF_COOKIE],
+                "csrf": form_token(board.client),
                 "action": "save",
                 "name": "previewing",
                 "tool": f"h.{PREVIEW}",

@@ -13,9 +13,7 @@ import pytest
 from conftest import MODES
 from mcp import Client
 from tool_page_support import EDIT_NOTE, GET_NOTE, equip_toolset, notebook, served_dashboard
-from web_support import Dashboard, config_for, running_dashboard
-
-from toolkeeper.faces.web.access import CSRF_COOKIE
+from web_support import Dashboard, config_for, form_token, running_dashboard
 
 READ_RULE = {"when": {"argument": "action", "equals": "read"}, "hints": {"readOnlyHint": True}}
 ERASE_RULE = {"when": {"argument": "action", "equals": "erase"}, "hints": {"destructiveHint": True}}
@@ -165,7 +163,7 @@ def test_confirm_mode_and_the_policy_explanation(board: Dashboard) -> None:
 
 def form(board: Dashboard, path: str, fields: dict[str, str], tool: str = GET_NOTE) -> Any:
     board.client.get("/")  # the CSRF cookie
-    data = {**fields, "csrf": board.client.cookies[CSRF_COOKIE]}
+    data = {**fields, "csrf": form_token(board.client)}
     return board.client.post(f"/tools/{tool}{path}", data=data, follow_redirects=False)
 
 

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 from conftest import ROOT
-from web_support import Dashboard, config_for, running_dashboard
+from web_support import Dashboard, config_for, form_token, running_dashboard
 
 from toolkeeper.errors import ErrorKind, ServiceError
-from toolkeeper.faces.web.access import CSRF_COOKIE
 
 MANY_TOOLS = str(ROOT / "tests" / "servers" / "many_tools.py")
 # A page of the API with 2,000 tools behind it, on a busy two-core machine.
@@ -286,7 +285,7 @@ def test_the_page_escapes_server_text_and_its_pager_keeps_the_search(big: Dashbo
 def test_a_bulk_form_comes_back_to_the_same_filtered_page_with_its_outcome(small: Dashboard) -> None:
     small.client.get("/tools")  # sets the CSRF cookie
     form = {
-        "csrf": small.client.cookies[CSRF_COOKIE],
+        "csrf": form_token(small.client),
         "q": "read",
         "risk": "safe",
         "action": "confirm",

@@ -8,9 +8,7 @@ from typing import Any
 
 import pytest
 from conftest import controllable, eventually
-from web_support import config_for, running_dashboard
-
-from toolkeeper.faces.web.access import CSRF_COOKIE
+from web_support import config_for, form_token, running_dashboard
 
 ECHO = "ctl.echo"
 PID = "ctl.pid"
@@ -139,7 +137,7 @@ def test_reconnect_starts_a_new_connection_and_lists_the_tools_again(board) -> N
 
 def form_post(board: Any, path: str, data: dict[str, Any], **kw: Any) -> Any:
     board.client.get("/")  # the CSRF cookie
-    csrf = board.client.cookies[CSRF_COOKIE]
+    csrf = form_token(board.client)
     return board.client.post(path, data={**data, "csrf": csrf}, follow_redirects=False, **kw)
 
 
@@ -192,7 +190,7 @@ def test_import_by_file_upload_and_by_paste(board) -> None:  # type: ignore[no-u
     assert build(board, "research", [ECHO]).status_code == 201
     text = board.client.get("/api/toolsets/research/export", headers=board.auth).text
     board.client.get("/")
-    csrf = board.client.cookies[CSRF_COOKIE]
+    csrf = form_token(board.client)
     uploaded = board.client.post(
         "/toolsets/import",
         data={"csrf": csrf, "name": "uploaded"},

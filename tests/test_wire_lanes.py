@@ -361,9 +361,9 @@ def test_a_lone_surrogate_is_refused_for_that_request_alone_and_the_shared_serve
 class HttpGateway:
     """A gateway over HTTP spoken to with raw requests (any Host header, any body)."""
 
-    def __init__(self, config: Path, port: int | None = None) -> None:
+    def __init__(self, config: Path, port: int | None = None, **spawned: Any) -> None:
         self.port = port or free_port()
-        self.process = spawn_http_gateway(config, self.port)
+        self.process = spawn_http_gateway(config, self.port, **spawned)
         wait_port(self.port)
 
     def request(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,6 +65,14 @@ class Dashboard:
         """Run an async function on the gateway's loop (a service call, a wait)."""
         assert self.client.portal is not None
         return self.client.portal.call(fn, *args)
+
+
+def form_token(client: TestClient, page: str = "/") -> str:
+    """The CSRF token a page's forms carry, read from the page as its scripts read it (the
+    cookie beside it is HttpOnly, and not the token)."""
+    match = re.search(r'<meta name="csrf-token" content="([^"]+)">', client.get(page).text)
+    assert match, f"{page} carries no CSRF token"
+    return match.group(1)
 
 
 def config_for(tmp_path: Path, servers: dict[str, Any], **settings: Any) -> Config:

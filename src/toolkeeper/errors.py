@@ -29,6 +29,7 @@ class NextStep(StrEnum):
     EQUIP_TOOLSET = "equip-toolset"  # equip a toolset, or name one
     BUILD_TOOLSET = "build-toolset"  # no toolset is saved: build one
     LIST_TOOLS = "list-tools"  # see which tools the servers offer
+    FORCE = "force"  # repeat the request, writing a file its owner made read-only
 
 
 class ServiceError(Exception):

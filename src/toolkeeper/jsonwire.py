@@ -4,6 +4,14 @@ orjson is several times faster than `json` on the call path, but it refuses text
 UTF-8 form (a lone UTF-16 surrogate, which JSON's `\\ud800` escape can express). Such a message
 is still valid JSON, so it is read and written with `json` instead of being dropped.
 
+Numbers pass through exactly as written. orjson reads an integer past 64 bits, or a decimal with
+more digits than a double holds, as the nearest double without a word (18446744073709551617
+becomes 1.8446744073709552e+19), and refuses to write such an integer. So the text is searched
+first, in C, for what could be such a number (a run of 16 digits or points, or a negative
+exponent of three digits), and only a message holding one is read by `json`: its integers stay
+Python ints of any size, and a decimal no double writes back as the same number becomes an
+`ExactNumber`, a float that remembers its text. `dumps` writes both as they were read.
+
 A client's message may nest arrays and objects at most MAX_NESTING levels deep. Deeper data
 would fail somewhere on its way as Python's recursion limit or a parser's depth limit (orjson
 reads 1024 levels, the SDK's pydantic about 200, `json` under 1000), each differently, and
@@ -18,6 +26,7 @@ import logging
 import re
 from array import array
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from itertools import accumulate
 from typing import Any
 
@@ -43,34 +52,84 @@ class NestedTooDeep(Exception):
         self.envelope = envelope
 
 
+class ExactNumber(float):
+    """A JSON number no double holds exactly (0.1000000000000000055511151231257827, 1e400): it
+    reckons as the nearest double (inf past the largest), and `dumps` writes the text it was
+    read from. The SDK's models see a plain float."""
+
+    __slots__ = ("text",)
+    text: str
+
+    def __new__(cls, text: str) -> ExactNumber:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+# Digits and points as "0", exponent marks as "e": then what may be a number no double keeps is
+# one of two plain byte strings, found by C's search however long the message.
+_NUMBER_SHAPES = bytes.maketrans(b"0123456789.E", b"00000000000e")
+_LONG_DIGITS = b"0" * 16  # a double holds 15 significant digits; orjson's integers end at 20
+_TINY_EXPONENT = b"e-000"  # under about 1e-308 a double loses digits, then becomes 0.0
+
+
+def _may_lose_a_number(data: bytes) -> bool:
+    """Whether orjson could read some number in `data` as a double that is not that number. A
+    long run of digits inside a string (an ID, a hash) answers yes too: it is read by `json`."""
+    shapes = data.translate(_NUMBER_SHAPES)
+    return _LONG_DIGITS in shapes or _TINY_EXPONENT in shapes
+
+
+def _decimal(text: str) -> float:
+    """A decimal read by `json`: a float when the float writes back as the same number (0.1,
+    1.5e300), else an ExactNumber keeping the text."""
+    number = float(text)
+    if Decimal(repr(number)) == Decimal(text):
+        return number
+    return ExactNumber(text)
+
+
+def _exact(data: bytes) -> Any:
+    return json.loads(data, parse_float=_decimal, parse_constant=_not_json)
+
+
 def loads(data: bytes) -> Any:
-    """Parse one message; raises ValueError if it is not JSON at all."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
+    """Parse one message, every number exact; raises ValueError if it is not JSON at all."""
+    if not _may_lose_a_number(data):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass  # a lone surrogate, a number past a double's range, or not JSON: `json` says
+    return _exact(data)
+
+
+# A UTF-16 surrogate (U+D800 to U+DFFF, paired or not) as JSON's escape or as UTF-8's bytes,
+# which `json` reads too.
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 
 def read(data: bytes) -> tuple[Any, str | None]:
     """One client message, and where its text holds a lone UTF-16 surrogate (None: nowhere).
     Such text has no UTF-8 form, so it cannot be sent on to any server. Raises NestedTooDeep
-    for a message nested past MAX_NESTING, and ValueError for what is not JSON. orjson reads
-    every message whose text has a UTF-8 form, so the text is only searched when it did not.
-    A message with no more opening brackets than the limit cannot nest past it, so only one
-    with more is measured."""
+    for a message nested past MAX_NESTING, and ValueError for what is not JSON. A message with
+    no more opening brackets than the limit cannot nest past it, so only one with more is
+    measured. orjson reads every message whose text has a UTF-8 form and whose numbers it keeps;
+    any other is read by `json`, and searched for a lone surrogate only if it holds a surrogate
+    at all."""
     if data.count(b"[") + data.count(b"{") > MAX_NESTING:
         depth = nesting(data)
         if depth > MAX_NESTING:
             raise NestedTooDeep(depth, loads(top_levels(data, 2)))
+    if not _may_lose_a_number(data):
+        try:
+            return orjson.loads(data), None
+        except orjson.JSONDecodeError:
+            pass
     try:
-        return orjson.loads(data), None
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        value = json.loads(data, parse_constant=_not_json)
+        value = _exact(data)
     except RecursionError:
         raise ValueError("nested too deeply to read") from None
-    return value, lone_surrogate_at(value)
+    return value, lone_surrogate_at(value) if _SURROGATE.search(data) else None
 
 
 # A JSON string, or what is left of one that never ends (so the search stays linear). DOTALL:
@@ -155,12 +214,59 @@ def _printable(key: Any) -> str:
     return str(key).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def dumps(value: Any) -> bytes:
-    """One message as a line's bytes (without the newline)."""
+def encode(value: Any) -> bytes:
+    """One message as UTF-8 JSON, every number as it was read (see ExactNumber); raises
+    TypeError for text with no UTF-8 form. orjson refuses an integer past 64 bits, so only a
+    message holding one is copied, each such integer made into its digits."""
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value, default=_as_json, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+    except TypeError:
+        pass
+    return orjson.dumps(
+        _wide_integers_as_text(value), default=_as_json, option=orjson.OPT_PASSTHROUGH_SUBCLASS
+    )
+
+
+def dumps(value: Any) -> bytes:
+    """One message as a line's bytes (without the newline), every number as it was read; text
+    with no UTF-8 form is written with JSON's escapes."""
+    try:
+        return encode(value)
     except TypeError:
         return json.dumps(value, separators=(",", ":")).encode("ascii")
+
+
+def _as_json(value: Any) -> Any:
+    """What orjson writes for what it does not write itself: an ExactNumber's text, and a
+    subclass of a JSON type (an enum of strings, say) as that type."""
+    if isinstance(value, ExactNumber):
+        return orjson.Fragment(value.text)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+# The integers orjson writes: signed and unsigned 64 bits.
+_SMALLEST, _LARGEST = -(2**63), 2**64 - 1
+
+
+def _wide_integers_as_text(value: Any) -> Any:
+    """A copy of `value` with every integer past 64 bits as its digits, ready to be written."""
+    if isinstance(value, dict):
+        return {key: _wide_integers_as_text(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_wide_integers_as_text(item) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool) and not _SMALLEST <= value <= _LARGEST:
+        return orjson.Fragment(str(value))
+    return value
 
 
 class LineWriter:
@@ -267,18 +373,32 @@ async def relay_lines(
         await to_session.send(SessionMessage(parsed))
 
 
+def _response_line(message: Any) -> bytes | None:
+    """A response's line, written by this codec: its result is raw JSON (a downstream's, often)
+    whose numbers the SDK's models would write as doubles. None for a result holding what only
+    the models can write."""
+    try:
+        return encode({"jsonrpc": message.jsonrpc, "id": message.id, "result": message.result})
+    except TypeError:
+        return None
+
+
 async def write_session_messages(
     from_session: Any, writer: LineWriter, observe: Callable[[Any], None] | None = None
 ) -> None:
     """Write what the SDK session sends, one JSON line a message, until it closes its stream;
     `observe` sees each message first."""
+    from mcp_types import JSONRPCResponse
+
     async with from_session:
         async for session_message in from_session:
             message = session_message.message
             if observe is not None:
                 observe(message)
             try:
-                line = message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8")
+                line = (
+                    type(message) is JSONRPCResponse and _response_line(message)
+                ) or message.model_dump_json(by_alias=True, exclude_unset=True).encode()
             except ValueError:
                 # Text with no UTF-8 form (a lone surrogate a peer sent, echoed back): written
                 # with JSON's \ud800 escapes instead of ending the stream.

@@ -7,12 +7,16 @@ test can see what actually reached the server. `--instructions TEXT` sets its in
 `--resources` offers resources and prompts (a low-level server with no resource templates
 handler, so `resources/templates/list` is answered -32601 like many servers do). `--asks` offers
 `ask`, a tool that puts a question to its client during the call. `--raw-tool JSON` (repeatable)
-lists one more tool exactly as written, past the SDK's models, however malformed.
+lists one more tool exactly as written, past the SDK's models, however malformed. `--numbers`
+offers `raw_echo`, which answers with the raw text of the request that called it (so a test sees
+every number's digits as they arrived), and `big_numbers`, whose result holds integers past 64 bits.
+`--huge-description BYTES` offers `huge`, whose description is that long.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import signal
@@ -30,6 +34,45 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+# Integers past 64 bits, in `big_numbers`' result: no double holds them exactly.
+BIG_NUMBERS = {"big": 2**64 + 1, "negative": -(2**70), "huge": 10**40}
+# The raw text of each request received, newest last (with --numbers).
+RAW_REQUESTS: list[str] = []
+
+
+class TappedStdin(io.TextIOWrapper):
+    """Standard input that keeps the raw text of every line it reads in RAW_REQUESTS."""
+
+    def readline(self, size: int = -1) -> str:  # type: ignore[override]
+        line = super().readline(size)
+        RAW_REQUESTS.append(line)
+        return line
+
+
+def tapped_http(app: Any) -> Any:
+    """An ASGI app that keeps the raw body of every request in RAW_REQUESTS, then runs `app`."""
+
+    async def tapped(scope: Any, receive: Any, send: Any) -> None:
+        body = bytearray()
+
+        async def receive_tapped() -> Any:
+            message = await receive()
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
+                if not message.get("more_body"):
+                    RAW_REQUESTS.append(body.decode("utf-8", "replace"))
+            return message
+
+        await app(scope, receive_tapped, send)
+
+    return tapped
+
+
+def raw_request_of(tool: str) -> str:
+    """The raw text of the newest request that called `tool`."""
+    return next(raw for raw in reversed(RAW_REQUESTS) if f'"{tool}"' in raw)
+
+
 PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
 
@@ -44,6 +87,12 @@ def text_tool(name: str, description: str, properties: dict[str, Any] | None = N
         description=description,
         input_schema={"type": "object", "properties": properties or {}},
     )
+
+
+def huge_description(size: int) -> str:
+    """A description of exactly `size` bytes, on one line, that starts by saying what the tool does."""
+    first = "Reads one record. "
+    return first + "x" * (size - len(first))
 
 
 ASK_TOOL = text_tool(
@@ -84,7 +133,14 @@ def main() -> None:
     parser.add_argument("--instructions", default=None)
     parser.add_argument("--resources", action="store_true", help="offer resources and prompts")
     parser.add_argument("--asks", action="store_true", help="offer the ask tool (a question during a call)")
+    parser.add_argument("--numbers", action="store_true", help="offer raw_echo and big_numbers")
     parser.add_argument("--raw-tool", action="append", default=[], help="one more tool, as this raw JSON")
+    parser.add_argument(
+        "--huge-description",
+        type=int,
+        default=0,
+        help="offer `huge`, a tool whose description has this many bytes",
+    )
     parser.add_argument(
         "--start-delay-file",
         default=None,
@@ -157,6 +213,11 @@ def main() -> None:
         tools += [text_tool(name, f"Extra tool {name}.") for name in extra]
         if args.asks:
             tools.append(ASK_TOOL)
+        if args.numbers:
+            tools.append(text_tool("raw_echo", "Answer with the raw text of this request."))
+            tools.append(text_tool("big_numbers", "Return integers past 64 bits."))
+        if args.huge_description:
+            tools.append(text_tool("huge", huge_description(args.huge_description)))
         return tools
 
     async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> dict[str, Any]:
@@ -245,6 +306,12 @@ def main() -> None:
             )
         if name == "fail":
             return types.CallToolResult(content=[types.TextContent(text="it failed")], is_error=True)
+        if name == "raw_echo" and args.numbers:
+            return types.CallToolResult(content=[types.TextContent(text=raw_request_of("raw_echo").strip())])
+        if name == "big_numbers" and args.numbers:
+            return types.CallToolResult(
+                content=[types.TextContent(text=json.dumps(BIG_NUMBERS))], structured_content=BIG_NUMBERS
+            )
         if name == "pid":
             return types.CallToolResult(content=[types.TextContent(text=str(os.getpid()))])
         if name in extra:
@@ -317,7 +384,8 @@ def main() -> None:
     if args.http is None:
 
         async def run_stdio() -> None:
-            async with stdio_server() as (read, write):
+            stdin = anyio.wrap_file(TappedStdin(sys.stdin.buffer, encoding="utf-8")) if args.numbers else None
+            async with stdio_server(stdin=stdin) as (read, write):
                 await server.run(read, write, options)
             if args.on_stop == "ignore":
                 await anyio.sleep(3600)
@@ -331,6 +399,8 @@ def main() -> None:
             NotificationOptions(tools_changed=True)
         )
         app = server.streamable_http_app(streamable_http_path="/mcp")
+        if args.numbers:
+            app = tapped_http(app)
         uvicorn.run(app, host="127.0.0.1", port=args.http, log_level="warning")
 
 

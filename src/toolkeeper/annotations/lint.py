@@ -22,6 +22,7 @@ from toolkeeper.annotations.hints import (
     read_declared,
 )
 from toolkeeper.annotations.infer import describe_parameter, infer
+from toolkeeper.config.model import DEFAULT_MAX_DESCRIPTION_BYTES
 
 
 class Severity(StrEnum):
@@ -54,7 +55,9 @@ class Finding:
         return out
 
 
-def lint_tool(tool: Mapping[str, Any]) -> list[Finding]:
+def lint_tool(
+    tool: Mapping[str, Any], max_description_bytes: int = DEFAULT_MAX_DESCRIPTION_BYTES
+) -> list[Finding]:
     name = str(tool.get("name") or "")
     declared = read_declared(tool)
     suggestions = infer(tool).suggestions
@@ -114,8 +117,19 @@ def lint_tool(tool: Mapping[str, Any]) -> list[Finding]:
 
     if declared.title is None:
         add(Severity.WARNING, "missing-title", "title", "No title: clients show the raw name.", "title")
-    if not is_text(tool.get("description")):
+    description = tool.get("description")
+    if not is_text(description):
         add(Severity.WARNING, "missing-description", "description", "No description: the model must guess.")
+    elif (size := len(str(description).encode("utf-8", "surrogatepass"))) > max_description_bytes:
+        add(
+            Severity.WARNING,
+            "long-description",
+            "description",
+            f"The description is {size:,} bytes, over {max_description_bytes:,} "
+            "(toolkeeper.maxDescriptionBytes): every client receives it in each tools/list and the "
+            "model carries it in its context. Keep what the model needs to choose and call the tool, "
+            "and move the rest to the server's documentation.",
+        )
 
     suggested_read_only = suggestions.get("readOnlyHint")
     read_only = hints.get(
@@ -150,10 +164,15 @@ def lint_tool(tool: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
-def lint(tools: Iterable[Mapping[str, Any]], left_out: Mapping[str, str] | None = None) -> list[Finding]:
+def lint(
+    tools: Iterable[Mapping[str, Any]],
+    left_out: Mapping[str, str] | None = None,
+    max_description_bytes: int = DEFAULT_MAX_DESCRIPTION_BYTES,
+) -> list[Finding]:
     """Findings for `tools`; `left_out` maps the name of each tool the catalog leaves out of
     every client's list (catalog/check.py) to why: such a tool gets that one error, as nothing
-    else about it matters until a client can be sent it."""
+    else about it matters until a client can be sent it. A description longer than
+    `max_description_bytes` (UTF-8) is warned about."""
     left_out = left_out or {}
     findings: list[Finding] = []
     for tool in tools:
@@ -169,7 +188,7 @@ def lint(tools: Iterable[Mapping[str, Any]], left_out: Mapping[str, str] | None 
                 )
             )
         else:
-            findings.extend(lint_tool(tool))
+            findings.extend(lint_tool(tool, max_description_bytes))
     return findings
 
 

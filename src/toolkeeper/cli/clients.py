@@ -22,6 +22,9 @@ from toolkeeper.services.clients import (
 
 CLIENT_NAMES = ", ".join(CLIENTS)
 DryRunOption = typer.Option(False, "--dry-run", help="Show the change as a diff and write nothing.")
+ForceOption = typer.Option(
+    False, "--force", help="Write the client's file even if it is read-only (it stays read-only)."
+)
 
 
 class InstallTransport(StrEnum):
@@ -93,6 +96,7 @@ def install_command(
         False, "--replace-servers", help="Move the servers toolkeeper imported out of the client."
     ),
     dry_run: bool = DryRunOption,
+    force: bool = ForceOption,
     config: Path | None = ConfigOption,
 ) -> None:
     """Point a client at toolkeeper (a timestamped backup of its file is kept; `uninstall` undoes it)."""
@@ -105,6 +109,7 @@ def install_command(
             transport=transport.value,
             replace_servers=replace_servers,
             dry_run=dry_run,
+            force=force,
         )
     except ServiceError as exc:
         refuse(exc)
@@ -139,10 +144,12 @@ def install_command(
 
 
 @app.command("uninstall")
-def uninstall_command(client: str = typer.Argument(..., help=f"The client: {CLIENT_NAMES}.")) -> None:
+def uninstall_command(
+    client: str = typer.Argument(..., help=f"The client: {CLIENT_NAMES}."), force: bool = ForceOption
+) -> None:
     """Undo `install`: put the client's file back, or remove just toolkeeper's entry if it changed since."""
     try:
-        result = uninstall(client, place=Place.here())
+        result = uninstall(client, place=Place.here(), force=force)
     except ServiceError as exc:
         refuse(exc)
     if result.commands:

@@ -170,6 +170,7 @@ NEXT_STEPS: dict[NextStep, str] = {
     NextStep.EQUIP_TOOLSET: "Equip one with `toolkeeper toolsets equip NAME`, or name one with --toolset.",
     NextStep.BUILD_TOOLSET: "Build one with `toolkeeper toolsets build NAME TOOL…`.",
     NextStep.LIST_TOOLS: "`toolkeeper tools` lists the tools the servers offer.",
+    NextStep.FORCE: "Or add --force to write it anyway; it stays read-only.",
 }
 
 

@@ -332,9 +332,18 @@ def lint_command(
     demo: bool = DemoOption,
     as_json: bool = JsonOption,
     wait: float = WaitOption,
+    max_description_bytes: int | None = typer.Option(
+        None,
+        "--max-description-bytes",
+        min=1,
+        help="Warn about a description longer than this many bytes "
+        "(default: toolkeeper.maxDescriptionBytes with --server, else 16384).",
+        show_default=False,
+    ),
 ) -> None:
-    """Check a server's tools for missing titles, hints and parameter descriptions and for misleading
-    hints, with a suggestion for each gap. Exits 1 when any error is found (to gate a server's CI).
+    """Check a server's tools for missing titles, hints and parameter descriptions, for misleading
+    hints and for overlong descriptions, with a suggestion for each gap. Exits 1 when any error is
+    found (to gate a server's CI).
 
     Examples: toolkeeper lint --demo --server notes; toolkeeper lint -- python my_server.py
     """
@@ -342,15 +351,16 @@ def lint_command(
     if chosen != 1:
         err.print("error: lint one thing: --server NAME, --url URL, --builtin, or -- COMMAND ARGS…")
         raise typer.Exit(2)
+    settings = GatewaySettings()
     if builtin:
         setup_logging(command_log_level(None))
         target, tools = "toolkeeper configuration tools", _builtin_tools()
         left_out = {str(t["name"]): problem for t in tools if (problem := tool_problem(t)) is not None}
     else:
         target_config = _lint_target(command or [], server, url, config, demo)
-        target = server or target_config.servers[0].describe()
+        target, settings = server or target_config.servers[0].describe(), target_config.settings
         tools, left_out = _declared_tools(target_config, wait)
-    findings = lint(tools, left_out)
+    findings = lint(tools, left_out, max_description_bytes or settings.max_description_bytes)
     if as_json:
         print_json(
             {

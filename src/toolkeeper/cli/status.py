@@ -78,10 +78,7 @@ class ConnectingStatus:
             loading = [d for d in tried if d.state is State.LOADING]
             text += f" {ready} of {total} ready"
             for downstream in loading:
-                progress = (
-                    f": {describe_progress(downstream.load_progress)}" if downstream.load_progress else ""
-                )
-                text += f", {downstream.name} loading{progress}"
+                text += f", {downstream.name} loading: {describe_progress(downstream.load_progress)}"
             failed = len(tried) - ready - len(loading)
             if failed:
                 text += f", {failed} failed"

@@ -8,6 +8,7 @@ A problem inside one server entry only skips that server, with a warning: the ot
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from toolkeeper.config.model import (
     DEFAULT_DATABASE_TIMEOUT,
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
+    DEFAULT_MAX_DESCRIPTION_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_SERVER_INSTRUCTIONS,
@@ -344,6 +346,21 @@ def _string_list(setting: Setting, found: Found) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _networks(setting: Setting, found: Found) -> tuple[str, ...]:
+    """Addresses and networks (`10.0.0.5`, `10.0.0.0/8`, `fd00::/8`), each as a CIDR network."""
+    networks = []
+    for item in _string_list(setting, found):
+        try:
+            networks.append(str(ipaddress.ip_network(item.strip(), strict=False)))
+        except ValueError:
+            raise ConfigError(
+                f"{found.source} lists {item!r}, which is no IP address or network: write the address "
+                'your reverse proxy connects from, like "10.0.0.5" or "10.0.0.0/8" (names are not '
+                "resolved)."
+            ) from None
+    return tuple(networks)
+
+
 def _flag_map(setting: Setting, found: Found) -> dict[str, bool]:
     value = found.value
     if not isinstance(value, dict) or not all(isinstance(v, bool) for v in value.values()):
@@ -445,6 +462,10 @@ SETTINGS = (
         env=("TOOLKEEPER_HTTP_ALLOWED_ORIGINS",),
     ),
     Setting(
+        key="http.trustedProxies", field="http_trusted_proxies", read=_networks, default=(),
+        env=("TOOLKEEPER_HTTP_TRUSTED_PROXIES",),
+    ),
+    Setting(
         key="http.maxRequestBytes", field="http_max_request_bytes", read=_number, kind=int,
         default=DEFAULT_MAX_REQUEST_BYTES,
         bounds=Bounds("{source} must be a whole number of at least 1024.", at_least=1024),
@@ -513,6 +534,14 @@ SETTINGS = (
         ),
     ),
     Setting(
+        key="maxDescriptionBytes", field="max_description_bytes", read=_typed, kind=int,
+        default=DEFAULT_MAX_DESCRIPTION_BYTES, env=("TOOLKEEPER_MAX_DESCRIPTION_BYTES",),
+        bounds=Bounds(
+            "{where}: toolkeeper.maxDescriptionBytes must be a whole number of at least 1, got {value}.",
+            at_least=1,
+        ),
+    ),
+    Setting(
         key="confirm", field="confirm", read=_typed, default=None, env=("TOOLKEEPER_CONFIRM",),
         bounds=Bounds(
             f"{{where}}: toolkeeper.confirm must be one of {', '.join(CONFIRM_MODES)}, got {{value!r}}.",
@@ -571,7 +600,7 @@ SETTINGS_KEYS = frozenset(setting.key.partition(".")[0] for setting in SETTINGS)
 # `featureFlags` holds any flag names.
 SECTION_SHAPES = {
     "http": '{where}: toolkeeper.http must look like {{"host": "127.0.0.1", "port": 8765}}, with optional '
-    '"allowedHosts" and "allowedOrigins" (lists of strings), "maxRequestBytes" and "auth".',
+    '"allowedHosts", "allowedOrigins" and "trustedProxies" (lists of strings), "maxRequestBytes" and "auth".',
     "http.auth": '{where}: toolkeeper.http.auth must look like {{"mode": "oauth", "oauth": {{"issuer": '
     '"https://auth.example.com", "audience": "https://gateway.example.com/mcp"}}}}, with the mode one of '
     + ", ".join(HTTP_AUTH_MODES)

@@ -101,6 +101,9 @@ DEFAULT_AUDIT_RETENTION_DAYS = 30
 # gap record counts them).
 DEFAULT_AUDIT_MAX_WAITING = 10_000
 DEFAULT_MAX_SERVER_INSTRUCTIONS = 4000
+# A description longer than this is sent in every tools/list and sits in the model's context; a
+# few screens of text is plenty (lint warns past it).
+DEFAULT_MAX_DESCRIPTION_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +191,9 @@ class GatewaySettings:
     # Host and Origin headers the HTTP endpoint accepts besides the local ones (DNS rebinding).
     http_allowed_hosts: tuple[str, ...] = ()
     http_allowed_origins: tuple[str, ...] = ()
+    # Reverse proxies (addresses and networks, normalised as CIDRs) whose X-Forwarded-For and
+    # X-Forwarded-Proto are believed; no other peer's are, loopback included.
+    http_trusted_proxies: tuple[str, ...] = ()
     http_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     http_auth_mode: HttpAuthMode = "auto"
     http_auth_oauth: OAuthSettings | None = None
@@ -222,6 +228,8 @@ class GatewaySettings:
     audit_key: str | None = field(default=None, repr=False)
     # How many characters of each server's instructions the gateway's instructions carry (0: none).
     max_server_instructions: int = DEFAULT_MAX_SERVER_INSTRUCTIONS
+    # Bytes (UTF-8) of a tool's description past which `toolkeeper lint` warns.
+    max_description_bytes: int = DEFAULT_MAX_DESCRIPTION_BYTES
 
 
 @dataclass(frozen=True)

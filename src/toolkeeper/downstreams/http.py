@@ -28,7 +28,6 @@ from urllib.parse import urlsplit
 
 import httptools
 import httpx2
-import orjson
 from mcp.shared.inbound import X_MCP_HEADER_KEY, encode_header_value
 
 from toolkeeper import jsonwire
@@ -136,7 +135,7 @@ class HttpLink:
 
     async def request(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
         request_id = -next(self._ids)
-        body = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        body = jsonwire.encode({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         if self.stamp:
             head = self._head + f"mcp-protocol-version: {self.stamp.get(PROTOCOL_VERSION_META, '')}\r\n"
             head += f"mcp-method: {method}\r\n"
@@ -182,7 +181,7 @@ class HttpLink:
 
     async def _send_one_way(self, message: dict[str, Any]) -> None:
         """POST a message on the session that gets no JSON-RPC answer (202 Accepted)."""
-        body = orjson.dumps(message)
+        body = jsonwire.encode(message)
         head = self._head + self._session_head + f"content-length: {len(body)}\r\n\r\n"
         data = head.encode("latin-1") + body
         try:

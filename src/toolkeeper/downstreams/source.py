@@ -70,8 +70,10 @@ class ToolSource(SourceStatus, ABC):
         if self.state is State.STARTING:
             return f"server '{self.name}' is still starting{reason}; try again in a moment"
         if self.state is State.LOADING:
-            done = f" ({describe_progress(self.load_progress)})" if self.load_progress else ""
-            return f"server '{self.name}' is still loading{done}; its tools are listed once it is ready"
+            progress = describe_progress(self.load_progress)
+            return (
+                f"server '{self.name}' is still loading ({progress}); its tools are listed once it is ready"
+            )
         return f"server '{self.name}' is {self.state.value}{reason}"
 
     async def call_tool(

@@ -59,9 +59,12 @@ class SourceStatus:
         return
 
 
-def describe_progress(progress: tuple[int, int]) -> str:
+def describe_progress(progress: tuple[int, int] | None) -> str:
     """A load's progress as a person reads it: "3,200 of 11,320 operations" (only an OpenAPI
-    source reports progress, counting its spec's operations)."""
+    source reports progress, counting its spec's operations); before the first count, its spec
+    is still being read and parsed, which takes seconds for a large one."""
+    if progress is None:
+        return "reading the spec"
     done, total = progress
     if total and done >= total:  # converted; its routes and the catalog's check come next
         return f"{total:,} operations converted, preparing the tools"

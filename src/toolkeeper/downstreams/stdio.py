@@ -28,7 +28,6 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import orjson
 
 from toolkeeper import jsonwire
 from toolkeeper.config.model import ServerConfig
@@ -169,7 +168,7 @@ class StdioLink:
         if self._closed or writer is None or loop is None:
             raise LinkClosed
         request_id = -next(self._ids)
-        line = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        line = jsonwire.encode({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         answer: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._pending[request_id] = answer
         expiry = loop.call_later(timeout, _expire, answer)
@@ -195,7 +194,7 @@ class StdioLink:
             return
         with suppress(Exception):
             self._writer.write(
-                orjson.dumps(
+                jsonwire.encode(
                     {
                         "jsonrpc": "2.0",
                         "method": "notifications/cancelled",

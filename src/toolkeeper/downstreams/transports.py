@@ -26,6 +26,10 @@ logger = logging.getLogger(__name__)
 
 HTTP_TIMEOUT_SECONDS = 30.0
 HTTP_STREAM_READ_TIMEOUT_SECONDS = 300.0
+# The SDK's client takes at most 1 MiB in one event of a stream, and a server's whole tools/list
+# is one event: one tool with a 2 MB description would cost the server every tool. Bounded still,
+# as large as the largest OpenAPI spec the gateway reads by default.
+MAX_EVENT_BYTES = 64 * 1024 * 1024
 
 
 class WatchedReadStream:
@@ -76,7 +80,10 @@ async def _http(config: ServerConfig) -> AsyncIterator[tuple[Any, Any, HttpLink 
     hooks: dict[str, list[Any]] = {"request": [link.observe]} if link is not None else {}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks) as http_client,
-        streamable_http_client(url, http_client=http_client) as (read, write),
+        streamable_http_client(url, http_client=http_client, max_sse_event_size=MAX_EVENT_BYTES) as (
+            read,
+            write,
+        ),
     ):
         if link is None:
             yield read, write, None

@@ -10,16 +10,15 @@ before the fast lane or the SDK's app sees it, so no lane can skip it.
   with the link to its protected resource metadata (RFC 9728), which is served here too.
 
 Unknown, revoked, expired, foreign and malformed tokens all get the same 401, so that an answer
-says nothing about a key. Failures are logged with the remote address, never with the token;
-an address with too many failures in a minute is answered 429 for a while.
+says nothing about a key. Failures are counted by `FailureThrottle` (`throttle.py`) against the
+remote address and the key they claimed, and logged there, never with the token: while either
+is throttled a failure is answered 429, yet a valid key is always admitted.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
-from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,6 +35,7 @@ from starlette.types import Scope, Send
 
 from toolkeeper.config.model import OAUTH_MODES, Config, OAuthSettings, is_loopback_host
 from toolkeeper.edge.oauth import InsufficientScope, InvalidToken, JwtVerifier
+from toolkeeper.edge.throttle import FailureThrottle
 from toolkeeper.pipeline.call import ANYONE, LOCAL_USER, Principal
 from toolkeeper.services.keys import TOKEN_START, KeyRing
 
@@ -43,10 +43,6 @@ logger = logging.getLogger(__name__)
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
 MAX_AUTHORIZATION_BYTES = 8 * 1024
-FAILURES_PER_MINUTE = 10
-THROTTLE_SECONDS = 60.0
-# Addresses whose failures are remembered; the oldest are forgotten beyond this.
-MAX_TRACKED_ADDRESSES = 10_000
 # How often the times keys were last used are written to the store (never on the call path).
 KEY_USE_FLUSH_SECONDS = 30.0
 
@@ -84,6 +80,15 @@ def reachable_beyond_loopback(config: Config, host: str) -> str | None:
     if foreign:
         return f"http.allowedHosts names {', '.join(foreign)}"
     return None
+
+
+def credential_required(config: Config, host: str) -> bool:
+    """Whether `/mcp` on `host` refuses a request without a credential: what
+    `AuthPlan.for_serving(...).required` says, without its warnings or its refusal to start."""
+    mode = config.settings.http_auth_mode
+    if mode == "auto":
+        return reachable_beyond_loopback(config, host) is not None
+    return mode != "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,45 +189,6 @@ class Refusal:
     retry_after: int | None = None
 
 
-class FailureThrottle:
-    """Failed attempts per remote address: past `FAILURES_PER_MINUTE` within a minute, the
-    address is refused for `THROTTLE_SECONDS` without its tokens being looked at."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
-        self._blocked_until: dict[str, float] = {}
-
-    def blocked_for(self, address: str) -> float:
-        until = self._blocked_until.get(address)
-        if until is None:
-            return 0.0
-        left = until - self.clock()
-        if left <= 0:
-            del self._blocked_until[address]
-            return 0.0
-        return left
-
-    def failed(self, address: str) -> None:
-        now = self.clock()
-        failures = self._failures.pop(address, None) or deque()
-        failures.append(now)
-        while failures and failures[0] <= now - 60.0:
-            failures.popleft()
-        self._failures[address] = failures  # most recent last
-        if len(failures) >= FAILURES_PER_MINUTE:
-            self._blocked_until[address] = now + THROTTLE_SECONDS
-            failures.clear()
-            logger.warning(
-                "authentication: %d failures in a minute from %s; refusing it for %d s",
-                FAILURES_PER_MINUTE,
-                address,
-                THROTTLE_SECONDS,
-            )
-        while len(self._failures) > MAX_TRACKED_ADDRESSES:
-            self._failures.popitem(last=False)
-
-
 class Authenticator:
     """Decides, for each HTTP request, who is calling, or answers it with 401, 403, 429 or 431."""
 
@@ -233,12 +199,13 @@ class Authenticator:
         keys: Callable[[], KeyRing],
         oauth: JwtVerifier | None = None,
         resource_path: str,
+        throttle: FailureThrottle | None = None,
     ) -> None:
         self.plan = plan
         self.keys = keys
         self.oauth = oauth
         self.resource_path = resource_path
-        self.throttle = FailureThrottle()
+        self.throttle = throttle or FailureThrottle()
         self.key_uses: dict[str, datetime] = {}  # key name → last use, not yet written
 
     @property
@@ -269,46 +236,42 @@ class Authenticator:
         """Who sent the request, with the scopes its token grants; or the refusal. In the order
         they win:
         a. `http.auth.mode: "none"`: anyone, whatever the request carries;
-        b. an address with too many recent failures: 429, its token unread;
-        c. no Authorization header: the local user where no token is needed, else 401;
-        d. a header over 8 KiB: 431; one that is not `Bearer <token>`: 401;
-        e. a client key (`tk_…`): its key's principal, if the ring holds it unexpired, else 401;
-        f. anything else: an OAuth access token's subject, if it validates (403 when it lacks a
-           required scope), else 401."""
+        b. no Authorization header: the local user where no token is needed, else 401;
+        c. a header over 8 KiB: 431; one that is not `Bearer <token>`: 401;
+        d. a client key (`tk_…`): its key's principal, if the ring holds it unexpired, else 401;
+        e. anything else: an OAuth access token's subject, if it validates (403 when it lacks a
+           required scope), else 401.
+        A key or an OAuth token is checked even while its address is throttled, so that nobody
+        else's failures lock it out; a failure in c to e is answered 429 instead while its
+        address or the key it claimed is throttled (see `throttle.py`)."""
         if not self.plan.required and not self.plan.keys and self.plan.oauth is None:
             return self.anonymous, frozenset()  # mode "none": nobody is asked, whatever they send
         address = (scope.get("client") or ("unknown", 0))[0]
-        blocked = self.throttle.blocked_for(address)
-        if blocked:
-            return Refusal(
-                429,
-                None,
-                "too many failed authentications from this address; try again later",
-                retry_after=int(blocked) + 1,
-            )
         header = headers.get("authorization")
         if header is None:
             if not self.plan.required:
                 return self.anonymous, frozenset()
             return Refusal(401, None, NO_TOKEN)
         if len(header) > MAX_AUTHORIZATION_BYTES:
-            self._failed(address, "an Authorization header over 8 KiB")
-            return Refusal(431, "invalid_request", "the Authorization header is over 8 KiB")
+            refusal = Refusal(431, "invalid_request", "the Authorization header is over 8 KiB")
+            return self._failed(address, "an Authorization header over 8 KiB", refusal)
         scheme, _, token = header.strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
-            self._failed(address, "an Authorization header that is not 'Bearer <token>'")
-            return Refusal(401, "invalid_token", INVALID_TOKEN)
+            what = "an Authorization header that is not 'Bearer <token>'"
+            return self._failed(address, what, Refusal(401, "invalid_token", INVALID_TOKEN))
         if token.startswith(TOKEN_START):
             return self._by_key(address, token)
         return await self._by_oauth(address, token)
 
     def _by_key(self, address: str, token: str) -> tuple[Principal, frozenset[str]] | Refusal:
         now = datetime.now(UTC)
-        key = self.keys().verify(token, now) if self.plan.keys else None
+        keys = self.keys()
+        key = keys.verify(token, now) if self.plan.keys else None
         if key is None:
-            self._failed(address, "a client key that is unknown, revoked or expired")
-            return Refusal(401, "invalid_token", INVALID_TOKEN)
+            what = "a client key that is unknown, revoked or expired"
+            refusal = Refusal(401, "invalid_token", INVALID_TOKEN)
+            return self._failed(address, what, refusal, keys.claimed_by(token))
         self.key_uses[key.name] = now
         principal = Principal(
             key.name,
@@ -320,9 +283,11 @@ class Authenticator:
         return principal, frozenset()
 
     async def _by_oauth(self, address: str, token: str) -> tuple[Principal, frozenset[str]] | Refusal:
+        invalid = Refusal(401, "invalid_token", INVALID_TOKEN)
         if self.oauth is None:
-            self._failed(address, "a bearer token that is no client key, with OAuth not set up")
-            return Refusal(401, "invalid_token", INVALID_TOKEN)
+            return self._failed(
+                address, "a bearer token that is no client key, with OAuth not set up", invalid
+            )
         try:
             identity = await self.oauth.verify(token)
         except InsufficientScope as exc:
@@ -330,16 +295,23 @@ class Authenticator:
             logger.warning("authentication: a token from %s lacks the scope %s", address, needed)
             return Refusal(403, "insufficient_scope", f"the token lacks the scope {needed}", scope=needed)
         except InvalidToken:
-            self._failed(address, "an OAuth token that did not validate")
-            return Refusal(401, "invalid_token", INVALID_TOKEN)
+            return self._failed(address, "an OAuth token that did not validate", invalid)
         principal = Principal(
             f"oauth:{identity.subject}", "oauth", admin=identity.admin, client_id=identity.client_id
         )
         return principal, identity.scopes
 
-    def _failed(self, address: str, what: str) -> None:
-        logger.warning("authentication failed from %s: %s", address, what)
-        self.throttle.failed(address)
+    def _failed(self, address: str, what: str, refusal: Refusal, credential: str | None = None) -> Refusal:
+        """Count the failure; `refusal`, or 429 while the address or the credential is throttled."""
+        wait = self.throttle.failed(address, what, credential)
+        if not wait:
+            return refusal
+        return Refusal(
+            429,
+            None,
+            "too many failed authentications from this address or for this key; try again later",
+            retry_after=int(wait) + 1,
+        )
 
     # -- answers -----------------------------------------------------------------------------
 

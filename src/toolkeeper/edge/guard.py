@@ -37,7 +37,7 @@ class HostGuard:
     def _decide(self, host: str | None, origin: str | None) -> tuple[int, str] | None:
         if host is None or not self._host_allowed(host):
             return 421, "Invalid Host header"
-        if origin and not self._origin_allowed(origin):
+        if origin and not self.origin_allowed(origin):
             return 403, "Invalid Origin header"
         return None
 
@@ -50,7 +50,7 @@ class HostGuard:
             (f"{name}:{port}" if port else name) in self.hosts
         )
 
-    def _origin_allowed(self, origin: str) -> bool:
+    def origin_allowed(self, origin: str) -> bool:
         try:
             parts = urlsplit(origin)
             port = parts.port
@@ -74,3 +74,19 @@ class HostGuard:
         return (f"{base}:*" in self.origins and port is not None) or (
             (f"{base}:{port}" if port is not None else base) in self.origins
         )
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def same_origin(origin: str, scheme: str, host: str) -> bool:
+    """Whether a browser's Origin header names exactly the site the request was sent to: the
+    scheme it came in on and its Host header (already checked), the default port left out as
+    browsers leave it out. A page on another port of the same machine is another site."""
+    match = _HOST.match(host)
+    if match is None:
+        return False
+    name, port = match.group(1).lower(), match.group(2)
+    number = int(port) if port is not None else DEFAULT_PORTS.get(scheme)
+    shown = "" if number == DEFAULT_PORTS.get(scheme) else f":{number}"
+    return origin.lower() == f"{scheme}://{name}{shown}"

@@ -309,9 +309,10 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
         auth=auth,
         max_bytes=max_bytes,
     )
-    board = dashboard(gateway, config, host, fast.guard) if ui else None
+    # One count of failed authentications for /mcp and the dashboard: guesses at either add up.
+    board = dashboard(gateway, config, host, fast.guard, throttle=auth.throttle) if ui else None
     streams = ClosableStreams(McpOrDashboard(fast, board.app, MCP_PATH) if board is not None else fast)
-    web = _web_server(streams, host, port)
+    web = _web_server(streams, host, port, config.settings.http_trusted_proxies)
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
@@ -358,12 +359,20 @@ def _not_serving_yet(gateway: Gateway) -> str:
     return f" ({', '.join(parts)}: see toolkeeper servers)" if parts else ""
 
 
-def _web_server(app: ASGIApp, host: str, port: int, *, lifespan: bool = True) -> _WebServer:
+def _web_server(
+    app: ASGIApp, host: str, port: int, trusted_proxies: tuple[str, ...], *, lifespan: bool = True
+) -> _WebServer:
+    """uvicorn serving `app`. A request's address (what the throttle counts and the log names)
+    is its peer's, or what `X-Forwarded-For` says only when the peer is one of
+    `trusted_proxies` (`http.trustedProxies`): uvicorn's default would believe any process on
+    this machine, which could then pass for anyone."""
     web = _WebServer(
         uvicorn.Config(
             app,
             host=host,
             port=port,
+            proxy_headers=bool(trusted_proxies),
+            forwarded_allow_ips=list(trusted_proxies),
             log_level="warning",
             # Its lines are at info, below the level above: never written, only built per response.
             access_log=False,
@@ -412,7 +421,8 @@ def _dashboard_server(gateway: Gateway, config: Config, host: str, port: int) ->
     board = dashboard(gateway, config, host, HostGuard(security.allowed_hosts, security.allowed_origins))
     streams = ClosableStreams(board.app)
     # The dashboard has nothing to start or stop with the server: no lifespan.
-    return DashboardServer(_web_server(streams, host, port, lifespan=False), streams, board, host, port)
+    web = _web_server(streams, host, port, config.settings.http_trusted_proxies, lifespan=False)
+    return DashboardServer(web, streams, board, host, port)
 
 
 async def _announce_dashboard(web: uvicorn.Server, board: Dashboard, host: str, port: int) -> None:

@@ -1,18 +1,20 @@
-"""Where the dashboard enters: behind the same Host/Origin guard as `/mcp`, on the gateway's own
-port (`serve --ui --transport http`) or on a port of its own (`serve --ui` over stdio, and
-`toolkeeper ui`)."""
+"""Where the dashboard enters: behind the same Host guard as `/mcp` and an exact Origin check, on
+the gateway's own port (`serve --ui --transport http`) or on a port of its own (`serve --ui`
+over stdio, and `toolkeeper ui`). Every answer it gives says that no other site may frame it,
+sniff its types or be told its addresses."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.config.model import Config
-from toolkeeper.edge.auth import reachable_beyond_loopback
-from toolkeeper.edge.guard import HostGuard
+from toolkeeper.edge.auth import credential_required, reachable_beyond_loopback
+from toolkeeper.edge.guard import HostGuard, same_origin
 from toolkeeper.edge.http_fastlane import respond
+from toolkeeper.edge.throttle import FailureThrottle
 from toolkeeper.faces.web.access import TOKEN_ENV, Access, ui_token
 from toolkeeper.faces.web.app import build_web_app
 from toolkeeper.runtime.gateway import Gateway
@@ -29,19 +31,26 @@ class Dashboard:
     app: ASGIApp  # already behind the guard
     token: str
     token_made_here: bool
+    actions_need_token: bool = False
 
     def announce(self, host: str, port: int) -> None:
-        """Where the dashboard is, on stderr (stdout may be a client's stdio stream)."""
+        """Where the dashboard is and how to sign in, on stderr (stdout may be a client's stdio
+        stream)."""
         address = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
         if self.token_made_here:
             where = f"{address}?token={self.token} (a new token at each start; set {TOKEN_ENV} to keep one)"
         else:
-            where = f"{address} (token from {TOKEN_ENV})"
+            where = f"{address} (sign in with ?token=<the token in {TOKEN_ENV}>)"
+        if self.actions_need_token:
+            where += "; changes need that token or an admin client key, since /mcp asks for a credential"
         print(f"toolkeeper: dashboard at {where}", file=sys.stderr, flush=True)
 
 
-def dashboard(gateway: Gateway, config: Config, host: str, guard: HostGuard) -> Dashboard:
-    """The dashboard over `gateway`'s services, guarded as `/mcp` is."""
+def dashboard(
+    gateway: Gateway, config: Config, host: str, guard: HostGuard, *, throttle: FailureThrottle | None = None
+) -> Dashboard:
+    """The dashboard over `gateway`'s services, guarded as `/mcp` is; its failed sign-ins are
+    counted by `throttle` (`/mcp`'s, when they share a port), else by a throttle of its own."""
     if gateway.services is None:
         raise CannotServeDashboard(
             "the dashboard needs the store, and this gateway runs without one; set toolkeeper.home "
@@ -51,24 +60,44 @@ def dashboard(gateway: Gateway, config: Config, host: str, guard: HostGuard) -> 
     access = Access(
         token=token,
         keys=lambda: gateway.keys,
+        throttle=throttle or FailureThrottle(),
         pages_need_token=reachable_beyond_loopback(config, host) is not None,
+        actions_need_token=credential_required(config, host),
         max_body_bytes=config.settings.http_max_request_bytes,
     )
-    return Dashboard(Guarded(build_web_app(gateway, gateway.services, access), guard), token, made)
+    app = build_web_app(gateway, gateway.services, access)
+    guarded = Guarded(app, guard, HostGuard((), config.settings.http_allowed_origins))
+    return Dashboard(guarded, token, made, access.actions_need_token)
+
+
+# Sent with every answer of the dashboard: no page of another site may frame it (and trick a
+# click), a browser takes each answer for the type it says, and no address (which may hold
+# `?token=`) leaves for another site in a Referer. Not "no-referrer": with it, browsers send
+# `Origin: null` on the dashboard's own forms, and the Origin check would refuse them.
+SECURITY_HEADERS = (
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+)
+FRAME_ANCESTORS = b"frame-ancestors 'none'"
+FOREIGN_ORIGIN = "Invalid Origin header: the dashboard takes requests only from its own pages"
 
 
 class Guarded:
-    """The HostGuard's answer before the app sees a request: 421 for a foreign Host, 403 for a
-    foreign Origin (a page of another site posting to the dashboard)."""
+    """The HostGuard's answer before the app sees a request: 421 for a foreign Host, 403 for an
+    Origin that is not the dashboard's own (a page of another site, or of another port of this
+    machine, posting to it) nor one the configuration allows (`configured`); and the security
+    headers on every answer."""
 
-    def __init__(self, app: ASGIApp, guard: HostGuard) -> None:
+    def __init__(self, app: ASGIApp, guard: HostGuard, configured: HostGuard) -> None:
         self.app = app
         self.guard = guard
+        self.configured = configured
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        send = with_security_headers(send)
         if scope["type"] == "http":
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            problem = self.guard.problem(headers.get("host"), headers.get("origin"))
+            problem = self.problem(scope)
             if problem is not None:
                 await respond(send, problem[0], problem[1].encode(), b"text/plain; charset=utf-8")
                 return
@@ -76,6 +105,36 @@ class Guarded:
             await send({"type": "websocket.close", "code": 1008})
             return
         await self.app(scope, receive, send)
+
+    def problem(self, scope: Scope) -> tuple[int, str] | None:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        host, origin = headers.get("host"), headers.get("origin")
+        problem = self.guard.problem(host, origin)
+        if problem is not None or not origin or host is None:
+            return problem
+        if same_origin(origin, scope.get("scheme", "http"), host) or self.configured.origin_allowed(origin):
+            return None
+        return 403, FOREIGN_ORIGIN
+
+
+def with_security_headers(send: Send) -> Send:
+    """`send`, whose answer carries SECURITY_HEADERS and a Content-Security-Policy that forbids
+    framing (added to one the answer already has)."""
+
+    async def send_secured(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _REPLACED]
+            policies = [v for k, v in message.get("headers", []) if k.lower() == b"content-security-policy"]
+            if not any(b"frame-ancestors" in policy for policy in policies):
+                policies.append(FRAME_ANCESTORS)
+            csp = [(b"content-security-policy", b"; ".join(policies))]
+            message["headers"] = [*headers, *SECURITY_HEADERS, *csp]
+        await send(message)
+
+    return send_secured
+
+
+_REPLACED = {b"content-security-policy", *(name for name, _ in SECURITY_HEADERS)}
 
 
 class McpOrDashboard:

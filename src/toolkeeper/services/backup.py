@@ -46,7 +46,7 @@ from toolkeeper.policy.model import CONFIRM_TEXT_MAX, ConfirmMode
 from toolkeeper.policy.rules import stored_approval_rule
 from toolkeeper.store import Store, StoreError
 from toolkeeper.store import approvals as approval_rows
-from toolkeeper.store.db import SQLITE_BUSY_SECONDS, known_schemas, new_store_identity
+from toolkeeper.store.db import PRIVATE_MODE, SQLITE_BUSY_SECONDS, known_schemas, new_store_identity
 from toolkeeper.store.migrations import SCHEMA_HEAD, VERSION_TABLE
 from toolkeeper.store.tables import (
     approval_rules,
@@ -518,9 +518,12 @@ def _write_atomically(target: Path, content: bytes) -> None:
 
 @contextmanager
 def _whole_or_nothing(target: Path) -> Iterator[Path]:
-    """A file to write beside `target` that takes its place only once the block ends well."""
+    """A file to write beside `target` that takes its place only once the block ends well. It is
+    made empty first, for its owner alone: a backup holds what the store holds (SQLite writes into
+    an empty file, and gives its journal the file's mode)."""
     partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
     try:
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_MODE))
         yield partial
         os.replace(partial, target)
     finally:

@@ -7,7 +7,10 @@ a record of what it did; `uninstall` undoes that: it restores the backup while t
 install left it, else removes just toolkeeper's entry and puts back the servers it moved.
 
 Every file is written whole or not at all (a temporary file beside it, then a rename), and every
-client file is copied to `<file>.toolkeeper-backup-<time>` before it changes.
+client file is copied to `<file>.toolkeeper-backup-<time>` before it changes. A file reached
+through a symbolic link (a dotfiles repository) is written where the link points, so the link
+stays; a client file its owner made read-only is left alone unless the person forces the change,
+and then stays read-only.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import re
 import secrets
 import shlex
 import shutil
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -36,7 +40,7 @@ from toolkeeper.config.loader import SERVER_NAME, user_config_path
 from toolkeeper.config.mcp import PROTOCOL_KEYS, REMOTE_KEYS, STDIO_KEYS, starts_toolkeeper
 from toolkeeper.config.model import CREDENTIAL_NAME, DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT
 from toolkeeper.downstreams.kinds import KINDS
-from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 
 TOOLKEEPER_ENTRY = "toolkeeper"
 KNOWN_ENTRY_KEYS = COMMON_KEYS | STDIO_KEYS | REMOTE_KEYS | PROTOCOL_KEYS
@@ -552,7 +556,9 @@ def import_servers(
 
 def write_atomically(target: Path, content: bytes, *, new_mode: int = 0o600) -> None:
     """Replace `target` with `content` whole or not at all, keeping its permissions (a new file
-    gets `new_mode`: these files may hold secrets)."""
+    gets `new_mode`: these files may hold secrets). A symbolic link is followed: the file it points
+    to is replaced, and the link stays a link."""
+    target = written_at(target)
     partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -568,6 +574,30 @@ def write_atomically(target: Path, content: bytes, *, new_mode: int = 0o600) -> 
         ) from None
     finally:
         partial.unlink(missing_ok=True)
+
+
+def written_at(path: Path) -> Path:
+    """Where writing `path` lands: the file a symbolic link points to (through every link), else
+    `path` itself."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def refuse_read_only(path: Path, *, force: bool) -> None:
+    """A client file its owner may not write was made so on purpose (to keep a client's setup
+    fixed): it is refused unless `force`. A missing file is not read-only."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if force or mode & stat.S_IWUSR:
+        return
+    raise ServiceError(
+        f"{path} is read-only (mode {stat.S_IMODE(mode):04o}), so toolkeeper leaves it unchanged: "
+        "whoever made it so may want the client's setup kept as it is. "
+        f"To change it, make it writable first (chmod u+w {written_at(path)}) and try again.",
+        ErrorKind.CONFLICT,
+        NextStep.FORCE,
+    )
 
 
 def back_up(path: Path, raw: bytes, now: datetime) -> Path:
@@ -672,6 +702,7 @@ def install(
     transport: str = "stdio",
     replace_servers: bool = False,
     dry_run: bool = False,
+    force: bool = False,
     now: datetime | None = None,
 ) -> InstallResult:
     """Point a client at toolkeeper.
@@ -684,8 +715,9 @@ def install(
        second; a server of the person's already named `toolkeeper` is refused;
     5. with `replace_servers`, each server toolkeeper's file holds the same way leaves the client;
        the others stay, with why;
-    6. nothing changes: nothing is written; else the file is backed up, written whole, and what
-       was done is recorded for `uninstall`.
+    6. nothing changes: nothing is written; a read-only file is refused unless `force`; else the
+       file is backed up, written whole (where a link points, the link kept), and what was done is
+       recorded for `uninstall`.
     """
     client = client_named(client_name)
     _, tk_data = _read_toolkeeper_config(config)
@@ -748,6 +780,8 @@ def install(
     )
     if document is not None and document.had_comments and not already:
         notes.append(f"{path}: its comments are not kept in the new file; the backup keeps them.")
+    if path.is_symlink() and not already:
+        notes.append(f"{path} is a link: {written_at(path)}, where it points, is edited, and the link stays.")
     unwritten = InstallResult(
         client=client.name,
         file=path,
@@ -762,6 +796,7 @@ def install(
     )
     if already or dry_run:
         return unwritten
+    refuse_read_only(path, force=force)
     moment = now or datetime.now()
     backup = back_up(path, before, moment) if document else None
     if record is None:
@@ -849,15 +884,18 @@ class UninstallResult:
     backup: Path | None  # the copy of the file before this uninstall changed it
 
 
-def uninstall(client_name: str, *, place: Place, now: datetime | None = None) -> UninstallResult:
+def uninstall(
+    client_name: str, *, place: Place, force: bool = False, now: datetime | None = None
+) -> UninstallResult:
     """Undo `install`.
 
     1. Claude Code: the `claude mcp remove` command is returned;
-    2. the file is as install left it: the backup is put back whole (or the file removed, if
-       install created it);
-    3. else toolkeeper's entry is removed and the servers install moved out are put back (a name
+    2. a read-only file is refused unless `force` (forced, it stays read-only);
+    3. the file is as install left it: the backup is put back whole (or the file removed, if
+       install created it; through a link, the file it points to, and the link stays);
+    4. else toolkeeper's entry is removed and the servers install moved out are put back (a name
        the person has reused since is left alone, and said so), after a backup of the file;
-    4. no record and no toolkeeper entry: refused, nothing to undo.
+    5. no record and no toolkeeper entry: refused, nothing to undo.
     """
     client = client_named(client_name)
     if client.command_line:
@@ -874,10 +912,11 @@ def uninstall(client_name: str, *, place: Place, now: datetime | None = None) ->
     path = client_file(client, place)
     record = _read_record(path)
     document = read_client_file(path, jsonc=client.jsonc, missing_ok=True)
+    refuse_read_only(path, force=force)
     if record is not None and document is not None and _sha256(document.raw) == record.get("installedSha256"):
         backup = Path(record["backup"]) if record.get("backup") else None
         if backup is None and record.get("created"):
-            path.unlink()
+            written_at(path).unlink()
         else:
             if backup is None or not backup.is_file():
                 raise ServiceError(

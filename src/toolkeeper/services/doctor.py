@@ -390,9 +390,9 @@ async def check_servers_answer(live: Live) -> list[Finding]:
             )
             continue
         if downstream.state is State.LOADING:  # a large spec, on its way: not a fault
-            progress = f": {describe_progress(downstream.load_progress)}" if downstream.load_progress else ""
+            progress = describe_progress(downstream.load_progress)
             findings.append(
-                Finding("server", Level.WARNING, downstream.name, f"still loading{progress}; tools follow")
+                Finding("server", Level.WARNING, downstream.name, f"still loading: {progress}; tools follow")
             )
             continue
         lines = await _stderr_of(downstream)

@@ -78,9 +78,8 @@ def _loading(downstream: Downstream) -> dict[str, Any]:
     progress = downstream.load_progress
     if downstream.state is not State.LOADING:
         return {}
-    if progress is None:
-        return {"loaded": None, "of": None, "progress": "loading"}
-    return {"loaded": progress[0], "of": progress[1], "progress": f"loading: {describe_progress(progress)}"}
+    loaded, of = progress if progress is not None else (None, None)
+    return {"loaded": loaded, "of": of, "progress": f"loading: {describe_progress(progress)}"}
 
 
 def tool_rows(

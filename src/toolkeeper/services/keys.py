@@ -85,6 +85,14 @@ class KeyRing:
             return None
         return None if key.expired(now) else key
 
+    def claimed_by(self, token: str) -> str | None:
+        """The key `token` claims to be by its prefix, named as a log line names it ("key 'alice'
+        (tk_AbCdEfGh)"); None when no key has that prefix. Only the public prefix is read, so
+        a failed token can be counted against the key it tried without keeping any secret."""
+        prefix = token[:PREFIX_LENGTH]
+        key = self._by_prefix.get(prefix) if token.startswith(TOKEN_START) else None
+        return None if key is None else f"key '{key.name}' ({prefix})"
+
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()

@@ -11,6 +11,11 @@ as a new one; and a write is refused when the file this process opened was delet
 since, or overwritten in place (another file's bytes copied over it), because the others read the
 file that is there now. An overwrite is noticed by the store's identity: a random number each
 SQLite store (and each backup) gets once, kept in its file header's `user_version`.
+
+The SQLite file is its owner's alone (0600, like the audit key): it holds the person's rules, the
+approvals' questions and the audit log. It is created so before SQLite opens it, and SQLite gives
+its -wal, -shm and -journal files the database file's mode; an existing one that others may read
+is tightened, with a warning.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import os
 import secrets
 import shutil
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -50,6 +56,9 @@ logger = logging.getLogger(__name__)
 STORE_FILE = "toolkeeper.db"
 SQLITE_BUSY_SECONDS = 10.0
 MIGRATIONS = Path(__file__).parent / "migrations"
+# The store and its -wal, -shm and -journal files: for their owner alone.
+PRIVATE_MODE = 0o600
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 # How long after a file's last change its times are trusted to show the next one (file times
 # move in clock ticks of a few milliseconds).
 _SETTLED_NS = 50_000_000
@@ -171,6 +180,7 @@ class Store:
                     f"Cannot create the folder for the store {self.label}: {exc.strerror}. "
                     "Set TOOLKEEPER_HOME (or toolkeeper.home) to a writable folder."
                 ) from None
+            keep_private(self.path)
         options: dict[str, Any] = {} if self.is_sqlite else {"pool_timeout": self.timeout}
         engine = create_async_engine(async_url, connect_args=connect_args, **options)
         if self.is_sqlite:
@@ -494,6 +504,35 @@ class Store:
         return (
             f"Cannot use the database {self.label}: {message}. Check that the server is running and the "
             "URL (TOOLKEEPER_DATABASE_URL or toolkeeper.databaseUrl) is right."
+        )
+
+
+def keep_private(path: Path) -> None:
+    """Make the SQLite file `path` its owner's alone before SQLite opens it.
+
+    1. a missing file is created empty with `PRIVATE_MODE` (SQLite makes a new store of an empty
+       file, and gives the -wal, -shm and -journal files it makes later the same mode);
+    2. the file and each companion already there that group or others may use, and that this
+       user owns, lose those permissions, with a warning naming the file and its mode before.
+    A folder or file that cannot be created or changed is left for SQLite to report."""
+    # Already there, or not creatable: SQLite's own error then names the problem.
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_MODE))
+    for file in (path, *(path.with_name(path.name + suffix) for suffix in SQLITE_COMPANIONS)):
+        try:
+            info = file.stat()
+            if not info.st_mode & (stat.S_IRWXG | stat.S_IRWXO) or info.st_uid != os.geteuid():
+                continue
+            os.chmod(file, stat.S_IMODE(info.st_mode) & ~(stat.S_IRWXG | stat.S_IRWXO))
+        except OSError:
+            continue
+        logger.warning(
+            "store %s: %s could be used by other users (mode %o); made it its owner's alone (mode %o): "
+            "it holds your rules, approvals and audit log",
+            path,
+            file,
+            stat.S_IMODE(info.st_mode),
+            stat.S_IMODE(info.st_mode) & ~(stat.S_IRWXG | stat.S_IRWXO),
         )
 
 

@@ -18,6 +18,10 @@ file from its base64 content with its filename and content type; text/plain as U
 application/octet-stream as the bytes the base64 argument decodes to. A value that cannot be
 sent so (base64 that does not decode) refuses the call before anything is sent.
 
+JSON is written and read by the gateway's own codec (`jsonwire`), so numbers pass exactly as
+the client wrote them and the API answered them: an integer past 64 bits, a decimal with more
+digits than a double holds.
+
 A response is read up to the source's `maxResponseBytes`, and a redirect is followed only
 within the origin the request went to (a 307 or 308 sends the same body again).
 """
@@ -26,7 +30,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +38,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import httpx2
 import jsonschema  # type: ignore[import-untyped]
 
+from toolkeeper import jsonwire
 from toolkeeper.config.openapi import Credential
 from toolkeeper.downstreams.openapi.bodies import FieldEncoding
 from toolkeeper.downstreams.openapi.operations import Operation, Parameter, SecurityScheme
@@ -58,9 +62,8 @@ class PreparedRequest:
     params: tuple[tuple[str, str], ...] = ()
     headers: Mapping[str, str] = field(default_factory=dict)
     cookies: Mapping[str, str] = field(default_factory=dict)
-    json_body: Any = None
     has_body: bool = False
-    content: bytes | None = None  # the body as bytes, for every kind but JSON
+    content: bytes | None = None  # the body as bytes
 
     @property
     def shown(self) -> str:
@@ -86,7 +89,7 @@ def prepare(
             continue
         value = arguments[parameter.argument]
         if parameter.content_type is not None:  # described by `content`: sent in its media type
-            value = json.dumps(value, separators=(",", ":"))
+            value = _json_text(value)
         if parameter.location == "path":
             if value == "" or value == [] or value == {}:
                 raise CallRefused(f"the path parameter '{parameter.argument}' is empty; nothing was sent")
@@ -105,9 +108,12 @@ def prepare(
     body, has_body = _body(operation, arguments)
     content: bytes | None = None
     media_type = operation.body_media_type
-    if has_body and operation.body_kind != "json":
+    if has_body and operation.body_kind == "json":
+        content = _json_text(body).encode()
+        if not media_type or "*" in media_type:
+            media_type = JSON_PART
+    elif has_body:
         content, media_type = _encoded_body(operation, body)
-        body = None
     if has_body and media_type and "*" not in media_type:
         sent_headers["Content-Type"] = media_type
     return PreparedRequest(
@@ -116,10 +122,14 @@ def prepare(
         params=tuple(query),
         headers=sent_headers,
         cookies=cookies,
-        json_body=body,
         has_body=has_body,
         content=content,
     )
+
+
+def _json_text(value: Any) -> str:
+    """A value as JSON text, every number exactly as the client wrote it."""
+    return jsonwire.dumps(value).decode()
 
 
 def _without_dot_segments(path: str) -> str:
@@ -173,7 +183,9 @@ def _scalar(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"))
+        return _json_text(value)
+    if isinstance(value, jsonwire.ExactNumber):
+        return value.text
     return str(value)
 
 
@@ -274,7 +286,7 @@ def _encoding(operation: Operation, name: str) -> FieldEncoding:
 def _form_pairs(name: str, value: Any, encoding: FieldEncoding) -> list[tuple[str, str]]:
     """One form field as (name, value) pairs, as its encoding's style says."""
     if encoding.content_type is not None and _is_json_type(encoding.content_type):
-        return [(name, json.dumps(value, separators=(",", ":")))]
+        return [(name, _json_text(value))]
     if encoding.style == "deepObject" and isinstance(value, dict | list):
         return _nested_pairs(name, value)
     parameter = Parameter(name, "query", name, False, encoding.style, encoding.explode)
@@ -324,7 +336,7 @@ def _part(name: str, value: Any, encoding: FieldEncoding) -> tuple[str | None, b
         content_type = value.get("contentType") if isinstance(value.get("contentType"), str) else None
         return filename, data, content_type or encoding.content_type or "application/octet-stream"
     if isinstance(value, dict | list) or _is_json_type(encoding.content_type):
-        return None, json.dumps(value, separators=(",", ":")).encode(), encoding.content_type or JSON_PART
+        return None, _json_text(value).encode(), encoding.content_type or JSON_PART
     return None, _scalar(value).encode(), encoding.content_type
 
 
@@ -357,7 +369,6 @@ async def send(
             url,
             params=tuple(params) or None,
             headers=headers,
-            json=request.json_body if body_sent and request.content is None else None,
             content=request.content if body_sent else None,
         )
         response = await client.send(built, stream=True)
@@ -424,7 +435,7 @@ def _result(
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
     if _is_json(response):
         try:
-            return result, json.loads(text)
+            return result, jsonwire.loads(text.encode())
         except ValueError:
             pass
     return result, None

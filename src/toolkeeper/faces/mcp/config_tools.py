@@ -151,6 +151,8 @@ NEXT_STEPS: dict[NextStep, str] = {
     NextStep.LIST_TOOLS: "Use list-available-tools to see available tools.",
     # No configuration tool restores a backup: only a person at the command line can go past the limit.
     NextStep.RAISE_LIMIT: "A person can allow a larger file with `toolkeeper restore --max-size`.",
+    # No configuration tool edits a client's file: only a person at the command line can force it.
+    NextStep.FORCE: "A person can write it anyway with the command's --force.",
 }
 
 

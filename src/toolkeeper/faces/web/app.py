@@ -30,8 +30,8 @@ from toolkeeper.faces.web.access import (
     TOKEN_COOKIE,
     UNSAFE_METHODS,
     Access,
-    csrf_matches,
-    new_csrf_token,
+    address_of,
+    new_session,
 )
 from toolkeeper.faces.web.face import (
     API_PREFIX,
@@ -43,30 +43,35 @@ from toolkeeper.faces.web.face import (
     render,
     service_refusal,
 )
-from toolkeeper.faces.web.shown import visible_in_page
+from toolkeeper.faces.web.shown import first_line, visible_in_page
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services import Services
 
 
 def build_web_app(gateway: Gateway, services: Services, access: Access) -> ASGIApp:
     """The dashboard's app: pages at `/`, JSON at `/api/`, static files at `/static/`."""
-    from toolkeeper.faces.web import api, pages
-
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, finalize=visible_in_page
     )
+    environment.filters["first_line"] = first_line
     templates = Jinja2Templates(env=environment)
-    routes: Sequence[BaseRoute] = [
-        Mount(STATIC_PREFIX, app=StaticFiles(directory=HERE / "static"), name="static"),
-        Mount(API_PREFIX, routes=api.routes()),
-        *pages.routes(),
-    ]
     app = Starlette(
-        routes=list(routes),
+        routes=list(web_routes()),
         exception_handlers={ServiceError: _service_error, HTTPException: _http_error},
     )
     app.state.face = WebFace(gateway, services, access, templates)
     return AccessGate(app, access)
+
+
+def web_routes() -> Sequence[BaseRoute]:
+    """Every route of the dashboard, the API's under its mount."""
+    from toolkeeper.faces.web import api, pages
+
+    return [
+        Mount(STATIC_PREFIX, app=StaticFiles(directory=HERE / "static"), name="static"),
+        Mount(API_PREFIX, routes=api.routes()),
+        *pages.routes(),
+    ]
 
 
 async def _service_error(request: Request, exc: Exception) -> Response:
@@ -90,6 +95,11 @@ class AccessGate:
         self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Steps, in order: static files pass; a page opened with `?token=` signs in; a request
+        that needs the token or an admin key (`Access.needs_credential`) and has neither is
+        refused; a browser without a session gets one, and the form token of its session and
+        credential is left for the pages; a state-changing request must fit the size limit and,
+        carried by the cookie, echo that form token."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -104,39 +114,54 @@ class AccessGate:
             await self._log_in(scope, receive, send, query_token)
             return
         presented, by_header = self.access.presented(request)
-        holder = self.access.holder(presented)
-        if (is_api or self.access.pages_need_token) and holder is None:
-            await self._refuse_unknown(scope, receive, send, is_api, presented)
+        holder = self.access.holder(presented, address_of(request))
+        if holder is None and self.access.needs_credential(is_api=is_api, method=request.method):
+            where = "in a bearer header" if by_header else "in the cookie"
+            if presented and await self._throttled(scope, receive, send, presented, where):
+                return
+            acting = not is_api and not self.access.pages_need_token  # only actions are closed
+            await self._refuse_unknown(scope, receive, send, is_api, presented, acting=acting)
             return
-        scope.setdefault("state", {})["holder"] = holder or PERSON
-        csrf = request.cookies.get(CSRF_COOKIE)
-        fresh_csrf = None
-        if not csrf:
-            csrf = fresh_csrf = new_csrf_token()
-        scope.setdefault("state", {})["csrf"] = csrf
+        state = scope.setdefault("state", {})
+        state["holder"] = holder or PERSON
+        # The pages offer a sign-in where their forms would be refused.
+        state["read_only"] = holder is None and self.access.actions_need_token
+        session = request.cookies.get(CSRF_COOKIE)
+        fresh_session = None
+        if not session:
+            session = fresh_session = new_session()
+        # Bound to what the cookie carries: a form is sent with the cookie, never with a header.
+        state["csrf"] = self.access.form_token(session, request.cookies.get(TOKEN_COOKIE))
         if request.method in UNSAFE_METHODS:
-            body = await self._bounded_body(request, receive)
-            if body is None:
-                too_big = f"the request body is over {self.access.max_body_bytes} bytes"
-                await _plain(scope, receive, send, 413, too_big)
+            checked = await self._checked_body(request, receive, by_header, fresh_session is None)
+            if isinstance(checked, tuple):
+                await _plain(scope, receive, send, *checked)
                 return
-            stored_csrf = None if fresh_csrf else csrf  # a request with no CSRF cookie cannot echo it
-            if not by_header and not csrf_matches(stored_csrf, await _echoed_csrf(request, body)):
-                await _plain(
-                    scope,
-                    receive,
-                    send,
-                    403,
-                    "the form's CSRF token is missing or stale: reload the page and send it again",
-                )
-                return
-            receive = _replay(body)
-        await self.app(scope, receive, _with_cookie(send, CSRF_COOKIE, fresh_csrf) if fresh_csrf else send)
+            receive = checked
+        await self.app(scope, receive, _with_session(send, fresh_session) if fresh_session else send)
+
+    async def _checked_body(
+        self, request: Request, receive: Receive, by_header: bool, known_session: bool
+    ) -> Receive | tuple[int, str]:
+        """The body of a state-changing request, to be read again by the route; or the status
+        and text it is refused with: over the size limit, or carried by a cookie without its
+        session's form token (a session made by this very request has had no form)."""
+        body = await self._bounded_body(request, receive)
+        if body is None:
+            return 413, f"the request body is over {self.access.max_body_bytes} bytes"
+        if not by_header:
+            session = request.cookies.get(CSRF_COOKIE) if known_session else None
+            credential = request.cookies.get(TOKEN_COOKIE)
+            if not self.access.form_token_matches(session, credential, await _echoed_csrf(request, body)):
+                return 403, "the form's CSRF token is missing or stale: reload the page and send it again"
+        return _replay(body)
 
     async def _log_in(self, scope: Scope, receive: Receive, send: Send, token: str) -> None:
         """A page opened with `?token=`: the cookie is set and the address loses the token."""
         request = Request(scope)
-        if not self.access.accepts(token):
+        if not self.access.accepts(token, address_of(request)):
+            if token and await self._throttled(scope, receive, send, token, "in ?token= (the sign-in form)"):
+                return
             await self._refuse_unknown(scope, receive, send, False, token)
             return
         rest = {k: v for k, v in parse_qs(request.url.query).items() if k != "token"}
@@ -146,20 +171,55 @@ class AccessGate:
         await response(scope, receive, send)
 
     async def _refuse_unknown(
-        self, scope: Scope, receive: Receive, send: Send, is_api: bool, presented: str | None
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        is_api: bool,
+        presented: str | None,
+        *,
+        acting: bool = False,
     ) -> None:
         why = "a wrong access token" if presented else "no access token"
+        if acting:
+            why += (
+                ": changing anything here needs the dashboard's token or an admin client key, "
+                "because /mcp asks its clients for a credential"
+            )
         message = (
             f"401: {why}. Send the dashboard's token (printed when it started, or "
-            "TOOLKEEPER_UI_TOKEN) as 'Authorization: Bearer <token>', or open a page with ?token=<token>"
+            "TOOLKEEPER_UI_TOKEN) or an admin client key as 'Authorization: Bearer <token>', "
+            "or open a page with ?token=<token>"
         )
         response: Response
         if is_api:
             response = JsonResponse({"error": {"kind": "unauthorized", "message": message}}, status_code=401)
         else:
-            response = HTMLResponse(_LOGIN_PAGE.format(message=_escape(message)), status_code=401)
+            # An action's address may take no GET: signing in from here opens the overview.
+            back = "/" if acting else ""
+            page = _LOGIN_PAGE.format(message=_escape(message), action=back)
+            response = HTMLResponse(page, status_code=401)
         response.headers["www-authenticate"] = 'Bearer realm="toolkeeper dashboard"'
         await response(scope, receive, send)
+
+    async def _throttled(
+        self, scope: Scope, receive: Receive, send: Send, presented: str, where: str
+    ) -> bool:
+        """Count a token that opened nothing (`where` says how it came); True when the answer,
+        sent here, is 429: its address or what it tried is throttled."""
+        wait = self.access.refused(presented, address_of(Request(scope)), where)
+        if not wait:
+            return False
+        seconds = str(int(wait) + 1)
+        message = f"429: too many wrong tokens from this address or for this token; try again in {seconds} s."
+        response: Response
+        if scope["path"].startswith(API_PREFIX):
+            response = JsonResponse({"error": {"kind": "throttled", "message": message}}, status_code=429)
+        else:
+            response = HTMLResponse(_escape(message), status_code=429)
+        response.headers["retry-after"] = seconds
+        await response(scope, receive, send)
+        return True
 
     async def _bounded_body(self, request: Request, receive: Receive) -> bytes | None:
         """The whole body, or None once it is over the limit (declared or sent)."""
@@ -211,8 +271,9 @@ def _replay(body: bytes) -> Receive:
     return receive
 
 
-def _with_cookie(send: Send, name: str, value: str) -> Send:
-    cookie = f"{name}={value}; Path=/; SameSite=Strict".encode("latin-1")
+def _with_session(send: Send, session: str) -> Send:
+    """`send`, whose answer also sets the browser's new session (HttpOnly: no script reads it)."""
+    cookie = f"{CSRF_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict".encode("latin-1")
 
     async def send_with_cookie(message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -241,6 +302,6 @@ _LOGIN_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1"><title>toolkeeper: sign in</title>
 <link rel="stylesheet" href="/static/style.css"></head>
 <body class="login"><main><h1>toolkeeper</h1><p class="error">{message}</p>
-<form method="get" action=""><label>Access token
+<form method="get" action="{action}"><label>Access token
 <input name="token" type="password" autocomplete="current-password" required></label>
 <button type="submit">Open the dashboard</button></form></main></body></html>"""

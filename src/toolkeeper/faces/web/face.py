@@ -66,13 +66,15 @@ def render(
     request: Request, template: str, context: dict[str, Any] | None = None, status_code: int = 200
 ) -> Response:
     """A page: `template` with `context`, plus what the layout shows on every page (the mode,
-    the equipped toolset, waiting approvals) and the CSRF token its forms carry."""
+    the equipped toolset, waiting approvals), the CSRF token its forms carry and whether its
+    visitor must sign in before changing anything."""
     face = face_of(request)
     gateway = face.gateway
     layout = {
         "mode": gateway.mode_name,
         "toolset": gateway.toolset_name,
         "csrf": request.scope.get("state", {}).get("csrf", ""),
+        "read_only": request.scope.get("state", {}).get("read_only", False),
         "theme": request.cookies.get("theme", "auto"),
         "path": request.url.path,
     }
