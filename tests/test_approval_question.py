@@ -144,7 +144,10 @@ async def test_the_queue_and_its_commands_show_hostile_text_escaped_and_survive_
     assert len(results) == 2 and all(result.is_error for result in results)
 
     everything = toolkeeper(config, "approvals", "list", "--all").stdout
-    assert_shown_safely(everything)
+    # Decided: the arguments' values are gone (auditArguments is off), the rest shows safely.
+    assert not any(char in everything for char in RAW), repr(everything)
+    assert "rm -rf /" not in everything and "its arguments are not kept once it is decided" in everything
+    assert "evil\\u001b[2J\\u009b\\u202e[/x]client" in everything
     audit = toolkeeper(config, "audit").stdout
     assert not any(char in audit for char in RAW), repr(audit)
     assert "evil\\u001b[2J\\u009b\\u202e[/x]client" in audit and "h__manage_files" in audit

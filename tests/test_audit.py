@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import MODES, controllable, eventually, gateway_params, write_config
+from conftest import MODES, PY, ROOT, controllable, eventually, gateway_params, write_config
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import func, insert, select
@@ -144,17 +144,26 @@ async def test_audit_arguments_keeps_the_arguments(tmp_path: Path) -> None:
     assert record["arguments"] == SECRET and record["argumentsSha256"] == arguments_digest(SECRET)
 
 
-async def test_a_read_only_store_does_not_stop_calls(tmp_path: Path) -> None:
+async def test_a_read_only_store_lets_read_only_calls_run_and_refuses_the_others(tmp_path: Path) -> None:
     path = tmp_path / "kept.db"
     async with Store(f"sqlite:///{path}"):
         pass  # created and migrated; the gateway gets it read-only
+    gated = {"command": PY, "args": [str(ROOT / "tests" / "servers" / "gated.py")], "trust": "trusted"}
     config = write_config(
-        tmp_path, {"ctl": controllable()}, databaseUrl=f"sqlite:///file:{path}?mode=ro&uri=true"
+        tmp_path,
+        {"gated": {**gated, "confirm": "never"}},
+        databaseUrl=f"sqlite:///file:{path}?mode=ro&uri=true",
     )
+    release = tmp_path / "release"
+    release.touch()
     async with Client(gateway_params(config), mode="legacy", client_info=CLIENT) as client:
-        for text in ("one", "two", "three"):
-            result = await client.call_tool("ctl__echo", {"text": text})
-            assert result.content[0].text == text  # type: ignore[union-attr]
+        for _ in range(3):
+            result = await client.call_tool("gated__look", {"release": str(release)})
+            assert result.content[0].text == "look released"  # type: ignore[union-attr]
+        risky = tmp_path / "risky"
+        refused = await client.call_tool("gated__change", {"release": str(risky)})
+        assert refused.is_error and "audit record cannot be written" in refused.content[0].text  # type: ignore[union-attr]
+        assert not Path(f"{risky}.arrived").exists()
     async with Store(f"sqlite:///{path}") as store, store.read() as conn:
         assert (await conn.execute(select(func.count()).select_from(audit_log))).scalar_one() == 0
 

@@ -27,7 +27,7 @@ from sqlalchemy import create_engine, insert, text
 
 from toolkeeper.config.loader import ConfigError, load_config
 from toolkeeper.config.model import GatewaySettings
-from toolkeeper.store import Store
+from toolkeeper.store import Store, audit_key
 from toolkeeper.store import audit_chain as chain
 from toolkeeper.store.tables import audit_log
 
@@ -271,8 +271,8 @@ async def test_records_from_before_the_chain_are_counted_and_a_later_one_without
     code, said = verify(place)
     assert code == EXIT_BROKEN and f"the record {late['id']}" in said and "has no place in the chain" in said
     await place.sql("DELETE FROM audit_log WHERE id = :v", v=late["id"])
-    # Retention takes the older records and the starting anchor; the new anchor counts none left.
-    assert await retain(place, datetime.now(UTC) - timedelta(hours=1)) == 4
+    # Retention takes the older records, never the starting anchor; the new anchor counts none left.
+    assert await retain(place, datetime.now(UTC) - timedelta(hours=1)) == 3
     code, said = verify(place)
     assert code == EXIT_WHOLE and "0 unchained records from before the chain" in said, said
 
@@ -310,10 +310,10 @@ async def test_retention_leaves_an_anchor_and_the_chain_verifies(place: Place) -
     await append(place, [call_row(number) for number in range(5, 8)])
     await append(place, [], [{"id": still_running["id"], "outcome": "ok", "detail": None, "latency_ms": 1}])
     # The old call completed after newer records: it and everything after it stay.
-    assert await retain(place, datetime.now(UTC) - timedelta(days=30)) == 6  # the starting anchor and 5
+    assert await retain(place, datetime.now(UTC) - timedelta(days=30)) == 5  # not the starting anchor
     code, said = verify(place)
     assert code == EXIT_WHOLE, said
-    assert "retention removed 6 records" in said
+    assert "retention removed 5 records" in said
     listed = toolkeeper(place, "--json").stdout.splitlines()
     anchor = json.loads(listed[0])
     assert anchor["kind"] == "anchor" and anchor["facts"]["through_seq"] == 6
@@ -438,6 +438,7 @@ from pathlib import Path
 from toolkeeper.store import Store
 from toolkeeper.store import audit as audit_rows
 from toolkeeper.store import audit_chain as chain
+from toolkeeper.store import audit_key
 
 async def main(url, home, name, batches):
     key = chain.load_chain_key(Path(home))
@@ -484,7 +485,7 @@ def test_the_key_setting_is_used_and_a_short_one_refused(
     config = write_config(tmp_path, {}, auditKey="${MY_AUDIT_KEY}")
     monkeypatch.setenv("MY_AUDIT_KEY", key)
     loaded = load_config(config).settings
-    assert chain.chain_key(loaded) == chain.ChainKey(key.encode(), chain.KEY_SETTING)
+    assert chain.chain_key(loaded) == chain.ChainKey(key.encode(), audit_key.KEY_SETTING)
     assert key not in repr(loaded)
     monkeypatch.setenv("MY_AUDIT_KEY", "short but secret")
     with pytest.raises(ConfigError, match="needs at least 32") as refused:

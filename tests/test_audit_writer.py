@@ -244,7 +244,7 @@ async def test_the_writers_thread_writes_ahead_and_completes_on_either_database(
         assert stopped.outcome == "gateway_stopped" and "a test" in stopped.detail
 
 
-async def test_a_write_ahead_the_store_refuses_lets_the_call_run_and_the_record_waits(
+async def test_a_write_ahead_the_store_refuses_is_not_safe_and_the_record_waits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from toolkeeper.store import db as store_db
@@ -257,9 +257,10 @@ async def test_a_write_ahead_the_store_refuses_lets_the_call_run_and_the_record_
         holder.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
         try:
             first = writer.start(a_record(detail="first"))
-            assert await writer.written(first) is False  # refused: the call runs all the same
+            assert await writer.written(first) is False  # refused: the audit stage refuses the call
             second = writer.start(a_record(detail="second"))
             assert second.waiter is None  # while the store refuses, calls do not wait at all
+            assert writer.refusal is not None and "locked" in writer.refusal
             writer.complete(first, outcome="ok", detail=None, latency_ms=5)
         finally:
             holder.execute("ROLLBACK")

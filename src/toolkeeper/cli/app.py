@@ -98,12 +98,15 @@ def serve(
     from toolkeeper.edge.auth import CannotStart
     from toolkeeper.edge.serve import serve_http, serve_stdio
     from toolkeeper.edge.web import CannotServeDashboard
+    from toolkeeper.errors import ServiceError
+    from toolkeeper.services.audit import AuditService
 
     settings = loaded.settings
     address = (host or settings.http_host, port or settings.http_port)
 
     async def main() -> None:
         async with await open_store(loaded) as store:
+            await AuditService(store, settings).check_key_custody()
             if transport is TransportChoice.stdio:
                 await serve_stdio(loaded, store, address if ui else None)
             else:
@@ -111,7 +114,7 @@ def serve(
 
     try:
         anyio.run(main, backend_options={"use_uvloop": UVLOOP})
-    except (CannotStart, CannotServeDashboard) as exc:
+    except (CannotStart, CannotServeDashboard, ServiceError) as exc:
         err.print(styled(f"error: {exc}"), soft_wrap=True)
         raise typer.Exit(2) from None
     finally:

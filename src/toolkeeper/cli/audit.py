@@ -5,6 +5,7 @@ every server offline."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import sys
@@ -165,6 +166,40 @@ def _verify_file(service: AuditService, file: Path) -> Verification:
     except ServiceError as exc:
         err.print(styled(f"error: {exc}"), soft_wrap=True)
     raise typer.Exit(2)
+
+
+@audit_app.command("repair")
+def repair_command(
+    reason: str = typer.Option(
+        ...,
+        "--reason",
+        help="Why you start a new segment (what you found, what you decided): kept in the chain.",
+    ),
+    new_key: bool = typer.Option(
+        False, "--new-key", help="The audit key is lost: make a new one and key the new segment with it."
+    ),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Start a new segment of the audit chain, after you decided what to do about a chain that
+    cannot be written on (`audit verify` shows why: a record or the head changed, the key lost).
+    The earlier segment stays as it is; `audit verify` then shows both and the break between them,
+    with your reason, and still reports a change made inside either. Gateways take records again
+    (within seconds) and run calls that are not reliably read-only again.
+
+    Exit codes as `audit verify`'s, for the chain after the repair."""
+    by = f"{getpass.getuser()} via CLI"
+    verification: Verification = run_service(
+        load(config, demo), lambda s: s.repair(reason, by=by, new_key=new_key), kind="audit"
+    )
+    if as_json:
+        print(json.dumps(verification.as_json(), ensure_ascii=False))
+    elif verification.verdict is Verdict.WHOLE:
+        out.print(styled("A new audit chain segment starts now. " + verification.message), soft_wrap=True)
+    else:
+        err.print(styled(f"error: {verification.message}"), soft_wrap=True)
+    raise typer.Exit(VERIFY_EXIT_CODES[verification.verdict])
 
 
 @audit_app.command("export")

@@ -5,8 +5,11 @@ however it ended.
   policy sees it: read-only by a value it relies on) is recorded as "started", with its
   decision, in the gateway's journal, which a crash does not lose (or, without a journal, it
   waits until that record is committed, at most `WRITE_AHEAD_SECONDS`). A gateway that dies
-  during the call leaves "started, outcome unknown", never nothing. Reliably read-only calls
-  skip this: a plain read is recorded once it ended.
+  during the call leaves "started, outcome unknown", never nothing. The audit fails closed:
+  while records cannot be written (the store or the chain refuses them), or when the record
+  was not committed in time, such a call does not run, and its client is told why and which
+  command shows the problem. Reliably read-only calls skip this: a plain read is recorded
+  once it ended, and waits in memory (or leaves a gap record) while the store refuses.
 - After the call ended (`AuditLog`): the record, or the completion of the started one.
 
 Both only hand values to the writer (`audit_writer.py`): no I/O, no serialisation, no hashing
@@ -26,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 from toolkeeper.pipeline.audit_writer import AuditWriter, HintsHeld, Record, Started, UnreadArguments
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.policy.model import Decision
+from toolkeeper.protocol import error_result
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +37,10 @@ logger = logging.getLogger(__name__)
 STARTED_RECORD = "audit_started"
 # Why a call's arguments were never read (`ToolCall.extra`): the edge refused its message.
 ARGUMENTS_UNREAD = "audit_arguments_unread"
+# Why a call was not run: its record could not be written (`ToolCall.extra`).
+AUDIT_REFUSED = "audit_refused"
+NOT_COMMITTED = "the store did not commit the call's record in time"
+NOT_CHECKED = "the store did not answer in time when the audit log started"
 
 
 def reliably_read_only(call: ToolCall) -> bool:
@@ -53,15 +61,32 @@ class AuditAhead:
         self.log = log
 
     async def run(self, call: ToolCall) -> dict[str, Any] | None:
+        """None to go on; a refusal when the call's record cannot be made safe first."""
         if reliably_read_only(call):
             return None
         writer = self.log.writer
+        if not writer.checked_now and not await writer.checked():
+            return refused(call, NOT_CHECKED)
+        refusal = writer.refusal
+        if refusal is not None:
+            return refused(call, refusal)
         started = writer.start(self.log.record(call))
         # Kept before waiting: a call cancelled while it waits is completed, not recorded twice.
         call.extra[STARTED_RECORD] = started
-        if not started.journaled:
-            await writer.written(started)
+        if not started.journaled and not await writer.written(started):
+            return refused(call, writer.refusal or NOT_COMMITTED)
         return None
+
+
+def refused(call: ToolCall, why: str) -> dict[str, Any]:
+    """The answer to a call that did not run because its record could not be written."""
+    call.extra[AUDIT_REFUSED] = why
+    return error_result(
+        f"toolkeeper did not run {call.name!r}: its audit record cannot be written ({why}). A call that "
+        "is not reliably read-only runs only once its record is safe; read-only calls still run. "
+        "The person running toolkeeper can see the problem with `toolkeeper audit verify`; once they "
+        'have decided, `toolkeeper audit repair --reason "…"` starts a new audit chain segment.'
+    )
 
 
 class AuditLog:
@@ -161,6 +186,9 @@ def _outcome(call: ToolCall) -> tuple[str, str | None]:
     decision = call.decision
     if decision is not None and (decision.final is Decision.DENY or decision.outcome):
         return "not_run", decision.outcome or decision.verdict.reason
+    audit_refused = call.extra.get(AUDIT_REFUSED)
+    if audit_refused is not None:
+        return "not_run", f"its audit record could not be written: {audit_refused}"
     error = call.error
     if error is not None:
         if isinstance(error, MCPError):

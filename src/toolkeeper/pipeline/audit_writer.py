@@ -14,9 +14,12 @@ then frees its slot. Records of a gateway that ended are recovered from its jour
 writer starts. Without a journal (no file locks, the home not writable, every slot held), the
 call waits for its record's commit instead, at most `WRITE_AHEAD_SECONDS`.
 
-When the store refuses (read-only, locked, full, unreachable) the writer says so once, keeps the
-records (up to `max_waiting`, then the oldest go, counted) and writes them when the store takes
-them again, after a gap record that says how many went, from when to when. It also deletes
+Whether records can be written is checked when the writer starts (`audit_chain.check_writable`)
+and known from every write after: while they cannot (`refusal`), the audit stage refuses calls
+that are not reliably read-only. When the store refuses (read-only, locked, full, unreachable,
+the chain changed or keyed otherwise) the writer says so once, keeps the records (up to
+`max_waiting`, then the oldest go, counted) and writes them when the store takes them again,
+after a gap record that says how many went, from when to when. It also deletes
 records older than `auditRetentionDays`, at start and then daily.
 """
 
@@ -55,9 +58,8 @@ RETRY_SECONDS = 5.0  # while the store refuses, how often to try again
 AHEAD_SECONDS = 0.05
 # Without a journal: how long a call that is not reliably read-only waits for its "started"
 # record to be committed.
-# A store that is slow or refuses must not make the gateway unusable: past this the call runs,
-# its record waits in memory like the others, and calls run without waiting until the store
-# takes records again.
+# Past this the call does not run (the audit fails closed), and until the store takes records
+# again such calls are refused without waiting.
 WRITE_AHEAD_SECONDS = 2.0
 # How long a stopping gateway gives the last records: a store that hangs must not hold the exit.
 SHUTDOWN_FLUSH_SECONDS = 3.0
@@ -144,7 +146,7 @@ class AuditWriter:
         store: Store,
         retention_days: int,
         *,
-        key: Callable[[], audit_chain.ChainKey] | None = None,
+        key: Callable[[str | None], audit_chain.ChainKey] | None = None,
         home: Path | None = None,
         batch_size: int = BATCH_SIZE,
         max_waiting: int = MAX_WAITING,
@@ -155,8 +157,9 @@ class AuditWriter:
     ) -> None:
         self.store = store
         self.retention_days = retention_days
-        # The chain's key (read on the writer's thread): what `key` gives, else the key file in
-        # `home` (beside a SQLite store by default).
+        # The chain's key (read on the writer's thread): what `key` gives (told the fingerprint
+        # of the key the chain's records are signed with, if any), else the key file in `home`
+        # (beside a SQLite store by default).
         self.chain_key = key
         self.home = home
         self.batch_size = batch_size
@@ -189,6 +192,10 @@ class AuditWriter:
         self._completions: deque[Completion] = deque()  # of calls whose started row is written
         self._gap = _Gap()  # under `_lock`: both sides drop records
         self._refused_since: float | None = None  # when the store began refusing records
+        # Why records cannot be written now (the store's or the chain's error), read by the call
+        # path: a call that is not reliably read-only does not run meanwhile.
+        self._refusal: str | None = None
+        self._checked = asyncio.Event()  # set once the thread knows whether records can be written
         self._next_attempt = 0.0
 
     # -- the call path (the event loop's thread): hand over, never wait ------------------------
@@ -200,6 +207,26 @@ class AuditWriter:
     @property
     def dropped(self) -> int:
         return self._gap.count
+
+    @property
+    def refusal(self) -> str | None:
+        """Why records cannot be written now, or None while they can."""
+        return self._refusal
+
+    @property
+    def checked_now(self) -> bool:
+        """Whether `checked` would not wait (read on every risky call: no coroutine made)."""
+        return self._checked.is_set() or self._thread is None
+
+    async def checked(self) -> bool:
+        """Wait until the writer's thread checked, as it starts, whether records can be written
+        (at most `write_ahead_seconds`); whether it did. No wait once it has, nor for a writer
+        whose thread is not running (nothing is known, and nothing is written)."""
+        if self.checked_now:
+            return True
+        with anyio.move_on_after(self.write_ahead_seconds):
+            await self._checked.wait()
+        return self._checked.is_set()
 
     def add(self, record: Record) -> None:
         """Keep the record of an ended call for the next write."""
@@ -230,7 +257,7 @@ class AuditWriter:
     async def written(self, started: Started) -> bool:
         """Wait until the started record is safe: kept in the journal (no wait), or else committed,
         at most `write_ahead_seconds`; whether it is. While the store refuses or is slow, calls do
-        not wait (the record waits instead)."""
+        not wait (and are refused)."""
         if started.journaled:
             return True
         waiter = started.waiter
@@ -247,13 +274,13 @@ class AuditWriter:
             finally:
                 timer.cancel()
         if waiter.result() is not _TIMED_OUT:
-            return True
+            return not started.dropped
         if not self._stalled:
             self._stalled = True
             logger.warning(
                 "audit log: the store did not take the record of a call of %r within %.0f s, so the "
-                "call runs without it; its record waits in memory, and calls do not wait for their "
-                "records until the store takes records again",
+                "call is refused; calls that are not reliably read-only are refused until the store "
+                "takes records again",
                 started.record.get("exposed_name"),
                 self.write_ahead_seconds,
             )
@@ -438,6 +465,19 @@ class AuditWriter:
             logger.info("audit log: deleted %d records older than %d days", removed, self.retention_days)
         return removed
 
+    def _probe(self) -> bool:
+        """Check that an append would be taken (see `audit_chain.check_writable`); whether it
+        would. A refusal is kept (`refusal`) until a write or a later probe succeeds."""
+        with self._writing:
+            try:
+                key = self._key_now()
+                self._connection_now().transaction(lambda conn: audit_chain.check_writable(conn, key))
+            except Exception as exc:  # whatever it is, the gateway runs on: read-only calls go on
+                self._refused(exc)
+                return False
+            self._accepted()
+            return True
+
     def _retain(self, cutoff: datetime) -> int:
         with self._writing:
             key = self._key_now()
@@ -447,6 +487,11 @@ class AuditWriter:
 
     def _work(self) -> None:
         try:
+            # Before anything else: whether records can be written at all (the chain whole at its
+            # head, the key the chain's), so that no risky call runs on a chain that refuses them.
+            self._probe()
+            if self._loop is not None:
+                _call_soon(self._loop, self._checked.set)
             self._recover()
             while True:
                 timeout = RETRY_SECONDS if self._refused_since is not None else self.flush_seconds
@@ -461,6 +506,8 @@ class AuditWriter:
                     ok = self._refused_since is None and self._write_waiting()
                 elif requests or self._refused_since is None or time.monotonic() >= self._next_attempt:
                     ok = self._write_waiting()
+                    if ok and self._refused_since is not None:  # nothing was waiting to try with
+                        ok = self._probe()
                 else:
                     with self._writing:  # rows are made (and bounded) while the store refuses
                         self._take()
@@ -475,7 +522,8 @@ class AuditWriter:
             raise
         finally:
             if self._store_connection is not None:
-                self._store_connection.close()
+                with self._writing:  # not under a retention still running on a worker thread
+                    self._store_connection.close()
 
     def _recover(self) -> None:
         """Add the records left in the journals of gateways that ended to the store."""
@@ -610,9 +658,14 @@ class AuditWriter:
 
     def _key_now(self) -> audit_chain.ChainKey:
         if self._key is None:
+            # A key file is made only while no record was signed with a key (audit_key.py).
+            head = self._connection_now().transaction(audit_chain.read_head)
+            signed_by = head.fingerprint if head is not None else None
             try:
                 self._key = (
-                    self.chain_key() if self.chain_key else audit_chain.load_chain_key(self._key_home())
+                    self.chain_key(signed_by)
+                    if self.chain_key
+                    else audit_chain.load_chain_key(self._key_home(), signed_by)
                 )
             except OSError as exc:
                 raise StoreError(f"Cannot read or make the audit log's key: {exc}") from None
@@ -695,6 +748,7 @@ class AuditWriter:
 
     def _refused(self, exc: Exception) -> None:
         self._next_attempt = time.monotonic() + RETRY_SECONDS
+        self._refusal = str(exc) or type(exc).__name__
         # Once per outage: a retry every few seconds must not repeat the same error.
         if self._refused_since is None:
             self._refused_since = time.monotonic()
@@ -707,6 +761,7 @@ class AuditWriter:
 
     def _accepted(self) -> None:
         self._stalled = False
+        self._refusal = None
         if self._refused_since is None:
             return
         seconds = time.monotonic() - self._refused_since

@@ -534,9 +534,12 @@ class Gateway:
         assert self.services is not None
         try:
             settled = await self.services.approvals.settle_orphans()
+            forgotten = await self.services.approvals.forget_decided_arguments()
         except StoreError as exc:
             logger.warning("cannot settle the calls that waited for approval before: %s", exc)
             return
+        if forgotten:
+            logger.info("removed the argument values kept in %d decided approval(s)", forgotten)
         if settled:
             logger.info(
                 "%d call(s) that waited for approval before a restart are recorded as not run", settled

@@ -65,7 +65,11 @@ def build_services(
         toolsets=toolsets,
         hints=hints,
         rules=RuleService(store, catalog, resolver, on_change),
-        approvals=ApprovalService(store, retry_window=config.settings.retry_window)
+        approvals=ApprovalService(
+            store,
+            retry_window=config.settings.retry_window,
+            keep_arguments=config.settings.audit_arguments,
+        )
         if config is not None
         else ApprovalService(store),
         audit=AuditService(store, config.settings if config is not None else None),

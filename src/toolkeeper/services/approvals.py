@@ -89,8 +89,12 @@ def parse_answer(text: Any) -> Answer:
 
 
 class ApprovalService:
-    def __init__(self, store: Store, *, retry_window: float = DEFAULT_RETRY_WINDOW) -> None:
+    def __init__(
+        self, store: Store, *, retry_window: float = DEFAULT_RETRY_WINDOW, keep_arguments: bool = False
+    ) -> None:
         self.store = store
+        # Whether a decided call's question keeps its argument values (`auditArguments`).
+        self.keep_arguments = keep_arguments
         # How long a late yes can be given after its caller stopped waiting, and then how long
         # it holds for a retry of the call.
         self.retry_window = retry_window
@@ -155,7 +159,13 @@ class ApprovalService:
                     ErrorKind.INVALID,
                 )
             if call.status == PENDING and await rows.settle(
-                conn, call_id, rows.APPROVED, answer=answer.value, decided_by=by, channel=channel
+                conn,
+                call_id,
+                rows.APPROVED,
+                answer=answer.value,
+                decided_by=by,
+                channel=channel,
+                keep_arguments=self.keep_arguments,
             ):
                 approved = replace(call, status=rows.APPROVED, answer=answer.value, decided_by=by)
                 return {**describe(approved), "late": False}
@@ -208,7 +218,13 @@ class ApprovalService:
         async with self.store.write(bump_revision=False) as conn:
             call = await self._known(conn, call_id)
             if call.status == PENDING and await rows.settle(
-                conn, call_id, rows.DENIED, reason=reason, decided_by=by, channel=channel
+                conn,
+                call_id,
+                rows.DENIED,
+                reason=reason,
+                decided_by=by,
+                channel=channel,
+                keep_arguments=self.keep_arguments,
             ):
                 return describe(replace(call, status=rows.DENIED, reason=reason, decided_by=by))
             call = await self._known(conn, call_id)
@@ -327,7 +343,13 @@ class ApprovalService:
         """The call will not run (timeout, cancelled): settle its row if nobody answered yet."""
         async with self.store.write(bump_revision=False) as conn:
             return await rows.settle(
-                conn, call_id, status, reason=reason, decided_by="toolkeeper", unless_expired=False
+                conn,
+                call_id,
+                status,
+                reason=reason,
+                decided_by="toolkeeper",
+                unless_expired=False,
+                keep_arguments=self.keep_arguments,
             )
 
     async def settle_orphans(self) -> int:
@@ -346,9 +368,24 @@ class ApprovalService:
             for call in orphans:
                 reason = GATEWAY_GONE if call.id in gone else "nobody answered in time"
                 settled += await rows.settle(
-                    conn, call.id, rows.NOT_RUN, reason=reason, decided_by="toolkeeper", unless_expired=False
+                    conn,
+                    call.id,
+                    rows.NOT_RUN,
+                    reason=reason,
+                    decided_by="toolkeeper",
+                    unless_expired=False,
+                    keep_arguments=self.keep_arguments,
                 )
         return settled
+
+    async def forget_decided_arguments(self) -> int:
+        """Unless arguments are kept, remove the argument values left in the questions of calls
+        decided before they were removed at the decision (a gateway does this at start); how
+        many calls changed."""
+        if self.keep_arguments:
+            return 0
+        async with self.store.write(bump_revision=False) as conn:
+            return await rows.forget_decided_arguments(conn)
 
 
 def _holder_gone(call: PendingCall) -> bool:

@@ -1,5 +1,6 @@
-"""Reading the audit log, once: the CLI (and later the web face) pass the person's filters as
-they typed them; what each filter accepts is decided here."""
+"""The audit log, once for every face: reading it (the CLI and the web face pass the person's
+filters as they typed them; what each filter accepts is decided here), verifying its chain
+segment by segment, a person's repair (a new segment), and the key's custody at start-up."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.jsonwire import has_utf8_form
 from toolkeeper.policy.model import Decision
 from toolkeeper.services.durations import DURATION_FORMS, parse_duration
-from toolkeeper.store import Store, audit_journal
+from toolkeeper.store import Store, StoreError, audit_journal, audit_key, audit_segments
 from toolkeeper.store import audit as audit_rows
 from toolkeeper.store import audit_chain as chain
 
@@ -97,6 +98,8 @@ class Verification:
     counts: dict[str, int] = field(default_factory=dict)
     first: dict[str, Any] | None = None
     how: str | None = None  # changed, moved, removed, inserted, head, unchained
+    # The segments before the current one and the breaks between them (`audit repair`).
+    earlier: list[dict[str, Any]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -105,6 +108,7 @@ class Verification:
             "counts": self.counts,
             "how": self.how,
             "first": self.first,
+            "earlierSegments": self.earlier,
         }
 
 
@@ -206,7 +210,7 @@ class AuditService:
                 raise ServiceError(f"{source or 'The file'} cannot be verified: {exc}.") from None
             return _verification(checked, key, source or "the export", records=checked.records)
         async with self.store.read() as conn:
-            found = await conn.run_sync(_in_one_snapshot(chain.verify_store, key))
+            found, earlier = await conn.run_sync(_in_one_snapshot(_verify_segments, key))
         if found.head is None:
             older = f" ({found.records} records from before the chain)" if found.records else ""
             return Verification(
@@ -214,7 +218,42 @@ class AuditService:
                 f"The audit log of {self.store.label} has no chained records yet{older}: nothing to verify.",
                 {"unchained": found.records},
             )
-        return _verification(found, key, self.store.label, records=found.records)
+        return _with_earlier(_verification(found, key, self.store.label, records=found.records), earlier)
+
+    async def repair(self, reason: str, *, by: str, new_key: bool = False) -> Verification:
+        """Start a new segment of the chain after a person's decision, with their `reason`; with
+        `new_key`, keyed with a new key made in place of a lost one. Then verify."""
+        if not reason.strip():
+            raise ServiceError(
+                "A repair needs the reason for it (--reason): it is kept in the chain with the break.",
+                ErrorKind.INVALID,
+            )
+        try:
+            key = audit_key.make_new_key(self.settings) if new_key else chain.find_chain_key(self.settings)
+        except StoreError as exc:
+            raise ServiceError(str(exc), ErrorKind.INVALID) from None
+        if key is None:
+            raise ServiceError(
+                f"No audit key: {chain.key_file(self.settings)} does not exist and toolkeeper.auditKey is "
+                "not set. Put the key back there, or start the new segment with a new key (--new-key).",
+                ErrorKind.INVALID,
+            )
+        try:
+            async with self.store.write(bump_revision=False) as conn:
+                await conn.run_sync(audit_segments.start_segment, key, reason.strip(), by)
+        except audit_segments.NothingToRepair as exc:
+            raise ServiceError(str(exc), ErrorKind.CONFLICT) from None
+        return await self.verify()
+
+    async def check_key_custody(self) -> None:
+        """Refuse to serve (ServiceError) when the key file is gone while the chain holds records
+        signed with a key: a new key would be made silently over them."""
+        async with self.store.read() as conn:
+            head = await conn.run_sync(chain.read_head)
+        try:
+            audit_key.check_custody(self.settings, head.fingerprint if head else None, self.store.label)
+        except audit_key.ChainKeyMissing as exc:
+            raise ServiceError(str(exc), ErrorKind.STORE) from None
 
     async def export(self, write: Callable[[str], object], since: str | None = None) -> int:
         """Write the export's lines (JSON, one per line, with "\\n") through `write`; how many
@@ -230,6 +269,60 @@ class AuditService:
 
         async with self.store.read() as conn:
             return await conn.run_sync(_in_one_snapshot(lines))
+
+
+def _verify_segments(
+    conn: Connection, key: chain.ChainKey
+) -> tuple[chain.StoreCheck, list[audit_segments.EarlierSegment]]:
+    return chain.verify_store(conn, key), audit_segments.earlier_segments(conn, key)
+
+
+def _with_earlier(found: Verification, earlier: list[audit_segments.EarlierSegment]) -> Verification:
+    """The verification of the current segment, with the segments before it and their breaks: a
+    change made inside an earlier segment after its repair makes the whole verdict broken."""
+    if not earlier:
+        return found
+    listed = [_segment_json(segment) for segment in earlier]
+    sentences = [_segment_sentence(segment) for segment in earlier]
+    changed = next((segment for segment in earlier if segment.changed_since), None)
+    if changed is not None and changed.broken_now is not None and found.verdict is not Verdict.BROKEN:
+        broken = changed.broken_now
+        first = _record_json(broken.record) if broken.record is not None else None
+        message = (
+            f"The audit chain of an earlier segment (places {changed.first_seq}–{changed.last_seq}) was "
+            f"changed after it was repaired: {_broken_message('that segment', broken)}"
+        )
+        return Verification(Verdict.BROKEN, message, found.counts, first, broken.how, listed)
+    message = found.message + " Earlier segments: " + " ".join(sentences)
+    counts = {**found.counts, "segments": len(earlier) + 1}
+    return Verification(found.verdict, message, counts, found.first, found.how, listed)
+
+
+def _segment_sentence(segment: audit_segments.EarlierSegment) -> str:
+    places = f"places {segment.first_seq}–{segment.last_seq}"
+    if segment.other_key:
+        state = "made with another key, so not verified with this one"
+    elif segment.broken_now is None:
+        state = "whole"
+    else:
+        state = f"broken at place {segment.broken_now.seq} ({segment.broken_now.how})"
+    return (
+        f"{places}: {state}; then a break, a new segment begun {segment.ended_at} by {segment.by}: "
+        f"{segment.reason!r}."
+    )
+
+
+def _segment_json(segment: audit_segments.EarlierSegment) -> dict[str, Any]:
+    now, then = segment.broken_now, segment.broken_then
+    return {
+        "firstSeq": segment.first_seq,
+        "lastSeq": segment.last_seq,
+        "otherKey": segment.other_key,
+        "brokenAt": {"seq": now.seq, "how": now.how} if now is not None else None,
+        "brokenWhenRepaired": {"seq": then.seq, "how": then.how} if then is not None else None,
+        "changedSinceRepair": segment.changed_since,
+        "break": {"at": segment.ended_at, "by": segment.by, "reason": segment.reason},
+    }
 
 
 def _in_one_snapshot(read: Callable[..., Any], *args: Any) -> Callable[[Connection], Any]:

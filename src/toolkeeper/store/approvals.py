@@ -34,6 +34,7 @@ APPROVED_LATE = "approved_late"
 RUN_ON_RETRY = "run_on_retry"  # a late yes that a retry of the call used
 # How a row looks once its caller stopped waiting without an answer: a late yes may still come.
 STOPPED_WAITING = (EXPIRED, NOT_RUN)
+ARGUMENTS_NOT_KEPT = "its arguments are not kept once it is decided (auditArguments is off)"
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,11 @@ async def settle(
     decided_by: str | None = None,
     channel: str | None = None,
     unless_expired: bool = True,
+    keep_arguments: bool = False,
 ) -> bool:
     """Decide a pending call; False when it was no longer pending (or had expired). The
-    arguments are cleared: they were kept only to show the person."""
+    arguments are cleared: they were kept only to show the person; so are their values in the
+    question, unless `keep_arguments` (the audit log keeps arguments too)."""
     condition = [pending_approvals.c.id == call_id, pending_approvals.c.status == PENDING]
     if unless_expired:
         condition.append(pending_approvals.c.expires_at > now())
@@ -162,7 +165,49 @@ async def settle(
             arguments=None,
         )
     )
-    return bool(result.rowcount)
+    if not result.rowcount:
+        return False
+    if not keep_arguments:
+        await _forget_arguments(conn, call_id)
+    return True
+
+
+def without_arguments(question: dict[str, Any]) -> dict[str, Any]:
+    """A decided call's question with no argument value left: the sentence names the tool and
+    the server only, and the long values are gone."""
+    head = f"Call {question.get('toolName') or question.get('tool')} on {question.get('server')}"
+    return {**question, "sentence": f"{head}; {ARGUMENTS_NOT_KEPT}.", "argumentsInFull": []}
+
+
+async def _forget_arguments(conn: AsyncConnection, call_id: str) -> None:
+    found = await conn.execute(select(pending_approvals.c.question).where(pending_approvals.c.id == call_id))
+    for (question,) in found.all():
+        forgotten = json.dumps(without_arguments(json.loads(question)), ensure_ascii=False)
+        await conn.execute(
+            update(pending_approvals).where(pending_approvals.c.id == call_id).values(question=forgotten)
+        )
+
+
+async def forget_decided_arguments(conn: AsyncConnection) -> int:
+    """Remove the argument values from the questions of every call no longer pending (rows
+    decided before their values were removed at the decision); how many rows changed."""
+    found = await conn.execute(
+        select(pending_approvals.c.id, pending_approvals.c.question).where(
+            pending_approvals.c.status != PENDING
+        )
+    )
+    changed = 0
+    for call_id, question in found.all():
+        kept = json.loads(question)
+        forgotten = without_arguments(kept)
+        if forgotten != kept:
+            await conn.execute(
+                update(pending_approvals)
+                .where(pending_approvals.c.id == call_id)
+                .values(question=json.dumps(forgotten, ensure_ascii=False))
+            )
+            changed += 1
+    return changed
 
 
 async def approve_late(

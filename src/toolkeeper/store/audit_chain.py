@@ -16,8 +16,12 @@ the epoch in UTC. A "started" entry leaves out the result (`RESULT_COLUMNS`), wh
 entry covers with everything else.
 
 A chain starts with an anchor record (which counts the records from before the chain), and
-retention deletes only a prefix of it, summarised by a new anchor: the walk starts at the newest
-anchor's `through_seq` with its `last_mac`.
+retention deletes only a prefix of it after that anchor, summarised by a new anchor: the walk
+starts at the newest anchor's `through_seq` with its `last_mac`. A person's repair starts a new
+segment with an anchor built on nothing (`audit_segments.py`); a walk of the current segment
+starts after the earlier ones. An append first checks that the head is the newest entry, so a
+chain changed behind the writers' backs refuses records rather than hiding where. The key lives
+in `audit_key.py`.
 """
 
 from __future__ import annotations
@@ -26,31 +30,30 @@ import heapq
 import hmac
 import json
 import logging
-import os
 import secrets
 import sqlite3
-import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, text, update
 from sqlalchemy.engine import Dialect
 
-from toolkeeper.config.model import GatewaySettings
 from toolkeeper.store.audit import RowPlan, row_plan, storable
-from toolkeeper.store.db import StoreError, default_home
+from toolkeeper.store.audit_key import KEY_FILE as KEY_FILE
+from toolkeeper.store.audit_key import ChainKey as ChainKey
+from toolkeeper.store.audit_key import ChainKeyError as ChainKeyError
+from toolkeeper.store.audit_key import chain_key as chain_key
+from toolkeeper.store.audit_key import find_chain_key as find_chain_key
+from toolkeeper.store.audit_key import key_file as key_file
+from toolkeeper.store.audit_key import load_chain_key as load_chain_key
+from toolkeeper.store.db import StoreError
 from toolkeeper.store.tables import AUDIT_ANCHOR, AUDIT_CALL, AUDIT_GAP, audit_log
 
 logger = logging.getLogger(__name__)
 
-KEY_FILE = "audit.key"
-KEY_SETTING = "toolkeeper.auditKey (TOOLKEEPER_AUDIT_KEY)"
 HEAD = "main"
-FINGERPRINT_TEXT = b"toolkeeper audit key"
 
 STARTED = "started"  # the outcome of a call recorded before it ran, until it completes
 RECORD, DONE = "record", "done"  # the other phases (STARTED is one too)
@@ -93,105 +96,6 @@ _STARTED_AT = STARTED_COLUMNS.index("at")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CONTENT_ENCODER = json.JSONEncoder(separators=(",", ":"))
 _FACTS_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
-
-
-# --- the key -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ChainKey:
-    """The secret the chain's MACs are keyed with, and where it came from (for messages)."""
-
-    secret: bytes
-    where: str
-
-    @cached_property
-    def fingerprint(self) -> str:
-        """What the chain's head keeps to recognise its key: HMAC(key, "toolkeeper audit key")."""
-        return hmac.digest(self.secret, FINGERPRINT_TEXT, "sha256").hex()
-
-
-class ChainKeyError(StoreError):
-    """The chain was started with another key: every writer of a store needs the same one."""
-
-
-def load_chain_key(home: Path) -> ChainKey:
-    """The key file in `home`, made (readable by its owner only) when there is none yet."""
-    path = home / KEY_FILE
-    found = read_key_file(path)
-    if found is not None:
-        return found
-    try:
-        _make_key_file(path)
-    except OSError as exc:
-        raise StoreError(
-            f"Cannot make the audit key {path}: {exc.strerror or exc}. Make {home} writable, or set "
-            "toolkeeper.auditKey (TOOLKEEPER_AUDIT_KEY)."
-        ) from None
-    made = read_key_file(path)
-    assert made is not None
-    return made
-
-
-def _make_key_file(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Written aside, then linked into place: two gateways starting at once on a new home agree
-    # on one key, and nobody reads a half-written file.
-    draft = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
-    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(secrets.token_hex(32) + "\n")
-    try:
-        os.link(draft, path)
-        logger.info("audit log: made the audit key %s; a gateway sharing this store needs the same key", path)
-    except FileExistsError:
-        pass
-    finally:
-        draft.unlink()
-
-
-def read_key_file(path: Path) -> ChainKey | None:
-    """The key in `path`, or None when there is no such file. A file others may read is used,
-    with a warning naming it."""
-    try:
-        info = path.stat()
-        content = path.read_text().strip()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StoreError(f"Cannot read the audit key {path}: {exc}. Make it a readable text file.") from None
-    if not content:
-        raise StoreError(
-            f"The audit key {path} is empty. Put back the key the store's chain was made with "
-            "(another gateway's audit.key), or move the file away to make a new one."
-        )
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        logger.warning(
-            "audit log: the audit key %s can be read by other users (mode %o), who could then rewrite "
-            "the audit log unnoticed; run `chmod 600 %s`",
-            path,
-            stat.S_IMODE(info.st_mode),
-            path,
-        )
-    return ChainKey(content.encode(), str(path))
-
-
-def key_file(settings: GatewaySettings) -> Path:
-    return (settings.home or default_home()) / KEY_FILE
-
-
-def chain_key(settings: GatewaySettings) -> ChainKey:
-    """The key a gateway writes with: the setting if given, else the key file (made if missing)."""
-    if settings.audit_key:
-        return ChainKey(settings.audit_key.encode(), KEY_SETTING)
-    return load_chain_key(settings.home or default_home())
-
-
-def find_chain_key(settings: GatewaySettings) -> ChainKey | None:
-    """The key to verify with, never made: None when neither the setting nor the file is there."""
-    if settings.audit_key:
-        return ChainKey(settings.audit_key.encode(), KEY_SETTING)
-    return read_key_file(key_file(settings))
 
 
 # --- entries -------------------------------------------------------------------------------------
@@ -332,9 +236,10 @@ def _sqlite_driver(conn: Connection) -> sqlite3.Connection | None:
     return driver if isinstance(driver, sqlite3.Connection) else None
 
 
-def _lock_head(conn: Connection) -> _Head:
+def lock_head(conn: Connection, *, remake: bool = False) -> _Head:
     """The chain's head, locked until the transaction ends (an UPDATE takes the row's lock on
-    PostgreSQL and the write lock on SQLite, where a read first could not be upgraded safely)."""
+    PostgreSQL and the write lock on SQLite, where a read first could not be upgraded safely).
+    A head that is gone is made again only for a repair (`remake`)."""
     driver = _sqlite_driver(conn)
     if driver is not None:
         rows = driver.execute(_LOCK_HEAD_SQLITE, (HEAD,)).fetchall()
@@ -343,9 +248,13 @@ def _lock_head(conn: Connection) -> _Head:
             return _Head(int(seq), str(mac), fingerprint)
     found = conn.execute(_LOCK_HEAD, {"name": HEAD}).first()
     if found is None:
-        # Deleted: made again from the newest entry there is, so records keep being written;
-        # `audit verify` judges what is left.
-        seq, mac = _newest_entry(conn)
+        # Made at the first append; deleted later, the chain's end is no longer known.
+        seq, mac = newest_entry(conn)
+        if seq and not remake:
+            raise ChainHeadError(
+                f"The audit chain's head is gone while records hold places up to {seq}, so no record "
+                f"was written. {SEE_AND_REPAIR}"
+            )
         conn.execute(_MAKE_HEAD, {"name": HEAD, "seq": seq, "mac": mac})
         found = conn.execute(_LOCK_HEAD, {"name": HEAD}).one()
     return _Head(int(found.seq), str(found.mac), found.key_fingerprint)
@@ -368,7 +277,7 @@ def _execute_many(conn: Connection, sql: str, rows: list[Any]) -> None:
         conn.exec_driver_sql(sql, rows)
 
 
-def _newest_entry(conn: Connection) -> tuple[int, str]:
+def newest_entry(conn: Connection) -> tuple[int, str]:
     newest = (0, "")
     for place, mac in (("seq", "mac"), ("done_seq", "done_mac")):
         row = conn.execute(
@@ -409,12 +318,65 @@ def append(
     completed already) is logged and left out."""
     if not rows and not completions:
         return {}
-    head = _lock_head(conn)
+    head = lock_head(conn)
     _check_key(head, key)
-    return _write(conn, head, key, rows, completions)
+    _check_head(conn, head)
+    return write_entries(conn, head, key, rows, completions)
 
 
-def _write(
+class ChainHeadError(StoreError):
+    """The chain's head does not match its newest entry: the chain was changed behind the
+    writers' backs, and a record appended now would hide where."""
+
+
+SEE_AND_REPAIR = (
+    "See what changed with `toolkeeper audit verify`; once you have decided what to do, "
+    '`toolkeeper audit repair --reason "…"` starts a new chain segment.'
+)
+
+
+def check_writable(conn: Connection, key: ChainKey) -> None:
+    """What an append checks before it writes: the head locked, the key the chain's, the head
+    its newest entry. Raises as `append` would; writes nothing but the lock."""
+    head = lock_head(conn)
+    _check_key(head, key)
+    _check_head(conn, head)
+
+
+def _check_head(conn: Connection, head: _Head) -> None:
+    """The head's place holds its MAC and the place after it is free: two indexed look-ups."""
+    if head.seq == 0:
+        return
+    found = _entries_at(conn, head.seq, head.seq + 1)
+    if found.get(head.seq) != head.mac or head.seq + 1 in found:
+        raise ChainHeadError(
+            f"The audit chain's head (place {head.seq}) does not match its newest record, so no "
+            f"record was written. {SEE_AND_REPAIR}"
+        )
+
+
+_ENTRIES_AT_SQLITE = (
+    "SELECT seq, mac FROM audit_log WHERE seq BETWEEN ? AND ? "
+    "UNION ALL SELECT done_seq, done_mac FROM audit_log WHERE done_seq BETWEEN ? AND ?"
+)
+
+
+def _entries_at(conn: Connection, first: int, last: int) -> dict[int, str]:
+    """The MACs of the entries at places `first` to `last`, by place."""
+    driver = _sqlite_driver(conn)
+    if driver is not None:  # on every append: straight to the driver, as the append's own
+        listed = driver.execute(_ENTRIES_AT_SQLITE, (first, last, first, last)).fetchall()
+        return {int(seq): str(mac) for seq, mac in listed}
+    found: dict[int, str] = {}
+    for place, mac in (("seq", "mac"), ("done_seq", "done_mac")):
+        rows = conn.execute(
+            select(audit_log.c[place], audit_log.c[mac]).where(audit_log.c[place].between(first, last))
+        )
+        found.update((int(row[0]), str(row[1])) for row in rows)
+    return found
+
+
+def write_entries(
     conn: Connection,
     head: _Head,
     key: ChainKey,
@@ -780,13 +742,12 @@ def read_head(conn: Connection) -> ChainHead | None:
     return None if row is None else ChainHead(int(row.seq), str(row.mac), row.key_fingerprint)
 
 
-def chain_start(conn: Connection) -> ChainStart:
-    """The newest anchor's summary of what came before it: where the walk starts."""
+def chain_start(conn: Connection, through: int | None = None) -> ChainStart:
+    """The newest anchor's summary of what came before it (of the anchors up to place `through`,
+    when given: an earlier segment's): where the walk starts."""
+    placed = audit_log.c.seq.is_not(None) if through is None else audit_log.c.seq <= through
     row = conn.execute(
-        select(audit_log)
-        .where(audit_log.c.kind == ANCHOR, audit_log.c.seq.is_not(None))
-        .order_by(audit_log.c.seq.desc())
-        .limit(1)
+        select(audit_log).where(audit_log.c.kind == ANCHOR, placed).order_by(audit_log.c.seq.desc()).limit(1)
     ).first()
     if row is None:
         return ChainStart(0, "", None, {})
@@ -797,6 +758,60 @@ def chain_start(conn: Connection) -> ChainStart:
         # Facts no anchor is written with: walk from the anchor's own place, where its MAC fails.
         return ChainStart(int(anchor["seq"]) - 1, "", anchor, facts)
     return ChainStart(through, last_mac, anchor, facts)
+
+
+def segment_start(conn: Connection, through: int | None = None) -> Entry | None:
+    """The anchor the current segment of the chain starts with (the chain's first, or the one a
+    person's repair wrote), or the segment holding place `through`: the newest anchor built on
+    nothing (`last_mac` "", `through_seq` the place before its own). None when retention deleted
+    it (before it kept it)."""
+    placed = audit_log.c.seq.is_not(None) if through is None else audit_log.c.seq <= through
+    rows = conn.execute(
+        select(audit_log).where(audit_log.c.kind == ANCHOR, placed).order_by(audit_log.c.seq.desc())
+    )
+    for row in rows:
+        values = dict(row._mapping)
+        facts = facts_of(values)
+        if facts.get("last_mac") == "" and facts.get("through_seq") == int(values["seq"]) - 1:
+            return Entry(int(values["seq"]), RECORD, values.get("mac") or "", values)
+    return None
+
+
+def walk_segment(
+    conn: Connection,
+    key: ChainKey,
+    segment: Entry | None,
+    start: ChainStart,
+    end_seq: int,
+    end_mac: str,
+    *,
+    last: bool,
+) -> tuple[Walk, Broken | None]:
+    """Walk one segment from `start` (its newest anchor's summary) to its end, whose entry's MAC is
+    `end_mac`. Entries beyond the end are inserted in the `last` segment, the next segment's in
+    an earlier one."""
+    walk = Walk(key.secret, start.seq, start.mac, end_seq, before_start_ok=False)
+    for entry in stored_entries(conn, walk_floor(start, segment)):
+        if (entry.seq > end_seq and not last) or not walk.feed(entry):
+            break
+    broken = walk.finish(end_mac)
+    if segment is not None and segment.seq <= start.seq and not starts_whole(segment, key):
+        broken = Broken(segment.seq, "changed", segment.values)  # kept by retention, checked alone
+    return walk, broken
+
+
+def walk_floor(start: ChainStart, segment: Entry | None) -> int:
+    """The place after which a walk from `start` is fed entries: the earlier segments are walked
+    on their own, and the segment's start anchor, which retention keeps, alone."""
+    if segment is None:
+        return 0
+    return segment.seq if segment.seq <= start.seq else segment.seq - 1
+
+
+def starts_whole(segment: Entry, key: ChainKey) -> bool:
+    """Whether a segment's start anchor is as it was written (it is built on nothing)."""
+    expected = entry_mac(key.secret, "", segment.seq, RECORD, content(segment.values, RECORD))
+    return hmac.compare_digest(expected, segment.mac)
 
 
 PAGE = 2000
@@ -837,11 +852,7 @@ def verify_store(conn: Connection, key: ChainKey) -> StoreCheck:
             )
         return StoreCheck(None, ChainSummary(unchained=total), None, records=total)
     start = chain_start(conn)
-    walk = Walk(key.secret, start.seq, start.mac, head.seq, before_start_ok=False)
-    for entry in stored_entries(conn):
-        if not walk.feed(entry):
-            break
-    broken = walk.finish(head.mac)
+    walk, broken = walk_segment(conn, key, segment_start(conn), start, head.seq, head.mac, last=True)
     summary = walk.summary
     summary.removed = int(start.facts.get("removed") or 0) if start.anchor is not None else 0
     if broken is None:
@@ -904,20 +915,26 @@ def retain(conn: Connection, key: ChainKey, cutoff: datetime) -> int:
 
     The part to delete is walked first: when it is not whole nothing is deleted (ChainNotWhole),
     so retention never wipes out the evidence of a change."""
-    head = _lock_head(conn)
+    head = lock_head(conn)
     _check_key(head, key)
     old_unchained = (audit_log.c.seq.is_(None)) & (audit_log.c.at < cutoff)
     if head.seq == 0:  # no chain yet: only records from before it
         return int(conn.execute(audit_log.delete().where(old_unchained)).rowcount or 0)
     start = chain_start(conn)
-    through = _removable_through(conn, cutoff, head.seq, start.seq)
-    removable = (audit_log.c.seq.is_not(None) & (audit_log.c.seq <= through)) | old_unchained
+    segment = segment_start(conn)
+    # The current segment's start anchor stays (it says why the segment began), and so do the
+    # earlier segments, the evidence of what was repaired.
+    floor = segment.seq if segment is not None else 0
+    through = _removable_through(conn, cutoff, head.seq, max(start.seq, floor))
+    removable = (
+        audit_log.c.seq.is_not(None) & (audit_log.c.seq > floor) & (audit_log.c.seq <= through)
+    ) | old_unchained
     count, oldest, newest = conn.execute(
         select(func.count(), func.min(audit_log.c.at), func.max(audit_log.c.at)).where(removable)
     ).one()
     if not count:
         return 0
-    last_mac = _check_prefix(conn, key, start, through)
+    last_mac = _check_prefix(conn, key, start, through, walk_floor(start, segment))
     conn.execute(audit_log.delete().where(removable))
     unchained, unchained_newest = conn.execute(
         select(func.count(), func.max(audit_log.c.at)).where(audit_log.c.seq.is_(None))
@@ -932,7 +949,7 @@ def retain(conn: Connection, key: ChainKey, cutoff: datetime) -> int:
         "unchained_newest": iso(unchained_newest),
     }
     detail = f"Retention removed {count} records that started before {iso(cutoff)}."
-    _write(conn, head, key, [anchor_row(facts, detail)])
+    write_entries(conn, head, key, [anchor_row(facts, detail)])
     return int(count)
 
 
@@ -958,13 +975,13 @@ def _removable_through(conn: Connection, cutoff: datetime, head_seq: int, start_
     return max(through, start_seq)
 
 
-def _check_prefix(conn: Connection, key: ChainKey, start: ChainStart, through: int) -> str:
-    """The MAC at `through`, once the entries up to it are checked."""
+def _check_prefix(conn: Connection, key: ChainKey, start: ChainStart, through: int, floor: int) -> str:
+    """The MAC at `through`, once the entries up to it (after `floor`) are checked."""
     if through == start.seq:
         return start.mac
     stored = _mac_at(conn, through)
     walk = Walk(key.secret, start.seq, start.mac, through, before_start_ok=False)
-    for entry in stored_entries(conn):
+    for entry in stored_entries(conn, floor):
         if entry.seq > through or not walk.feed(entry):
             break
     broken = walk.finish(stored or "")
