@@ -288,10 +288,14 @@ async def test_a_read_only_store_file_is_a_tool_error_over_mcp(tmp_path: Path, m
             ):
                 result = await client.call_tool(tool, arguments)
                 assert result.is_error, (tool, result.content[0].text)
-                assert "read-only" in result.content[0].text and str(db) in result.content[0].text
+                text = result.content[0].text
+                assert "read-only" in text and str(db) in text
+                # Changing toolsets is not read-only: with the audit failing closed, the call is
+                # refused before it runs, since its record cannot be written either.
+                assert "audit record cannot be written" in text and "toolkeeper audit verify" in text
     logged = log.read_text()
     assert "Traceback" not in logged
-    assert f"ERROR   toolkeeper.faces.mcp.config_tools: build-toolset: The store {db}" in logged
+    assert "ERROR   toolkeeper.pipeline.audit_writer: audit log: the store refuses records" in logged
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
