@@ -3,22 +3,22 @@
 The hot path (`listing`, `lookup`) does no I/O besides the downstream call itself and builds
 nothing per request: the exposed view (listing plus routing table) is rebuilt only when a
 server's tools or state, the equipped toolset, its notes or the mode change, and routing is one
-dict lookup. The store is read when something changed, never per request.
+dict lookup. The store is read when something changed, never per request. Who sees what is
+worked out in `runtime/views.py`; the gateway says when, and from what.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
-from types import MappingProxyType
 from typing import Any
 
 import anyio
 
 from toolkeeper.annotations.effective import Annotator, EffectiveHints, policies_from, resolution_form
-from toolkeeper.annotations.resolve import Resolution, resolve, static_hints
+from toolkeeper.annotations.resolve import Resolution, resolve
 from toolkeeper.catalog import Catalog, CatalogTool, ServerTools, build_catalog
 from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
 from toolkeeper.config.model import Config, GatewaySettings
@@ -30,17 +30,16 @@ from toolkeeper.pipeline.audit import AuditAhead, AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.pipeline.call import LOCAL_USER, Principal, Target, ToolCall
 from toolkeeper.pipeline.stages import Forward, Pipeline, standard_pipeline
-from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.policy.decide import Policy
-from toolkeeper.protocol import RESOLUTION_EXTENSION
 from toolkeeper.relay.notify import ClientNotifier
 from toolkeeper.relay.relay import Relay
 from toolkeeper.runtime.menu import Menu, Mode
+from toolkeeper.runtime.views import View, Views
 from toolkeeper.services import build_services
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.toolsets import Change
 from toolkeeper.store import Store, StoreError, audit_chain, audit_journal
-from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
+from toolkeeper.toolsets.model import Toolset
 
 logger = logging.getLogger(__name__)
 
@@ -48,20 +47,6 @@ STARTUP_GRACE_SECONDS = 15.0
 # How often the gateway looks for changes other processes (the CLI, a replica) made to the store.
 STORE_POLL_SECONDS = 1.0
 SESSIONS_END_SECONDS = 5.0  # at most, for removing this process's session rules as it stops
-
-
-@dataclass(frozen=True)
-class View:
-    """What clients see now: the listing, and where each listed (or callable) name goes."""
-
-    listing: list[dict[str, Any]]
-    routes: MappingProxyType[str, Target]
-    # Listed tools whose hints can depend on their arguments (flagged for tools/annotations).
-    refinable: frozenset[str] = frozenset()
-
-
-def unknown_tool(name: str) -> str:
-    return f"Unknown tool '{name}'. Call tools/list for the tools this gateway exposes now."
 
 
 class Gateway:
@@ -142,7 +127,7 @@ class Gateway:
 
     @property
     def listing(self) -> list[dict[str, Any]]:
-        return self.view.listing
+        return self.views.view.listing
 
     @property
     def settings(self) -> GatewaySettings:
@@ -229,174 +214,51 @@ class Gateway:
         self._rebuild_view()
 
     def _rebuild_view(self) -> None:
-        toolset = self.toolset
-        # Seed 001: a downstream's tools are listed in normal mode, or always without the menu;
-        # with a toolset equipped, only its tools.
-        if self.store is None or self.menu is None:
-            shown: Iterable[CatalogTool] = self.catalog.tools
-        elif toolset:
-            shown = toolset_tools(toolset, self.catalog)
-        else:
-            shown = self.catalog.tools if self._menu_mode is None else ()
-        downstream = self._downstream_view(shown, toolset, warn=True)
-        mode = self._menu_mode
-        self._lists_downstream = self.store is None or self.menu is None or mode in (None, Mode.NORMAL)
-        if self.store is None or self.menu is None:
-            view = downstream
-        else:
-            own = self.menu.in_mode(mode)
-            listing = [target.listed() for target in own.before]
-            routes: dict[str, Target] = {target.exposed_name: target for target in own.before}
-            if self._lists_downstream:
-                listing.extend(downstream.listing)
-                routes.update(downstream.routes)
-            listing.extend(target.listed() for target in own.after)
-            routes.update((target.exposed_name, target) for target in [*own.after, *own.unlisted])
-            view = View(listing, MappingProxyType(routes), downstream.refinable & routes.keys())
-        # One assignment each: a request never sees a listing and routes from different moments.
-        self.view = view
-        # What a principal without the configuration tools sees, whatever the mode.
-        self.normal_view = downstream
-        self._scoped_views: dict[tuple[bool, tuple[str, ...], frozenset[str]], View] = {}
-        self._scoped_reach: dict[
-            tuple[tuple[str, ...], frozenset[str]], tuple[frozenset[str], Offerings]
-        ] = {}
-        self._static: dict[tuple[str, str | None], tuple[EffectiveHints, Resolution]] = {}
-
-    def _downstream_view(self, tools: Iterable[CatalogTool], toolset: Toolset | None, *, warn: bool) -> View:
-        """Downstream tools as listed under `toolset` (its notes, its pins), with their routes."""
-        listing: list[dict[str, Any]] = []
-        routes: dict[str, Target] = {}
-        refinable: set[str] = set()
-        shadowing = self.menu.names() if self.menu else frozenset()
-        scope = toolset.name if toolset else None
-        for tool in tools:
-            if tool.problem is not None:  # no client is sent it; a call hears why (why_hidden)
-                continue
-            if tool.exposed_name in shadowing:
-                if warn:
-                    logger.warning(
-                        "%s: hidden behind the configuration tool of the same name", tool.namespaced_name
-                    )
-                continue
-            # Routed even while its server is away, so a call says so instead of "unknown tool".
-            routes[tool.exposed_name] = DownstreamTool(tool, self.pool[tool.server], self.relay, scope)
-            if not tool.available:
-                continue
-            entry = self.annotator.listed(tool, scope)
-            if self.annotator.refinable(tool):
-                refinable.add(tool.exposed_name)
-            meta = entry.get("_meta")
-            if isinstance(meta, dict) and RESOLUTION_EXTENSION in meta:
-                # The server's marker is for us; clients get ours, and only if they asked for it.
-                entry["_meta"] = {k: v for k, v in meta.items() if k != RESOLUTION_EXTENSION}
-            notes = toolset.notes_for(tool) if toolset else ()
-            if notes:
-                entry["description"] = describe_with_notes(entry.get("description"), notes)
-            listing.append(entry)
-        return View(listing, MappingProxyType(routes), frozenset(refinable))
-
-    # -- what each principal sees ----------------------------------------------------------
-
-    def view_for(self, principal: Principal) -> View:
-        """The view a principal's requests see. An admin's is the gateway's (configuration tools
-        and modes included); anyone else's is what normal mode lists. A scope replaces the
-        downstream tools with its own: the tools of its toolsets, each listed as that toolset
-        lists it, and every tool of its servers. Made once per rebuild of the view and scope,
-        never per request."""
-        if not principal.scoped:
-            return self.view if principal.admin else self.normal_view
-        key = (principal.admin, principal.toolsets, principal.servers)
-        known = self._scoped_views.get(key)
-        if known is None:
-            known = self._scoped_views[key] = self._scoped_view(principal)
-        return known
-
-    def _scoped_view(self, principal: Principal) -> View:
-        listing: list[dict[str, Any]] = []
-        routes: dict[str, Target] = {}
-        refinable: set[str] = set()
-
-        def add(part: View, keep: Callable[[Target], bool]) -> None:
-            """The routes of `part` that `keep` keeps and no earlier part took, with their entries."""
-            taken = {name for name, target in part.routes.items() if name not in routes and keep(target)}
-            routes.update((name, part.routes[name]) for name in taken)
-            listing.extend(entry for entry in part.listing if entry.get("name") in taken)
-            refinable.update(part.refinable & taken)
-
-        if principal.admin:  # the gateway's own tools, as the mode lists them
-            add(self.view, lambda target: target.tool is None)
-        if not principal.admin or self._lists_downstream:
-            for name in principal.toolsets:
-                toolset = self.scope_toolsets.get(name)
-                if toolset is not None:
-                    part = self._downstream_view(toolset_tools(toolset, self.catalog), toolset, warn=False)
-                    add(part, lambda target: True)
-            # A server's tools as normal mode lists them where it does (the equipped toolset's
-            # notes and pins), the rest of them with no toolset's.
-            add(
-                self.normal_view,
-                lambda target: target.tool is not None and target.tool.server in principal.servers,
-            )
-            if principal.servers:
-                rest = [tool for tool in self.catalog.tools if tool.server in principal.servers]
-                add(self._downstream_view(rest, None, warn=False), lambda target: True)
-        return View(listing, MappingProxyType(routes), frozenset(refinable))
-
-    def as_listed(self, tool: CatalogTool) -> tuple[dict[str, Any], bool]:
-        """A downstream tool's `tools/list` entry as clients get it now (the equipped toolset's
-        notes and pins included), and whether it is listed now. One no view lists gets the entry
-        it would have outside any toolset."""
-        for entry in self.normal_view.listing:
-            if entry.get("name") == tool.exposed_name:
-                return entry, True
-        alone = self._downstream_view([tool], None, warn=False).listing
-        return (alone[0] if alone else self.annotator.listed(tool, None)), False
-
-    def offerings_for(self, principal: Principal) -> Offerings:
-        """The resources, templates and prompts of the servers a principal's scope reaches."""
-        return self._reach(principal)[1] if principal.scoped else self.offerings
-
-    def servers_for(self, principal: Principal) -> frozenset[str] | None:
-        """The servers a scoped principal's scope reaches (those it names, and those whose tools
-        its toolsets hold); None when it reaches them all."""
-        return self._reach(principal)[0] if principal.scoped else None
-
-    def _reach(self, principal: Principal) -> tuple[frozenset[str], Offerings]:
-        """A scope's servers and their offerings, worked out once per scope after each rebuild."""
-        key = (principal.toolsets, principal.servers)
-        known = self._scoped_reach.get(key)
-        if known is None:
-            toolsets = [
-                self.scope_toolsets[name] for name in principal.toolsets if name in self.scope_toolsets
-            ]
-            held = {tool.server for toolset in toolsets for tool in toolset_tools(toolset, self.catalog)}
-            servers = principal.servers | held
-            offerings = build_offerings(s for s in self._server_offerings if s.server in servers)
-            known = self._scoped_reach[key] = (servers, offerings)
-        return known
+        # One assignment: a request never sees a listing and routes from different moments.
+        self.views = Views(
+            self.catalog,
+            self._server_offerings,
+            self.offerings,
+            pool=self.pool,
+            relay=self.relay,
+            menu=self.menu,
+            menu_lists=self.store is not None and self.menu is not None,
+            mode=self._menu_mode,
+            toolset=self.toolset,
+            annotator=self.annotator,
+            scope_toolsets=self.scope_toolsets,
+        )
 
     @property
     def _menu_mode(self) -> Mode | None:
         """The mode the menu lists for: None when the person turned the menu off."""
         return self.mode if self.menu_enabled else None
 
+    # -- what each principal sees (see runtime/views.py) -----------------------------------
+
+    @property
+    def view(self) -> View:
+        """What an admin without a scope sees: the gateway's own tools and modes included."""
+        return self.views.view
+
+    def view_for(self, principal: Principal) -> View:
+        return self.views.view_for(principal)
+
     def lookup(self, exposed_name: str, principal: Principal = LOCAL_USER) -> Target | None:
-        return self.view_for(principal).routes.get(exposed_name)
+        return self.views.lookup(exposed_name, principal)
+
+    def why_hidden(self, name: str, principal: Principal = LOCAL_USER) -> str:
+        return self.views.why_hidden(name, principal)
+
+    def offerings_for(self, principal: Principal) -> Offerings:
+        return self.views.offerings_for(principal)
+
+    def servers_for(self, principal: Principal) -> frozenset[str] | None:
+        return self.views.servers_for(principal)
 
     def effective_hints(self, tool: CatalogTool, toolset: str | None) -> EffectiveHints:
         """The tool's effective hints under `toolset`, computed once per view."""
-        return self._static_of(tool, toolset)[0]
-
-    def _static_of(self, tool: CatalogTool, toolset: str | None) -> tuple[EffectiveHints, Resolution]:
-        known = self._static.get((tool.namespaced_name, toolset))
-        if known is None:  # emptied whenever the view is rebuilt (tools, pins, toolset changed)
-            effective = self.annotator.effective(tool, toolset, explain=False)
-            resolution = Resolution(
-                static_hints(effective), "static", "no rule matched: the tool's static hints"
-            )
-            known = self._static[(tool.namespaced_name, toolset)] = (effective, resolution)
-        return known
+        return self.views.static_of(tool, toolset)[0]
 
     async def resolve(self, tool: CatalogTool, arguments: Any) -> Resolution:
         """Hints for one call of `tool` with `arguments`, under the equipped toolset."""
@@ -405,7 +267,7 @@ class Gateway:
     async def resolve_under(self, tool: CatalogTool, arguments: Any, toolset: str | None) -> Resolution:
         """Hints for one call of `tool` with `arguments` as listed under `toolset` (see
         annotations/resolve.py)."""
-        effective, static = self._static_of(tool, toolset)
+        effective, static = self.views.static_of(tool, toolset)
         method = resolution_form(tool.declared)
         rules = self.annotator.rules.get(tool.namespaced_name, ())
         if method is None and not rules:
@@ -420,47 +282,6 @@ class Gateway:
                 return await downstream.resolve_hints(tool.name, arguments, method)
 
         return await resolve(tool, arguments, effective, rules, ask_server)
-
-    def why_hidden(self, name: str, principal: Principal = LOCAL_USER) -> str:
-        """For a name the current view does not route: which mode (if any) would show it. A
-        principal who cannot change modes or toolsets, or whose scope leaves tools out, hears
-        only that the name is unknown: nothing about a tool outside what it may see. A tool the
-        catalog's check left out: why, to anyone whose scope reaches its server."""
-        left_out = self.catalog.by_exposed.get(name)
-        if left_out is not None and left_out.problem is not None and self._reaches(principal, left_out):
-            return (
-                f"'{name}' ({left_out.namespaced_name}) is left out of the tool list: {left_out.problem}. "
-                f"Fix the tool in server '{left_out.server}'."
-            )
-        if not principal.admin or principal.scoped:
-            return unknown_tool(name)
-        reason = self.menu.why_hidden(name, self._menu_mode) if self.menu else None
-        if reason is not None:
-            return reason
-        tool = self.catalog.by_exposed.get(name)
-        if tool is None:
-            return unknown_tool(name)
-        if not tool.available:
-            return f"'{name}' is unavailable: its server '{tool.server}' is not connected."
-        if self.toolset and self.toolset.contains(tool):
-            return (
-                f"'{name}' is in the equipped toolset '{self.toolset.name}' and is listed in normal mode. "
-                "Call exit-configuration-mode first."
-            )
-        where = (
-            f"the equipped toolset '{self.toolset.name}'"
-            if self.toolset
-            else "any equipped toolset (none is equipped)"
-        )
-        return (
-            f"'{name}' is not in {where}, so no mode lists it. In configuration mode, add it with "
-            "build-toolset and equip that toolset."
-        )
-
-    def _reaches(self, principal: Principal, tool: CatalogTool) -> bool:
-        """Whether a principal's scope reaches `tool`'s server (every principal's without one)."""
-        servers = self.servers_for(principal)
-        return servers is None or tool.server in servers
 
     # -- modes -----------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ async def tool_info(face: WebFace, tool: CatalogTool, scope: str | None = None) 
     would inherit, the notes, rules and confirm modes. `scope` names a toolset: the hints as
     they are while it is equipped, and its pins (None: the global ones)."""
     gateway, services = face.gateway, face.services
-    entry, listed = gateway.as_listed(tool)
+    entry, listed = gateway.views.as_listed(tool)
     explained = await services.hints.explain(tool.namespaced_name, scope)
     fields = explained["fields"]
     pins = (await services.hints.overrides()).pins(tool.namespaced_name, scope or GLOBAL).fields

@@ -1,0 +1,293 @@
+"""Who sees what: the listings and routes of one moment, for every principal.
+
+A `Views` is made whenever the catalog, the equipped toolset, its notes or pins, the scopes'
+toolsets or the mode change, and the gateway swaps it in with one assignment, so a request never
+sees a listing and routes from different moments. What each principal's listing holds, in the
+order that wins:
+
+1. A downstream tool the catalog's check left out is listed to nobody; a call to it hears why,
+   from anyone whose scope reaches its server.
+2. A downstream tool named like one of the menu's own tools (the configuration tools) is
+   shadowed: never listed, never routed.
+3. An admin (the local user, or a key allowed to configure) gets the menu's tools as the mode
+   lists them, and the downstream tools only in normal mode (or when the menu is off). Anyone
+   else gets what normal mode lists, whatever the mode.
+4. Without a scope, the downstream tools listed are the equipped toolset's, each with the
+   toolset's notes and pins; with no toolset equipped, every tool when the menu is off, none
+   otherwise. A gateway without a store lists every tool.
+5. A scope replaces the downstream tools with its own: first the tools of its toolsets, in the
+   key's order (a tool in two is listed as the first lists it), then every tool of its servers,
+   as normal mode lists it where it does and with no toolset's notes elsewhere.
+6. A tool whose server is away stays routed, so a call says so, but is not listed.
+
+The scoped views, their reach and the static hints are worked out once per `Views`, on first
+use, never per request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from toolkeeper.annotations.effective import Annotator, EffectiveHints
+from toolkeeper.annotations.resolve import Resolution, static_hints
+from toolkeeper.catalog import Catalog, CatalogTool
+from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
+from toolkeeper.downstreams.pool import DownstreamPool
+from toolkeeper.pipeline.call import LOCAL_USER, Principal, Target
+from toolkeeper.pipeline.targets import DownstreamTool
+from toolkeeper.protocol import RESOLUTION_EXTENSION
+from toolkeeper.relay.relay import Relay
+from toolkeeper.runtime.menu import Menu, Mode
+from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class View:
+    """What clients see now: the listing, and where each listed (or callable) name goes."""
+
+    listing: list[dict[str, Any]]
+    routes: MappingProxyType[str, Target]
+    # Listed tools whose hints can depend on their arguments (flagged for tools/annotations).
+    refinable: frozenset[str] = frozenset()
+
+
+def unknown_tool(name: str) -> str:
+    return f"Unknown tool '{name}'. Call tools/list for the tools this gateway exposes now."
+
+
+class Views:
+    """The gateway's view and normal mode's, built at once; each scope's view and reach, and
+    each tool's static hints, on first use."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        server_offerings: Sequence[ServerOfferings],
+        offerings: Offerings,
+        *,
+        pool: DownstreamPool,
+        relay: Relay,
+        menu: Menu | None,
+        menu_lists: bool,
+        mode: Mode | None,
+        toolset: Toolset | None,
+        annotator: Annotator,
+        scope_toolsets: Mapping[str, Toolset],
+    ) -> None:
+        """`menu_lists`: whether the menu's modes choose what is listed (a gateway with a store);
+        otherwise every tool is listed, and the menu's names still shadow. `mode`: the mode the
+        menu lists for, None when the person turned the menu off."""
+        self.catalog = catalog
+        self.offerings = offerings
+        self.toolset = toolset
+        self._server_offerings = server_offerings
+        self._pool = pool
+        self._relay = relay
+        self._menu = menu
+        self._mode = mode
+        self._annotator = annotator
+        self._scope_toolsets = scope_toolsets
+        self._scoped_views: dict[tuple[bool, tuple[str, ...], frozenset[str]], View] = {}
+        self._scoped_reach: dict[
+            tuple[tuple[str, ...], frozenset[str]], tuple[frozenset[str], Offerings]
+        ] = {}
+        self._static: dict[tuple[str, str | None], tuple[EffectiveHints, Resolution]] = {}
+        self.normal_view = self._downstream_view(self._shown(menu_lists), toolset, warn=True)
+        self._lists_downstream = not menu_lists or mode in (None, Mode.NORMAL)
+        self.view = self._with_own_tools(self.normal_view) if menu_lists else self.normal_view
+
+    def _shown(self, menu_lists: bool) -> Iterable[CatalogTool]:
+        """The downstream tools normal mode lists: with a toolset equipped, only its tools;
+        without one, all of them when the menu is off or does not choose."""
+        if not menu_lists:
+            return self.catalog.tools
+        if self.toolset:
+            return toolset_tools(self.toolset, self.catalog)
+        return self.catalog.tools if self._mode is None else ()
+
+    def _with_own_tools(self, downstream: View) -> View:
+        """The menu's tools for the mode around the downstream tools (when the mode lists them)."""
+        assert self._menu is not None, "only a menu adds tools of its own"
+        own = self._menu.in_mode(self._mode)
+        listing = [target.listed() for target in own.before]
+        routes: dict[str, Target] = {target.exposed_name: target for target in own.before}
+        if self._lists_downstream:
+            listing.extend(downstream.listing)
+            routes.update(downstream.routes)
+        listing.extend(target.listed() for target in own.after)
+        routes.update((target.exposed_name, target) for target in [*own.after, *own.unlisted])
+        return View(listing, MappingProxyType(routes), downstream.refinable & routes.keys())
+
+    def _downstream_view(self, tools: Iterable[CatalogTool], toolset: Toolset | None, *, warn: bool) -> View:
+        """Downstream tools as listed under `toolset` (its notes, its pins), with their routes."""
+        listing: list[dict[str, Any]] = []
+        routes: dict[str, Target] = {}
+        refinable: set[str] = set()
+        shadowing = self._menu.names() if self._menu else frozenset()
+        scope = toolset.name if toolset else None
+        for tool in tools:
+            if tool.problem is not None:  # no client is sent it; a call hears why (why_hidden)
+                continue
+            if tool.exposed_name in shadowing:
+                if warn:
+                    logger.warning(
+                        "%s: hidden behind the configuration tool of the same name", tool.namespaced_name
+                    )
+                continue
+            # Routed even while its server is away, so a call says so instead of "unknown tool".
+            routes[tool.exposed_name] = DownstreamTool(tool, self._pool[tool.server], self._relay, scope)
+            if not tool.available:
+                continue
+            entry = self._annotator.listed(tool, scope)
+            if self._annotator.refinable(tool):
+                refinable.add(tool.exposed_name)
+            meta = entry.get("_meta")
+            if isinstance(meta, dict) and RESOLUTION_EXTENSION in meta:
+                # The server's marker is for us; clients get ours, and only if they asked for it.
+                entry["_meta"] = {k: v for k, v in meta.items() if k != RESOLUTION_EXTENSION}
+            notes = toolset.notes_for(tool) if toolset else ()
+            if notes:
+                entry["description"] = describe_with_notes(entry.get("description"), notes)
+            listing.append(entry)
+        return View(listing, MappingProxyType(routes), frozenset(refinable))
+
+    # -- what each principal sees ----------------------------------------------------------
+
+    def view_for(self, principal: Principal) -> View:
+        """The view a principal's requests see. An admin's is the gateway's (configuration tools
+        and modes included); anyone else's is what normal mode lists. A scope replaces the
+        downstream tools with its own: the tools of its toolsets, each listed as that toolset
+        lists it, and every tool of its servers. Made once per scope, never per request."""
+        if not principal.scoped:
+            return self.view if principal.admin else self.normal_view
+        key = (principal.admin, principal.toolsets, principal.servers)
+        known = self._scoped_views.get(key)
+        if known is None:
+            known = self._scoped_views[key] = self._scoped_view(principal)
+        return known
+
+    def _scoped_view(self, principal: Principal) -> View:
+        listing: list[dict[str, Any]] = []
+        routes: dict[str, Target] = {}
+        refinable: set[str] = set()
+
+        def add(part: View, keep: Callable[[Target], bool]) -> None:
+            """The routes of `part` that `keep` keeps and no earlier part took, with their entries."""
+            taken = {name for name, target in part.routes.items() if name not in routes and keep(target)}
+            routes.update((name, part.routes[name]) for name in taken)
+            listing.extend(entry for entry in part.listing if entry.get("name") in taken)
+            refinable.update(part.refinable & taken)
+
+        if principal.admin:  # the gateway's own tools, as the mode lists them
+            add(self.view, lambda target: target.tool is None)
+        if not principal.admin or self._lists_downstream:
+            for name in principal.toolsets:
+                toolset = self._scope_toolsets.get(name)
+                if toolset is not None:
+                    part = self._downstream_view(toolset_tools(toolset, self.catalog), toolset, warn=False)
+                    add(part, lambda target: True)
+            # A server's tools as normal mode lists them where it does (the equipped toolset's
+            # notes and pins), the rest of them with no toolset's.
+            add(
+                self.normal_view,
+                lambda target: target.tool is not None and target.tool.server in principal.servers,
+            )
+            if principal.servers:
+                rest = [tool for tool in self.catalog.tools if tool.server in principal.servers]
+                add(self._downstream_view(rest, None, warn=False), lambda target: True)
+        return View(listing, MappingProxyType(routes), frozenset(refinable))
+
+    def lookup(self, exposed_name: str, principal: Principal = LOCAL_USER) -> Target | None:
+        return self.view_for(principal).routes.get(exposed_name)
+
+    def as_listed(self, tool: CatalogTool) -> tuple[dict[str, Any], bool]:
+        """A downstream tool's `tools/list` entry as clients get it now (the equipped toolset's
+        notes and pins included), and whether it is listed now. One no view lists gets the entry
+        it would have outside any toolset."""
+        for entry in self.normal_view.listing:
+            if entry.get("name") == tool.exposed_name:
+                return entry, True
+        alone = self._downstream_view([tool], None, warn=False).listing
+        return (alone[0] if alone else self._annotator.listed(tool, None)), False
+
+    def offerings_for(self, principal: Principal) -> Offerings:
+        """The resources, templates and prompts of the servers a principal's scope reaches."""
+        return self._reach(principal)[1] if principal.scoped else self.offerings
+
+    def servers_for(self, principal: Principal) -> frozenset[str] | None:
+        """The servers a scoped principal's scope reaches (those it names, and those whose tools
+        its toolsets hold); None when it reaches them all."""
+        return self._reach(principal)[0] if principal.scoped else None
+
+    def _reach(self, principal: Principal) -> tuple[frozenset[str], Offerings]:
+        """A scope's servers and their offerings, worked out once per scope."""
+        key = (principal.toolsets, principal.servers)
+        known = self._scoped_reach.get(key)
+        if known is None:
+            toolsets = [
+                self._scope_toolsets[name] for name in principal.toolsets if name in self._scope_toolsets
+            ]
+            held = {tool.server for toolset in toolsets for tool in toolset_tools(toolset, self.catalog)}
+            servers = principal.servers | held
+            offerings = build_offerings(s for s in self._server_offerings if s.server in servers)
+            known = self._scoped_reach[key] = (servers, offerings)
+        return known
+
+    def static_of(self, tool: CatalogTool, toolset: str | None) -> tuple[EffectiveHints, Resolution]:
+        """The tool's effective hints under `toolset`, and the resolution of a call whose hints
+        do not depend on its arguments: worked out once per tool and toolset."""
+        known = self._static.get((tool.namespaced_name, toolset))
+        if known is None:
+            effective = self._annotator.effective(tool, toolset, explain=False)
+            resolution = Resolution(
+                static_hints(effective), "static", "no rule matched: the tool's static hints"
+            )
+            known = self._static[(tool.namespaced_name, toolset)] = (effective, resolution)
+        return known
+
+    def why_hidden(self, name: str, principal: Principal = LOCAL_USER) -> str:
+        """For a name the current view does not route: which mode (if any) would show it. A
+        principal who cannot change modes or toolsets, or whose scope leaves tools out, hears
+        only that the name is unknown: nothing about a tool outside what it may see. A tool the
+        catalog's check left out: why, to anyone whose scope reaches its server."""
+        left_out = self.catalog.by_exposed.get(name)
+        if left_out is not None and left_out.problem is not None and self._reaches(principal, left_out):
+            return (
+                f"'{name}' ({left_out.namespaced_name}) is left out of the tool list: {left_out.problem}. "
+                f"Fix the tool in server '{left_out.server}'."
+            )
+        if not principal.admin or principal.scoped:
+            return unknown_tool(name)
+        reason = self._menu.why_hidden(name, self._mode) if self._menu else None
+        if reason is not None:
+            return reason
+        tool = self.catalog.by_exposed.get(name)
+        if tool is None:
+            return unknown_tool(name)
+        if not tool.available:
+            return f"'{name}' is unavailable: its server '{tool.server}' is not connected."
+        if self.toolset and self.toolset.contains(tool):
+            return (
+                f"'{name}' is in the equipped toolset '{self.toolset.name}' and is listed in normal mode. "
+                "Call exit-configuration-mode first."
+            )
+        where = (
+            f"the equipped toolset '{self.toolset.name}'"
+            if self.toolset
+            else "any equipped toolset (none is equipped)"
+        )
+        return (
+            f"'{name}' is not in {where}, so no mode lists it. In configuration mode, add it with "
+            "build-toolset and equip that toolset."
+        )
+
+    def _reaches(self, principal: Principal, tool: CatalogTool) -> bool:
+        """Whether a principal's scope reaches `tool`'s server (every principal's without one)."""
+        servers = self.servers_for(principal)
+        return servers is None or tool.server in servers
