@@ -318,10 +318,7 @@ def append(
     completed already) is logged and left out."""
     if not rows and not completions:
         return {}
-    head = lock_head(conn)
-    _check_key(head, key)
-    _check_head(conn, head)
-    return write_entries(conn, head, key, rows, completions)
+    return write_entries(conn, check_writable(conn, key), key, rows, completions)
 
 
 class ChainHeadError(StoreError):
@@ -335,12 +332,13 @@ SEE_AND_REPAIR = (
 )
 
 
-def check_writable(conn: Connection, key: ChainKey) -> None:
+def check_writable(conn: Connection, key: ChainKey) -> _Head:
     """What an append checks before it writes: the head locked, the key the chain's, the head
-    its newest entry. Raises as `append` would; writes nothing but the lock."""
+    its newest entry; the head. Raises as `append` would; writes nothing but the lock."""
     head = lock_head(conn)
     _check_key(head, key)
     _check_head(conn, head)
+    return head
 
 
 def _check_head(conn: Connection, head: _Head) -> None:
