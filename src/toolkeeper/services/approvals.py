@@ -384,8 +384,14 @@ class ApprovalService:
         many calls changed."""
         if self.keep_arguments:
             return 0
+        # Read first: after the first start almost nothing is left to change, and a scan under
+        # the write lock would hold up every other writer of the store for nothing.
+        async with self.store.read() as conn:
+            call_ids = await rows.decided_with_arguments(conn)
+        if not call_ids:
+            return 0
         async with self.store.write(bump_revision=False) as conn:
-            return await rows.forget_decided_arguments(conn)
+            return await rows.forget_arguments(conn, call_ids)
 
 
 def _holder_gone(call: PendingCall) -> bool:

@@ -12,6 +12,7 @@ update too, so two retries (in two gateway processes) cannot both run on it.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -168,7 +169,7 @@ async def settle(
     if not result.rowcount:
         return False
     if not keep_arguments:
-        await _forget_arguments(conn, call_id)
+        await forget_arguments(conn, (call_id,))
     return True
 
 
@@ -179,21 +180,26 @@ def without_arguments(question: dict[str, Any]) -> dict[str, Any]:
     return {**question, "sentence": f"{head}; {ARGUMENTS_NOT_KEPT}.", "argumentsInFull": []}
 
 
-async def _forget_arguments(conn: AsyncConnection, call_id: str) -> None:
-    found = await conn.execute(select(pending_approvals.c.question).where(pending_approvals.c.id == call_id))
-    for (question,) in found.all():
-        forgotten = json.dumps(without_arguments(json.loads(question)), ensure_ascii=False)
-        await conn.execute(
-            update(pending_approvals).where(pending_approvals.c.id == call_id).values(question=forgotten)
-        )
-
-
-async def forget_decided_arguments(conn: AsyncConnection) -> int:
-    """Remove the argument values from the questions of every call no longer pending (rows
-    decided before their values were removed at the decision); how many rows changed."""
+async def decided_with_arguments(conn: AsyncConnection) -> list[str]:
+    """The calls no longer pending whose question still holds argument values (decided before
+    their values were removed at the decision)."""
     found = await conn.execute(
         select(pending_approvals.c.id, pending_approvals.c.question).where(
             pending_approvals.c.status != PENDING
+        )
+    )
+    return [
+        call_id
+        for call_id, question in found.all()
+        if (kept := json.loads(question)) != without_arguments(kept)
+    ]
+
+
+async def forget_arguments(conn: AsyncConnection, call_ids: Collection[str]) -> int:
+    """Remove the argument values from the questions of `call_ids`; how many rows changed."""
+    found = await conn.execute(
+        select(pending_approvals.c.id, pending_approvals.c.question).where(
+            pending_approvals.c.id.in_(call_ids)
         )
     )
     changed = 0
