@@ -31,6 +31,7 @@ from toolkeeper.faces.web.access import (
     UNSAFE_METHODS,
     Access,
     address_of,
+    csrf_matches,
     new_session,
 )
 from toolkeeper.faces.web.face import (
@@ -114,10 +115,11 @@ class AccessGate:
             await self._log_in(scope, receive, send, query_token)
             return
         presented, by_header = self.access.presented(request)
-        holder = self.access.holder(presented, address_of(request))
+        address = address_of(request)
+        holder = self.access.holder(presented, address)
         if holder is None and self.access.needs_credential(is_api=is_api, method=request.method):
             where = "in a bearer header" if by_header else "in the cookie"
-            if presented and await self._throttled(scope, receive, send, presented, where):
+            if presented and await self._throttled(scope, receive, send, presented, address, where):
                 return
             acting = not is_api and not self.access.pages_need_token  # only actions are closed
             await self._refuse_unknown(scope, receive, send, is_api, presented, acting=acting)
@@ -133,7 +135,9 @@ class AccessGate:
         # Bound to what the cookie carries: a form is sent with the cookie, never with a header.
         state["csrf"] = self.access.form_token(session, request.cookies.get(TOKEN_COOKIE))
         if request.method in UNSAFE_METHODS:
-            checked = await self._checked_body(request, receive, by_header, fresh_session is None)
+            # A session made by this very request has had no form, so no token is right for it.
+            expected = None if fresh_session else state["csrf"]
+            checked = await self._checked_body(request, receive, by_header, expected)
             if isinstance(checked, tuple):
                 await _plain(scope, receive, send, *checked)
                 return
@@ -141,26 +145,26 @@ class AccessGate:
         await self.app(scope, receive, _with_session(send, fresh_session) if fresh_session else send)
 
     async def _checked_body(
-        self, request: Request, receive: Receive, by_header: bool, known_session: bool
+        self, request: Request, receive: Receive, by_header: bool, expected: str | None
     ) -> Receive | tuple[int, str]:
         """The body of a state-changing request, to be read again by the route; or the status
-        and text it is refused with: over the size limit, or carried by a cookie without its
-        session's form token (a session made by this very request has had no form)."""
+        and text it is refused with: over the size limit, or carried by a cookie without the
+        `expected` form token (None: no token is right)."""
         body = await self._bounded_body(request, receive)
         if body is None:
             return 413, f"the request body is over {self.access.max_body_bytes} bytes"
-        if not by_header:
-            session = request.cookies.get(CSRF_COOKIE) if known_session else None
-            credential = request.cookies.get(TOKEN_COOKIE)
-            if not self.access.form_token_matches(session, credential, await _echoed_csrf(request, body)):
-                return 403, "the form's CSRF token is missing or stale: reload the page and send it again"
+        if not by_header and not csrf_matches(expected, await _echoed_csrf(request, body)):
+            return 403, "the form's CSRF token is missing or stale: reload the page and send it again"
         return _replay(body)
 
     async def _log_in(self, scope: Scope, receive: Receive, send: Send, token: str) -> None:
         """A page opened with `?token=`: the cookie is set and the address loses the token."""
         request = Request(scope)
-        if not self.access.accepts(token, address_of(request)):
-            if token and await self._throttled(scope, receive, send, token, "in ?token= (the sign-in form)"):
+        address = address_of(request)
+        if not self.access.accepts(token, address):
+            if token and await self._throttled(
+                scope, receive, send, token, address, "in ?token= (the sign-in form)"
+            ):
                 return
             await self._refuse_unknown(scope, receive, send, False, token)
             return
@@ -203,22 +207,16 @@ class AccessGate:
         await response(scope, receive, send)
 
     async def _throttled(
-        self, scope: Scope, receive: Receive, send: Send, presented: str, where: str
+        self, scope: Scope, receive: Receive, send: Send, presented: str, address: str, where: str
     ) -> bool:
         """Count a token that opened nothing (`where` says how it came); True when the answer,
         sent here, is 429: its address or what it tried is throttled."""
-        wait = self.access.refused(presented, address_of(Request(scope)), where)
+        wait = self.access.refused(presented, address, where)
         if not wait:
             return False
         seconds = str(int(wait) + 1)
         message = f"429: too many wrong tokens from this address or for this token; try again in {seconds} s."
-        response: Response
-        if scope["path"].startswith(API_PREFIX):
-            response = JsonResponse({"error": {"kind": "throttled", "message": message}}, status_code=429)
-        else:
-            response = HTMLResponse(_escape(message), status_code=429)
-        response.headers["retry-after"] = seconds
-        await response(scope, receive, send)
+        await _plain(scope, receive, send, 429, message, kind="throttled", headers={"retry-after": seconds})
         return True
 
     async def _bounded_body(self, request: Request, receive: Receive) -> bytes | None:
@@ -283,12 +281,21 @@ def _with_session(send: Send, session: str) -> Send:
     return send_with_cookie
 
 
-async def _plain(scope: Scope, receive: Receive, send: Send, status: int, text: str) -> None:
+async def _plain(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    status: int,
+    text: str,
+    *,
+    kind: str = "http",
+    headers: dict[str, str] | None = None,
+) -> None:
     is_api = scope["path"].startswith(API_PREFIX)
     response: Response = (
-        JsonResponse({"error": {"kind": "http", "message": text}}, status_code=status)
+        JsonResponse({"error": {"kind": kind, "message": text}}, status_code=status, headers=headers)
         if is_api
-        else HTMLResponse(_escape(text), status_code=status)
+        else HTMLResponse(_escape(text), status_code=status, headers=headers)
     )
     await response(scope, receive, send)
 
