@@ -199,13 +199,12 @@ class Authenticator:
         keys: Callable[[], KeyRing],
         oauth: JwtVerifier | None = None,
         resource_path: str,
-        throttle: FailureThrottle | None = None,
     ) -> None:
         self.plan = plan
         self.keys = keys
         self.oauth = oauth
         self.resource_path = resource_path
-        self.throttle = throttle or FailureThrottle()
+        self.throttle = FailureThrottle()
         self.key_uses: dict[str, datetime] = {}  # key name → last use, not yet written
 
     @property

@@ -90,7 +90,7 @@ class KeyRing:
         (tk_AbCdEfGh)"); None when no key has that prefix. Only the public prefix is read, so
         a failed token can be counted against the key it tried without keeping any secret."""
         prefix = token[:PREFIX_LENGTH]
-        key = self._by_prefix.get(prefix) if token.startswith(TOKEN_START) else None
+        key = self._by_prefix.get(prefix)
         return None if key is None else f"key '{key.name}' ({prefix})"
 
 
