@@ -56,7 +56,8 @@ class OneJsonAnswer:
     async def _finish(self) -> None:
         assert self.start is not None
         stream = b"".join(self.chunks)
-        answers = _event_data(stream)
+        # Most answers are small: no event's data is longer than the stream that holds it.
+        answers = _event_data(stream) if len(stream) > LARGE_ANSWER_BYTES else []
         if len(answers) != 1 or len(answers[0]) <= LARGE_ANSWER_BYTES:
             await self.send(self.start)
             await self.send({"type": "http.response.body", "body": stream})
