@@ -219,12 +219,10 @@ def encode(value: Any) -> bytes:
     TypeError for text with no UTF-8 form. orjson refuses an integer past 64 bits, so only a
     message holding one is copied, each such integer made into its digits."""
     try:
-        return orjson.dumps(value, default=_as_json, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+        return orjson.dumps(value, default=_as_json)
     except TypeError:
         pass
-    return orjson.dumps(
-        _wide_integers_as_text(value), default=_as_json, option=orjson.OPT_PASSTHROUGH_SUBCLASS
-    )
+    return orjson.dumps(_wide_integers_as_text(value), default=_as_json)
 
 
 def dumps(value: Any) -> bytes:
@@ -237,20 +235,12 @@ def dumps(value: Any) -> bytes:
 
 
 def _as_json(value: Any) -> Any:
-    """What orjson writes for what it does not write itself: an ExactNumber's text, and a
-    subclass of a JSON type (an enum of strings, say) as that type."""
+    """What orjson writes for what it does not write itself: an ExactNumber's text, and another
+    subclass of float as a float (orjson writes subclasses of str, int, dict and list itself)."""
     if isinstance(value, ExactNumber):
         return orjson.Fragment(value.text)
-    if isinstance(value, str):
-        return str.__str__(value)
-    if isinstance(value, int):
-        return int(value)
     if isinstance(value, float):
         return float(value)
-    if isinstance(value, dict):
-        return dict(value)
-    if isinstance(value, list):
-        return list(value)
     raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 

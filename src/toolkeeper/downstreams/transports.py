@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from toolkeeper.config.model import ServerConfig
 from toolkeeper.downstreams.http import HttpLink, StampLearner
 from toolkeeper.downstreams.raw import RawLane
-from toolkeeper.downstreams.stdio import open_stdio
+from toolkeeper.downstreams.stdio import MAX_LINE_BYTES, open_stdio
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +28,8 @@ HTTP_TIMEOUT_SECONDS = 30.0
 HTTP_STREAM_READ_TIMEOUT_SECONDS = 300.0
 # The SDK's client takes at most 1 MiB in one event of a stream, and a server's whole tools/list
 # is one event: one tool with a 2 MB description would cost the server every tool. Bounded still,
-# as large as the largest OpenAPI spec the gateway reads by default.
-MAX_EVENT_BYTES = 64 * 1024 * 1024
+# as one message of a server over stdio is.
+MAX_EVENT_BYTES = MAX_LINE_BYTES
 
 
 class WatchedReadStream:

@@ -109,7 +109,7 @@ def prepare(
     content: bytes | None = None
     media_type = operation.body_media_type
     if has_body and operation.body_kind == "json":
-        content = _json_text(body).encode()
+        content = jsonwire.dumps(body)
         if not media_type or "*" in media_type:
             media_type = JSON_PART
     elif has_body:
@@ -336,7 +336,7 @@ def _part(name: str, value: Any, encoding: FieldEncoding) -> tuple[str | None, b
         content_type = value.get("contentType") if isinstance(value.get("contentType"), str) else None
         return filename, data, content_type or encoding.content_type or "application/octet-stream"
     if isinstance(value, dict | list) or _is_json_type(encoding.content_type):
-        return None, _json_text(value).encode(), encoding.content_type or JSON_PART
+        return None, jsonwire.dumps(value), encoding.content_type or JSON_PART
     return None, _scalar(value).encode(), encoding.content_type
 
 
