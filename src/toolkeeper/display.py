@@ -29,6 +29,7 @@ Markup is the faces' own concern: no face parses text from outside as markup (Ri
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 # The categories written as escapes (see the module's docstring).
@@ -94,3 +95,18 @@ def cut(text: str, limit: int) -> str:
         return text
     kept = max(limit - len(more(len(text))), 0)
     return text[:kept] + more(len(text) - kept)
+
+
+# Of a tool's description, the most one line carries (a description may be megabytes): a table's
+# row, a search's match. The tool's own page shows it whole.
+LINE_MAX = 240
+# Where a line ends, as `str.splitlines` sees it.
+LINE_BREAK = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def first_line(text: str, limit: int = LINE_MAX) -> str:
+    """A description as a row shows it: its first line, at most `limit` characters, ending in
+    `…` when anything was left out."""
+    head = text.lstrip()[:limit]
+    line = LINE_BREAK.split(head, maxsplit=1)[0].rstrip()
+    return line if len(line) == len(text.strip()) else line + "…"

@@ -12,6 +12,7 @@ outside the caller's scope is never among its matches.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Collection, Mapping, Sequence
@@ -67,6 +68,8 @@ class SearchIndex:
         import bm25s
         import numpy
 
+        # bm25s sets its own logger to DEBUG at import, which would write a line per index made.
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
         self.names = [str(entry.get("name", "")) for entry in entries]
         self._positions = {name: position for position, name in enumerate(self.names)}
         self._numpy = numpy

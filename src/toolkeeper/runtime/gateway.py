@@ -9,6 +9,7 @@ worked out in `runtime/views.py`; the gateway says when, and from what.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -34,7 +35,7 @@ from toolkeeper.policy.decide import Policy
 from toolkeeper.relay.notify import ClientNotifier
 from toolkeeper.relay.relay import Relay
 from toolkeeper.runtime.menu import Menu, Mode
-from toolkeeper.runtime.views import View, Views
+from toolkeeper.runtime.views import FoundIndex, ToolRanking, View, Views
 from toolkeeper.services import build_services
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.toolsets import Change
@@ -64,6 +65,9 @@ class Gateway:
         self.relay = Relay(self.notifier.bus, self._downstreams_changed)
         self.pool = DownstreamPool(config, self.relay, connect)
         self.catalog = Catalog()
+        # The newest search index made, and the making of this moment's (see ranking_for).
+        self._last_index: FoundIndex | None = None
+        self._making_index: asyncio.Future[FoundIndex] | None = None
         self.offerings = Offerings()
         # Without a store (inspection commands) there are no toolsets: every tool is listed.
         self.menu_enabled = config.settings.config_tools_menu and store is not None
@@ -243,6 +247,24 @@ class Gateway:
 
     def view_for(self, principal: Principal) -> View:
         return self.views.view_for(principal)
+
+    async def ranking_for(self, principal: Principal) -> ToolRanking:
+        """The tools `principal` may see, ready to rank for a query. This moment's index is made
+        in a worker thread; while it is being made, after a change, a query is answered from the
+        previous one (with this moment's entries, so nothing gone since is found)."""
+        views = self.views
+        index = views.index_made
+        if index is None:
+            previous = self._last_index
+            if previous is None:
+                index = await anyio.to_thread.run_sync(views.found_index, None)
+            else:
+                if self._making_index is None or self._making_index.done():
+                    making = anyio.to_thread.run_sync(views.found_index, previous)
+                    self._making_index = asyncio.ensure_future(making)
+                index = previous
+        self._last_index = index
+        return views.ranking_for(principal, index)
 
     def lookup(self, exposed_name: str, principal: Principal = LOCAL_USER) -> Target | None:
         return self.views.lookup(exposed_name, principal)

@@ -21,21 +21,26 @@ order that wins:
 6. A tool whose server is away stays routed, so a call says so, but is not listed.
 
 The scoped views, their reach and the static hints are worked out once per `Views`, on first
-use, never per request.
+use, never per request. So is the search index (every tool a search may find, each entry as
+normal mode lists it where it does): once per `Views`, and only when the tools it holds changed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from toolkeeper import jsonwire
 from toolkeeper.annotations.effective import Annotator, EffectiveHints
 from toolkeeper.annotations.resolve import Resolution, static_hints
 from toolkeeper.catalog import Catalog, CatalogTool
 from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
+from toolkeeper.catalog.search import SearchIndex
 from toolkeeper.downstreams.pool import DownstreamPool
 from toolkeeper.pipeline.call import LOCAL_USER, Principal, Target
 from toolkeeper.pipeline.targets import DownstreamTool
@@ -98,6 +103,10 @@ class Views:
             tuple[tuple[str, ...], frozenset[str]], tuple[frozenset[str], Offerings]
         ] = {}
         self._static: dict[tuple[str, str | None], tuple[EffectiveHints, Resolution]] = {}
+        self._searchable: Mapping[str, dict[str, Any]] | None = None
+        self._index_lock = threading.Lock()
+        self._index: FoundIndex | None = None
+        self._masks: dict[tuple[tuple[str, ...], frozenset[str]], Any] = {}
         self.normal_view = self._downstream_view(self._shown(menu_lists), toolset, warn=True)
         self._lists_downstream = not menu_lists or mode in (None, Mode.NORMAL)
         self.view = self._with_own_tools(self.normal_view) if menu_lists else self.normal_view
@@ -291,3 +300,80 @@ class Views:
         """Whether a principal's scope reaches `tool`'s server (every principal's without one)."""
         servers = self.servers_for(principal)
         return servers is None or tool.server in servers
+
+    # -- finding tools ---------------------------------------------------------------------
+
+    def searchable(self) -> Mapping[str, dict[str, Any]]:
+        """Every tool a search may find, by exposed name: each entry as normal mode lists it
+        where it does (the equipped toolset's notes and pins), the rest as listed alone. Only
+        what may be listed: no tool left out by the check, shadowed, or whose server is away.
+        Worked out once per `Views`."""
+        if self._searchable is None:
+            alone = self._downstream_view(self.catalog.tools, None, warn=False).listing
+            entries = {entry["name"]: entry for entry in alone}
+            for entry in self.normal_view.listing:
+                if entry.get("name") in entries:
+                    entries[entry["name"]] = entry
+            self._searchable = MappingProxyType(entries)
+        return self._searchable
+
+    def found_index(self, previous: FoundIndex | None = None) -> FoundIndex:
+        """The search index of this moment, made on first use (slow for thousands of tools:
+        call it off the event loop) and kept; `previous` is reused when it holds the same entries."""
+        with self._index_lock:
+            if self._index is None:
+                entries = self.searchable()
+                digest = _digest_of(entries.values())
+                if previous is not None and previous.digest == digest:
+                    self._index = previous
+                else:
+                    self._index = FoundIndex(SearchIndex(list(entries.values())), digest)
+            return self._index
+
+    @property
+    def index_made(self) -> FoundIndex | None:
+        return self._index
+
+    def ranking_for(self, principal: Principal, index: FoundIndex) -> ToolRanking:
+        """`index` (this moment's, or an earlier one while this one is being made) limited to
+        what `principal` may see, answering with this moment's entries."""
+        mask = None
+        if principal.scoped:
+            key = (principal.toolsets, principal.servers)
+            mask = self._masks.get(key)
+            if mask is None or index is not self._index:
+                seen = [name for name, target in self.view_for(principal).routes.items() if target.tool]
+                mask = index.index.mask_for(seen)
+                if index is self._index:
+                    self._masks[key] = mask
+        return ToolRanking(index.index, mask, self.searchable())
+
+
+@dataclass(frozen=True)
+class FoundIndex:
+    """A search index and the digest of the entries it was made from."""
+
+    index: SearchIndex
+    digest: bytes
+
+
+@dataclass(frozen=True)
+class ToolRanking:
+    """One caller's search (services/search.py's `Ranking`): matches outside its mask are never
+    found, and a match whose tool is gone since the index was made is dropped."""
+
+    index: SearchIndex
+    mask: Any
+    entries: Mapping[str, dict[str, Any]]
+
+    def rank(self, query: str, limit: int) -> list[dict[str, Any]]:
+        matches = self.index.search(query, limit, self.mask)
+        return [self.entries[match.name] for match in matches if match.name in self.entries]
+
+
+def _digest_of(entries: Iterable[Mapping[str, Any]]) -> bytes:
+    digest = hashlib.blake2b(digest_size=16)
+    for entry in entries:
+        digest.update(jsonwire.dumps(entry))
+        digest.update(b"\n")
+    return digest.digest()

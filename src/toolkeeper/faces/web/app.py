@@ -21,6 +21,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolkeeper.display import first_line
 from toolkeeper.errors import ServiceError
 from toolkeeper.faces.web.access import (
     CSRF_COOKIE,
@@ -44,7 +45,7 @@ from toolkeeper.faces.web.face import (
     render,
     service_refusal,
 )
-from toolkeeper.faces.web.shown import first_line, visible_in_page
+from toolkeeper.faces.web.shown import visible_in_page
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services import Services
 

@@ -4,7 +4,6 @@ outside is made visible here (display.py) before a template escapes it."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -14,11 +13,6 @@ from markupsafe import Markup
 from toolkeeper.display import visible, visible_line
 
 NAME_MAX = 200  # of a client's or a principal's name, the most a page shows
-# Of a tool's description, the most a table's row carries (a description may be megabytes); the
-# tool's own page shows it whole.
-LINE_MAX = 240
-# Where a line ends, as `str.splitlines` sees it.
-LINE_BREAK = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 def visible_in_page(value: Any) -> Any:
@@ -29,14 +23,6 @@ def visible_in_page(value: Any) -> Any:
     if isinstance(value, str) and not isinstance(value, Markup):
         return visible(value)
     return value
-
-
-def first_line(text: str, limit: int = LINE_MAX) -> str:
-    """A description as a table's row shows it: its first line, at most `limit` characters,
-    ending in `…` when anything was left out."""
-    head = text.lstrip()[:limit]
-    line = LINE_BREAK.split(head, maxsplit=1)[0].rstrip()
-    return line if len(line) == len(text.strip()) else line + "…"
 
 
 def utc_time(iso: str | None) -> str:
