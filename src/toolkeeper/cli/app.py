@@ -515,6 +515,7 @@ from toolkeeper.cli import keys as _keys  # noqa: E402, F401
 from toolkeeper.cli import openapi as _openapi  # noqa: E402, F401
 from toolkeeper.cli import policy as _policy  # noqa: E402, F401
 from toolkeeper.cli import rules as _rules  # noqa: E402, F401
+from toolkeeper.cli import search as _search  # noqa: E402, F401
 
 
 def main() -> None:

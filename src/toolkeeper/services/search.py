@@ -53,8 +53,14 @@ class SearchAnswer:
     found: tuple[Found, ...]
 
     @property
+    def no_match(self) -> str:
+        """That nothing matched, and what to try, in words every face can use; a face adds its
+        own way to see every tool (`nothing` is the model's)."""
+        return f"No tool matches '{self.query}'. Try other words: what the tool does, or a word of its name."
+
+    @property
     def nothing(self) -> str:
-        """What to say when nothing matched."""
+        """What to say to the model when nothing matched."""
         return (
             f"No tool matches '{self.query}'. Try other words (what the tool does, or a word of its "
             "name), or call list-available-tools to see every tool."

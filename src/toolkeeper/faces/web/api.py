@@ -8,7 +8,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from toolkeeper.faces.web import api_approvals, api_audit, api_servers, api_tool, api_tools, api_toolsets
+from toolkeeper.faces.web import (
+    api_approvals,
+    api_audit,
+    api_search,
+    api_servers,
+    api_tool,
+    api_tools,
+    api_toolsets,
+)
 from toolkeeper.faces.web.face import JsonResponse
 from toolkeeper.faces.web.openapi import openapi_document
 
@@ -19,6 +27,7 @@ def documented_routes() -> list[BaseRoute]:
     return [
         *api_servers.ROUTES,
         *api_tools.ROUTES,
+        *api_search.ROUTES,
         *api_tool.ROUTES,
         *api_toolsets.ROUTES,
         *api_approvals.ROUTES,

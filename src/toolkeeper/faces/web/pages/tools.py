@@ -1,5 +1,6 @@
 """The tools page: every tool, filtered by server, text and risk, paged, as a list or grouped by
-risk (the seed's Option C), with bulk actions on a selection.
+risk (the seed's Option C), with bulk actions on a selection; above them, a search box that
+ranks the tools by what they do (`?find=`, the same search as `GET /api/search`).
 
 The filters are a GET form, so a search lives in the address and every pager link carries it.
 A bulk action is a POST of the checked tools back to `/tools`; its outcome is kept in a
@@ -20,8 +21,10 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from toolkeeper.annotations.hints import HINTS
+from toolkeeper.catalog import tokens
 from toolkeeper.errors import ServiceError
-from toolkeeper.faces.web.face import face_of, render
+from toolkeeper.faces.web.api_search import search_as_person
+from toolkeeper.faces.web.face import WebFace, face_of, render
 from toolkeeper.policy.model import ConfirmMode
 from toolkeeper.services.listing import INHERIT, Risk, ToolQuery, View
 
@@ -29,6 +32,8 @@ OUTCOME_COOKIE = "toolkeeper_tools_outcome"
 # A cookie holds about 4 KB: the first errors are shown, the rest counted.
 ERRORS_SHOWN = 8
 MESSAGE_MAX = 200
+# The search box's matches: more than the model's few, since a person scans them.
+MATCHES_SHOWN = 10
 
 
 async def tools_page(request: Request) -> Response:
@@ -60,6 +65,7 @@ async def tools_page(request: Request) -> Response:
             "hint_names": HINTS,
             "pages": _pages(query, listing["pagedOver"]),
             "view_links": {v.value: _link(_with(query, view=v, offset=0)) for v in View},
+            "search": await _search(face, params.get("find")),
         },
     )
     if OUTCOME_COOKIE in request.cookies:  # shown once
@@ -93,6 +99,24 @@ async def act_on_selection(request: Request) -> Response:
         OUTCOME_COOKIE, _encoded(outcome), max_age=120, path="/tools", httponly=True, samesite="strict"
     )
     return response
+
+
+async def _search(face: WebFace, text: str | None) -> dict[str, Any] | None:
+    """What the search box shows: nothing before a search; then the query as typed, and either
+    its matches (each with its cost as a person reads it) or the refusal of the query."""
+    if text is None:
+        return None
+    try:
+        answer = await search_as_person(face, text, MATCHES_SHOWN)
+    except ServiceError as exc:
+        return {"text": text, "problem": str(exc)}
+    return {
+        "text": text,
+        "query": answer.query,
+        "no_match": answer.no_match,
+        "matches": [{**found.as_json(), "cost": tokens.short(found.tokens)} for found in answer.found],
+        "encoding": tokens.ENCODING,
+    }
 
 
 def _query_from(params: Any) -> ToolQuery:
