@@ -324,38 +324,51 @@ def spread(values: Sequence[float]) -> str:
     return f"±{(max(values) - min(values)) / 2 / middle * 100:.0f}%" if len(values) > 1 and middle else ""
 
 
-def timed_queries(index: Any, queries: Sequence[str], rounds: int, mask: Any = None) -> list[float]:
-    """Microseconds of each `search` call: every query `rounds` times, after one untimed round."""
+@dataclass(frozen=True)
+class Timed:
+    wall_us: list[float]  # each query's
+    cpu_us: float  # this process's CPU time per query, over all of them
+
+
+def timed_queries(index: Any, queries: Sequence[str], rounds: int, mask: Any = None) -> Timed:
+    """Every query `rounds` times, each timed alone, after one untimed round."""
     for query in queries:
         index.search(query, MRR_DEPTH, mask)
     timings = []
+    cpu_started = time.process_time()
     for _ in range(rounds):
         for query in queries:
             started = time.perf_counter_ns()
             index.search(query, MRR_DEPTH, mask)
             timings.append((time.perf_counter_ns() - started) / 1000)
-    return timings
+    return Timed(timings, (time.process_time() - cpu_started) * 1e6 / len(timings))
+
+
+SPEED_FIGURES = (
+    "build_ms", "build_cpu_ms", "median_us", "p95_us", "cpu_us", "scoped_median_us", "scoped_p95_us",
+)  # fmt: skip
 
 
 def measure_speed(
     entries: Sequence[dict[str, Any]], queries: Sequence[str], repeat: int, rounds: int
 ) -> dict[str, Any]:
+    """Each figure's median over `repeat` builds of the index, and every figure of each."""
     from toolkeeper.catalog.search import SearchIndex
 
-    runs: dict[str, list[float]] = {
-        key: [] for key in ("build_ms", "median_us", "p95_us", "scoped_median_us", "scoped_p95_us")
-    }
+    runs: dict[str, list[float]] = {key: [] for key in SPEED_FIGURES}
     scope = [entry["name"] for entry in entries[::2]]
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         index = SearchIndex(entries)
         runs["build_ms"].append((time.perf_counter() - started) * 1000)
+        runs["build_cpu_ms"].append((time.process_time() - cpu_started) * 1000)
         everyone = timed_queries(index, queries, rounds)
         scoped = timed_queries(index, queries, rounds, index.mask_for(scope))
-        runs["median_us"].append(statistics.median(everyone))
-        runs["p95_us"].append(percentile(everyone, 0.95))
-        runs["scoped_median_us"].append(statistics.median(scoped))
-        runs["scoped_p95_us"].append(percentile(scoped, 0.95))
+        runs["median_us"].append(statistics.median(everyone.wall_us))
+        runs["p95_us"].append(percentile(everyone.wall_us, 0.95))
+        runs["cpu_us"].append(everyone.cpu_us)
+        runs["scoped_median_us"].append(statistics.median(scoped.wall_us))
+        runs["scoped_p95_us"].append(percentile(scoped.wall_us, 0.95))
     return {
         "tools": len(entries),
         "queries_timed_per_repeat": len(queries) * rounds,
@@ -374,16 +387,17 @@ def speed_corpus(largest: int) -> list[dict[str, Any]]:
 
 
 def speed_report(figures: Mapping[int, Mapping[str, Any]]) -> str:
+    columns = (
+        ("build ms", "build_ms"), ("(CPU)", "build_cpu_ms"), ("median µs", "median_us"), ("p95 µs", "p95_us"),
+        ("CPU µs", "cpu_us"), ("scoped median", "scoped_median_us"), ("scoped p95", "scoped_p95_us"),
+    )  # fmt: skip
     rows = [
-        f"{'tools':>7}  {'build ms':>9}  {'query median µs':>15}  {'p95 µs':>7}  {'scoped median':>13}  "
-        f"{'scoped p95':>10}  spread (median)",
-        "-" * 92,
+        f"{'tools':>7}" + "".join(f"  {title:>{max(8, len(title))}}" for title, _ in columns) + "  spread"
     ]
+    rows.append("-" * len(rows[0]))
     for size, f in figures.items():
-        rows.append(
-            f"{size:>7,}  {f['build_ms']:>9,.0f}  {f['median_us']:>15,.0f}  {f['p95_us']:>7,.0f}  "
-            f"{f['scoped_median_us']:>13,.0f}  {f['scoped_p95_us']:>10,.0f}  {spread(f['runs']['median_us'])}"
-        )
+        cells = "".join(f"  {f[key]:>{max(8, len(title))},.0f}" for title, key in columns)
+        rows.append(f"{size:>7,}{cells}  {spread(f['runs']['median_us'])}")
     return "\n".join(rows)
 
 
@@ -433,7 +447,7 @@ def main() -> None:
 
     print(
         f"{Path(search_module).relative_to(ROOT)} at {source_commit()}, python {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs; {versions()}",
+        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; {versions()}",
     )
     out: dict[str, Any] = {}
     try:
@@ -458,7 +472,9 @@ def main() -> None:
             out["speed"] = {str(size): f for size, f in figures.items()}
             print(
                 f"\nSpeed: {len(texts)} queries × {args.rounds} rounds per repeat, median of {args.repeat} "
-                "repeats; scoped: a caller who may see every other tool\n"
+                "repeats. Per query: median and p95 of its wall time, and this process's CPU time; "
+                "scoped: a caller who may see every other tool; spread: ± half the range of the "
+                "repeats' medians\n"
             )
             print(speed_report(figures))
     except MissingDependency as missing:
