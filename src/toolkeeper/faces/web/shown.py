@@ -12,6 +12,7 @@ from typing import Any
 from markupsafe import Markup
 
 from toolkeeper.display import visible, visible_line
+from toolkeeper.services.costs import Tally
 
 NAME_MAX = 200  # of a client's or a principal's name, the most a page shows
 # Of a tool's description, the most a table's row carries (a description may be megabytes); the
@@ -37,6 +38,11 @@ def first_line(text: str, limit: int = LINE_MAX) -> str:
     head = text.lstrip()[:limit]
     line = LINE_BREAK.split(head, maxsplit=1)[0].rstrip()
     return line if len(line) == len(text.strip()) else line + "…"
+
+
+def tally(counted: Mapping[str, int]) -> str:
+    """A `costs` total as a page shows it: `12 tools, ~3.1k tokens`."""
+    return str(Tally(counted["tools"], counted["tokens"]))
 
 
 def utc_time(iso: str | None) -> str:
