@@ -572,8 +572,8 @@ def test_schema_key_is_allowed():
             "<config>: unknown setting 'toolkeeper.port'. Allowed: approvalTimeout, auditArguments, "
             "auditKey, auditMaxWaiting, auditRetentionDays, autoApproveReadOnly, confirm, "
             "confirmDestructive, databaseTimeout, databaseUrl, featureFlags, home, http, inferHints, "
-            "logLevel, maxConcurrentConnects, maxDescriptionBytes, maxServerInstructions, retryWindow, "
-            "sanitizeUntrustedHints, stdio, trustIdempotentRetries.",
+            "logLevel, maxConcurrentConnects, maxDescriptionBytes, maxServerInstructions, maxToolTokens, "
+            "retryWindow, sanitizeUntrustedHints, stdio, trustIdempotentRetries.",
         ),
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',

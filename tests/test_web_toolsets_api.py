@@ -159,7 +159,7 @@ def test_the_picker_keeps_the_selection_and_validates_beside_the_fields(board) -
     assert f'value="{ECHO}" id=' in selected.text and "checked" in selected.text
     # A new search hides echo; it stays picked as a hidden field.
     moved = form_post(board, "/toolsets/new", {"action": "search", "q": "pid", "tool": ECHO})
-    assert f'<input type="hidden" name="tool" value="{ECHO}">' in moved.text
+    assert f'<input type="hidden" name="tool" value="{ECHO}" data-tokens="' in moved.text
     bad = form_post(board, "/toolsets/new", {"action": "save", "name": "No Good", "tool": [ECHO]})
     assert bad.status_code == 422 and 'id="name-error"' in bad.text and "lowercase" in bad.text
     none = form_post(board, "/toolsets/new", {"action": "save", "name": "empty"})

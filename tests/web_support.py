@@ -92,7 +92,8 @@ def running_dashboard(config: Config, *, host: str = "127.0.0.1", token: str = T
 
             async def run(*, task_status: anyio.abc.TaskStatus[Gateway]) -> None:
                 async with Store.from_settings(config.settings) as store:
-                    gateway = Gateway(config, store, menu=ConfigMenu)
+                    # As `serve` makes it: the tokenizer loads while the servers start.
+                    gateway = Gateway(config, store, menu=ConfigMenu, warm_tokenizer=True)
                     async with anyio.create_task_group() as tg:
                         await tg.start(gateway.run)
                         await gateway.started.wait()

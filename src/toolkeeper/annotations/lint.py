@@ -2,8 +2,9 @@
 
 Errors are declarations that mislead a client into skipping a confirmation or are not
 valid at all; warnings are gaps (a missing title, hint or description) that leave clients
-guessing. Info notes a claim the name makes doubtful but that may be right. Each finding
-carries the gateway's inferred suggestion where it has one.
+guessing, and definitions so large they crowd the model's context (an overlong description, a
+definition over a number of estimated tokens). Info notes a claim the name makes doubtful but
+that may be right. Each finding carries the gateway's inferred suggestion where it has one.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from toolkeeper.annotations.hints import (
     read_declared,
 )
 from toolkeeper.annotations.infer import describe_parameter, infer
-from toolkeeper.config.model import DEFAULT_MAX_DESCRIPTION_BYTES
+from toolkeeper.catalog.tokens import ENCODING, tokens_of
+from toolkeeper.config.model import DEFAULT_MAX_DESCRIPTION_BYTES, DEFAULT_MAX_TOOL_TOKENS
 
 
 class Severity(StrEnum):
@@ -56,7 +58,9 @@ class Finding:
 
 
 def lint_tool(
-    tool: Mapping[str, Any], max_description_bytes: int = DEFAULT_MAX_DESCRIPTION_BYTES
+    tool: Mapping[str, Any],
+    max_description_bytes: int = DEFAULT_MAX_DESCRIPTION_BYTES,
+    max_tool_tokens: int = DEFAULT_MAX_TOOL_TOKENS,
 ) -> list[Finding]:
     name = str(tool.get("name") or "")
     declared = read_declared(tool)
@@ -130,6 +134,17 @@ def lint_tool(
             "model carries it in its context. Keep what the model needs to choose and call the tool, "
             "and move the rest to the server's documentation.",
         )
+    if (cost := tokens_of(tool)) > max_tool_tokens:
+        add(
+            Severity.WARNING,
+            "costly-definition",
+            None,
+            f"The definition alone is about {cost:,} tokens (estimated, {ENCODING}), over "
+            f"{max_tool_tokens:,} (toolkeeper.maxToolTokens): every client is sent it in each "
+            "tools/list, and the model carries it in its context beside every other tool's. Shorten "
+            "the descriptions (the tool's and its parameters'), drop what the schema repeats, or split "
+            "the tool.",
+        )
 
     suggested_read_only = suggestions.get("readOnlyHint")
     read_only = hints.get(
@@ -168,11 +183,13 @@ def lint(
     tools: Iterable[Mapping[str, Any]],
     left_out: Mapping[str, str] | None = None,
     max_description_bytes: int = DEFAULT_MAX_DESCRIPTION_BYTES,
+    max_tool_tokens: int = DEFAULT_MAX_TOOL_TOKENS,
 ) -> list[Finding]:
     """Findings for `tools`; `left_out` maps the name of each tool the catalog leaves out of
     every client's list (catalog/check.py) to why: such a tool gets that one error, as nothing
     else about it matters until a client can be sent it. A description longer than
-    `max_description_bytes` (UTF-8) is warned about."""
+    `max_description_bytes` (UTF-8), and a definition of more than `max_tool_tokens` estimated
+    tokens, are warned about."""
     left_out = left_out or {}
     findings: list[Finding] = []
     for tool in tools:
@@ -188,7 +205,7 @@ def lint(
                 )
             )
         else:
-            findings.extend(lint_tool(tool, max_description_bytes))
+            findings.extend(lint_tool(tool, max_description_bytes, max_tool_tokens))
     return findings
 
 

@@ -43,6 +43,11 @@ def load() -> Tokenizer:
     return _encoder
 
 
+def loaded() -> bool:
+    """Whether the tables are in memory: counting then never waits for them."""
+    return _encoder is not None
+
+
 def count_text(text: str) -> int:
     return int(load().count(text))
 

@@ -6,7 +6,6 @@ import gc
 import json
 import sys
 from enum import StrEnum
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,8 @@ from toolkeeper.cli.common import (
 from toolkeeper.cli.status import COMMAND_LINE, command_log_level
 from toolkeeper.errors import ErrorKind
 from toolkeeper.log import setup_logging
-from toolkeeper.services.inspect import HINTS, server_rows, tool_rows
+from toolkeeper.services.costs import LABEL, Tally, figure, share
+from toolkeeper.services.inspect import HINTS, Inspectable, server_rows, tool_rows
 from toolkeeper.services.toolsets import ToolsetService, read_json_file
 
 try:  # libuv's event loop: a quarter less of the gateway's time per call (bench/README.md)
@@ -202,14 +202,28 @@ def tools(
         False, "--all", help="Also the tools left out of every client's list, each with the reason."
     ),
 ) -> None:
-    """Every tool clients are listed: exposed name, title, behaviour hints as declared, server."""
-    rows = with_gateway(load(config, demo), wait, partial(tool_rows, include_left_out=everything))
+    """Every tool clients are listed: exposed name, title, behaviour hints as declared, server, and
+    the estimated tokens of its definition."""
+
+    def rows_and_total(gateway: Inspectable) -> tuple[list[dict[str, Any]], Tally]:
+        return tool_rows(gateway, include_left_out=everything), gateway.costs.listed
+
+    rows, listed = with_gateway(load(config, demo), wait, rows_and_total, costs=True)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
     table = new_table(
-        "tool", "title", "RO", "DES", "IDEM", "OPEN", "server", caption="✓ true  ✗ false  · absent"
+        "tool",
+        "title",
+        "RO",
+        "DES",
+        "IDEM",
+        "OPEN",
+        "server",
+        "tokens",
+        caption=f"✓ true  ✗ false  · absent\n{LABEL} · every tool listed: {listed}",
     )
+    table.columns[-1].justify = "right"
     for r in rows:
         hints = r["annotations"]
         if r["leftOut"]:
@@ -223,6 +237,7 @@ def tools(
             r["title"] or "",
             *(mark(hints.get(h)) for h in HINTS),
             r["server"],
+            figure(r["tokens"]),
         )
     out.print(table)
 
@@ -254,8 +269,15 @@ STATUS_STYLE = {"ok": "green", "changed": "yellow", "unavailable": "red"}
 def _print_toolset(info: dict[str, Any]) -> None:
     title = f"{info['name']}{' (equipped)' if info['equipped'] else ''}"
     table = new_table(
-        "tool", "status", "exposed as", "refId", title=title, caption=info.get("description") or None
+        "tool",
+        "status",
+        "exposed as",
+        "refId",
+        "tokens",
+        title=title,
+        caption=info.get("description") or None,
     )
+    table.columns[-1].justify = "right"
     for tool in info["tools"]:
         status = tool.get("status", "")
         table.add_row(
@@ -263,8 +285,18 @@ def _print_toolset(info: dict[str, Any]) -> None:
             styled((status or "not checked", STATUS_STYLE.get(status, "dim"))),
             tool.get("exposedName") or "",
             (tool.get("refId") or "")[:12],
+            figure(tool.get("tokens")) if "tokens" in info else "",
         )
     out.print(table)
+    if "costs" in info:
+        listed = Tally(sum("tokens" in tool for tool in info["tools"]), info["tokens"])
+        catalog = Tally(**info["costs"]["catalog"])
+        out.print(
+            styled(
+                f"{info['name']} lists {listed}: {share(listed.tokens, catalog.tokens)} of the whole "
+                f"catalog's {catalog} ({LABEL})."
+            )
+        )
     for entry in info["toolNotes"]:
         ref = entry["toolRef"].get("namespacedName") or entry["toolRef"].get("refId")
         for note in entry["notes"]:
@@ -284,18 +316,40 @@ def _print_toolset(info: dict[str, Any]) -> None:
 
 @toolsets_app.command("list")
 def toolsets_list(
-    config: Path | None = ConfigOption, demo: bool = DemoOption, as_json: bool = JsonOption
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+    offline: bool = typer.Option(
+        False, "--offline", help="Do not connect servers (no status, no token costs)."
+    ),
+    wait: float = WaitOption,
 ) -> None:
-    """Saved toolsets: tools, notes, which one is equipped."""
-    result = run_service(load(config, demo), lambda s: s.saved())
+    """Saved toolsets: tools, notes, which one is equipped, and the estimated tokens each lists
+    against the whole catalog's."""
+    result = run_service(load(config, demo), lambda s: s.saved(), live=not offline, wait=wait, costs=True)
     if as_json:
         print_json(result)
         return
-    table = new_table("toolset", "tools", "notes", "updated", "description")
+    catalog = result.get("costs", {}).get("catalog")
+    caption = f"{LABEL} · the whole catalog: {Tally(**catalog)}" if catalog else None
+    table = new_table(
+        "toolset", "tools", "tokens", "of catalog", "notes", "updated", "description", caption=caption
+    )
+    for column in table.columns[1:4]:
+        column.justify = "right"
     for info in result["toolsets"]:
         name = styled((info["name"], "bold"), " (equipped)") if info["equipped"] else styled(info["name"])
         notes = sum(len(e["notes"]) for e in info["toolNotes"])
-        table.add_row(name, str(info["toolCount"]), str(notes), info["updatedAt"] or "", info["description"])
+        tokens = info.get("tokens")
+        table.add_row(
+            name,
+            str(info["toolCount"]),
+            figure(tokens),
+            share(tokens, catalog["tokens"]) if catalog and tokens is not None else "",
+            str(notes),
+            info["updatedAt"] or "",
+            info["description"],
+        )
     out.print(table)
 
 
@@ -305,11 +359,14 @@ def toolsets_show(
     config: Path | None = ConfigOption,
     demo: bool = DemoOption,
     as_json: bool = JsonOption,
-    offline: bool = typer.Option(False, "--offline", help="Do not connect servers (no status column)."),
+    offline: bool = typer.Option(
+        False, "--offline", help="Do not connect servers (no status, no token costs)."
+    ),
     wait: float = WaitOption,
 ) -> None:
-    """One toolset: each tool's status (ok, changed, unavailable) and its notes."""
-    info = run_service(load(config, demo), lambda s: s.show(name), live=not offline, wait=wait)
+    """One toolset: each tool's status (ok, changed, unavailable), its notes, and the estimated
+    tokens of each tool as the toolset lists it, against the whole catalog's."""
+    info = run_service(load(config, demo), lambda s: s.show(name), live=not offline, wait=wait, costs=True)
     print_json(info) if as_json else _print_toolset(info)
 
 

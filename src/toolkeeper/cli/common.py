@@ -119,10 +119,13 @@ async def open_store(config: Config) -> Store:
 
 
 @asynccontextmanager
-async def running_gateway(config: Config, wait: float, store: Store | None = None) -> AsyncIterator[Gateway]:
+async def running_gateway(
+    config: Config, wait: float, store: Store | None = None, *, costs: bool = False
+) -> AsyncIterator[Gateway]:
     """Connect every server (as `serve` would), wait up to `wait` seconds for them (a source still
-    loading, such as a large OpenAPI spec, is given the rest of that time), stop on exit."""
-    gateway = Gateway(config, store, menu=ConfigMenu)
+    loading, such as a large OpenAPI spec, is given the rest of that time), stop on exit. With
+    `costs` (a command that shows token costs), the tokenizer's tables load meanwhile."""
+    gateway = Gateway(config, store, menu=ConfigMenu, warm_tokenizer=costs)
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
         with (
@@ -144,9 +147,9 @@ async def running_gateway(config: Config, wait: float, store: Store | None = Non
 T = TypeVar("T")
 
 
-def with_gateway(config: Config, wait: float, use: Callable[[Gateway], T]) -> T:
+def with_gateway(config: Config, wait: float, use: Callable[[Gateway], T], *, costs: bool = False) -> T:
     async def main() -> T:
-        async with running_gateway(config, wait) as gateway:
+        async with running_gateway(config, wait, costs=costs) as gateway:
             return use(gateway)
 
     return anyio.run(main)
@@ -227,10 +230,12 @@ def run_service(
     live: bool = False,
     wait: float = 15.0,
     kind: str = "toolsets",
+    costs: bool = False,
 ) -> Any:
     """Run one operation of a service (`kind` names a field of `Services`: `toolsets`, `hints`,
-    `rules`, …) with the store open; `live` connects the servers first. A refusal prints its
-    message and exits with its kind's code."""
+    `rules`, …) with the store open; `live` connects the servers first (`costs`: for an
+    operation that shows token costs). A refusal prints its message and exits with its kind's
+    code."""
 
     def pick(services: Services) -> Any:
         return getattr(services, kind)
@@ -248,7 +253,7 @@ def run_service(
                 annotator = Annotator(policies_from(config))
                 services = build_services(store, annotator=lambda: annotator, config=config)
                 return await attempt(pick(services))
-            async with running_gateway(config, wait, store) as gateway:
+            async with running_gateway(config, wait, store, costs=costs) as gateway:
                 assert gateway.services is not None  # a gateway with a store has its services
                 return await attempt(pick(gateway.services))
 

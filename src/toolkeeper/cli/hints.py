@@ -340,10 +340,18 @@ def lint_command(
         "(default: toolkeeper.maxDescriptionBytes with --server, else 16384).",
         show_default=False,
     ),
+    max_tool_tokens: int | None = typer.Option(
+        None,
+        "--max-tool-tokens",
+        min=1,
+        help="Warn about a tool whose definition alone is over this many estimated tokens "
+        "(default: toolkeeper.maxToolTokens with --server, else 1500).",
+        show_default=False,
+    ),
 ) -> None:
     """Check a server's tools for missing titles, hints and parameter descriptions, for misleading
-    hints and for overlong descriptions, with a suggestion for each gap. Exits 1 when any error is
-    found (to gate a server's CI).
+    hints, and for overlong descriptions and definitions, with a suggestion for each gap. Exits 1
+    when any error is found (to gate a server's CI).
 
     Examples: toolkeeper lint --demo --server notes; toolkeeper lint -- python my_server.py
     """
@@ -360,7 +368,12 @@ def lint_command(
         target_config = _lint_target(command or [], server, url, config, demo)
         target, settings = server or target_config.servers[0].describe(), target_config.settings
         tools, left_out = _declared_tools(target_config, wait)
-    findings = lint(tools, left_out, max_description_bytes or settings.max_description_bytes)
+    findings = lint(
+        tools,
+        left_out,
+        max_description_bytes or settings.max_description_bytes,
+        max_tool_tokens or settings.max_tool_tokens,
+    )
     if as_json:
         print_json(
             {

@@ -36,6 +36,7 @@ from toolkeeper.config.model import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_SERVER_INSTRUCTIONS,
+    DEFAULT_MAX_TOOL_TOKENS,
     DEFAULT_RETRY_WINDOW,
     HTTP_AUTH_MODES,
     INFER_HINTS,
@@ -538,6 +539,14 @@ SETTINGS = (
         default=DEFAULT_MAX_DESCRIPTION_BYTES, env=("TOOLKEEPER_MAX_DESCRIPTION_BYTES",),
         bounds=Bounds(
             "{where}: toolkeeper.maxDescriptionBytes must be a whole number of at least 1, got {value}.",
+            at_least=1,
+        ),
+    ),
+    Setting(
+        key="maxToolTokens", field="max_tool_tokens", read=_typed, kind=int,
+        default=DEFAULT_MAX_TOOL_TOKENS, env=("TOOLKEEPER_MAX_TOOL_TOKENS",),
+        bounds=Bounds(
+            "{where}: toolkeeper.maxToolTokens must be a whole number of at least 1, got {value}.",
             at_least=1,
         ),
     ),

@@ -104,6 +104,9 @@ DEFAULT_MAX_SERVER_INSTRUCTIONS = 4000
 # A description longer than this is sent in every tools/list and sits in the model's context; a
 # few screens of text is plenty (lint warns past it).
 DEFAULT_MAX_DESCRIPTION_BYTES = 16 * 1024
+# The estimated tokens of one tool's definition past which lint warns: a client is sent it in every
+# tools/list, and a typical server's whole list costs about twice this.
+DEFAULT_MAX_TOOL_TOKENS = 1500
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,6 +233,8 @@ class GatewaySettings:
     max_server_instructions: int = DEFAULT_MAX_SERVER_INSTRUCTIONS
     # Bytes (UTF-8) of a tool's description past which `toolkeeper lint` warns.
     max_description_bytes: int = DEFAULT_MAX_DESCRIPTION_BYTES
+    # Estimated tokens of a tool's whole definition past which `toolkeeper lint` warns.
+    max_tool_tokens: int = DEFAULT_MAX_TOOL_TOKENS
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from toolkeeper.faces.mcp.config_tools import ConfigMenu
 from toolkeeper.faces.mcp.server import build_server
 from toolkeeper.log import redact_every_handler
 from toolkeeper.runtime.gateway import Gateway
+from toolkeeper.services.costs import serving_line, tokenizer_ready
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.store import Store
 
@@ -95,10 +96,27 @@ async def _collect_garbage_once_up(gateway: Gateway) -> None:
     gc.enable()
 
 
+async def _serving(gateway: Gateway) -> str:
+    """What the gateway serves once up: `serving 12 tools, ~3.1k tokens, of 140 tools, ~41k tokens
+    (estimated, o200k_base) from 3 servers`, and which servers have not arrived yet."""
+    await gateway.started.wait()
+    await tokenizer_ready()
+    return (
+        f"{serving_line(gateway.costs)} from {len(gateway.config.servers)} servers{_not_serving_yet(gateway)}"
+    )
+
+
+async def _announce_serving_stdio(gateway: Gateway) -> None:
+    """The start-up line on stderr (the log's), since stdout is the client's."""
+    line = await _serving(gateway)
+    toolset = gateway.toolset.name if gateway.toolset else "none"
+    logger.info("%s (mode: %s, toolset: %s)", line, gateway.mode_name, toolset)
+
+
 async def serve_stdio(config: Config, store: Store, ui: tuple[str, int] | None = None) -> None:
     """Serve one client on stdin and stdout until it closes stdin or a signal stops the gateway;
     with `ui` (host, port), the dashboard too."""
-    gateway = Gateway(config, store, menu=ConfigMenu)
+    gateway = Gateway(config, store, menu=ConfigMenu, warm_tokenizer=True)
     server = build_server(gateway, client_of)
     web = _dashboard_server(gateway, config, *ui) if ui is not None else None
     stop_reading = anyio.Event()
@@ -120,6 +138,7 @@ async def serve_stdio(config: Config, store: Store, ui: tuple[str, int] | None =
         tg.start_soon(_on_signals, stop, tg.cancel_scope, gateway)
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
+        tg.start_soon(_announce_serving_stdio, gateway)
         if web is not None:
             tg.start_soon(web.serve)
         fast_lane = FastLane(gateway, server.server_info_stamp)
@@ -279,7 +298,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
     """Serve streamable HTTP at /mcp, and with `ui` the dashboard at / on the same port;
     CannotStart when it would reach beyond this machine with no way for a client to
     authenticate."""
-    gateway = Gateway(config, store, menu=ConfigMenu)
+    gateway = Gateway(config, store, menu=ConfigMenu, warm_tokenizer=True)
     services = gateway.services
     keys = await services.keys.ring() if services is not None else KeyRing.empty()
     plan = AuthPlan.for_serving(config, host, keys)
@@ -335,11 +354,10 @@ async def _announce_when_listening(
 ) -> None:
     while not web.started:
         await anyio.sleep(0.05)
-    await gateway.started.wait()
+    line = await _serving(gateway)
     toolset = gateway.toolset.name if gateway.toolset else "none"
     print(
-        f"toolkeeper: serving {len(gateway.catalog.tools)} tools from {len(gateway.config.servers)} servers"
-        f"{_not_serving_yet(gateway)} "
+        f"toolkeeper: {line} "
         f"at http://{host}:{port}{MCP_PATH} (mode: {gateway.mode_name}, toolset: {toolset}, "
         f"store: {gateway.store.label if gateway.store else 'none'}, clients: {plan.describe()})",
         file=sys.stderr,
@@ -433,7 +451,7 @@ async def _announce_dashboard(web: uvicorn.Server, board: Dashboard, host: str, 
 
 async def serve_ui(config: Config, store: Store, host: str, port: int) -> None:
     """The dashboard alone, over a gateway that connects the servers but serves no client."""
-    gateway = Gateway(config, store, menu=ConfigMenu)
+    gateway = Gateway(config, store, menu=ConfigMenu, warm_tokenizer=True)
     web = _dashboard_server(gateway, config, host, port)
 
     async def stop(reason: str) -> None:

@@ -37,6 +37,7 @@ from toolkeeper.relay.relay import Relay
 from toolkeeper.runtime.menu import Menu, Mode
 from toolkeeper.runtime.views import FoundIndex, ToolRanking, View, Views
 from toolkeeper.services import build_services
+from toolkeeper.services.costs import ListingCosts, tokenizer_ready
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.toolsets import Change
 from toolkeeper.store import Store, StoreError, audit_chain, audit_journal
@@ -58,8 +59,12 @@ class Gateway:
         *,
         connect: Connect = KINDS.connect,
         menu: Callable[[Gateway], Menu] | None = None,
+        warm_tokenizer: bool = False,
     ) -> None:
+        """`warm_tokenizer`: load the tables token costs are counted with while the servers start
+        (a gateway that will show costs), so that no request waits for them."""
         self.config = config
+        self._warm_tokenizer = warm_tokenizer
         self.store = store
         self.notifier = ClientNotifier()
         self.relay = Relay(self.notifier.bus, self._downstreams_changed)
@@ -87,6 +92,7 @@ class Gateway:
                 store,
                 annotator=self._current_annotator,
                 catalog=self._live_catalog,
+                costs=self._live_costs,
                 resolver=self.resolve,
                 on_change=self._toolsets_changed,
                 config=config,
@@ -171,6 +177,8 @@ class Gateway:
             if self.audit_writer is not None:
                 await tg.start(self.audit_writer.run)
             tg.start_soon(self.pool.run)
+            if self._warm_tokenizer:
+                tg.start_soon(tokenizer_ready)
             task_status.started()
             await self.pool.wait_started(STARTUP_GRACE_SECONDS)
             # Requests wait for start-up, so nobody has seen a list the start-up changes would
@@ -202,6 +210,14 @@ class Gateway:
 
     def _live_catalog(self) -> Catalog | None:
         return self.catalog if self.started.is_set() else None
+
+    def _live_costs(self) -> ListingCosts | None:
+        return self.views.costs if self.started.is_set() else None
+
+    @property
+    def costs(self) -> ListingCosts:
+        """What the current listings cost the model (see services/costs.py)."""
+        return self.views.costs
 
     def _rebuild(self) -> None:
         self.catalog = build_catalog(

@@ -20,9 +20,10 @@ order that wins:
    as normal mode lists it where it does and with no toolset's notes elsewhere.
 6. A tool whose server is away stays routed, so a call says so, but is not listed.
 
-The scoped views, their reach and the static hints are worked out once per `Views`, on first
-use, never per request. So is the search index (every tool a search may find, each entry as
-normal mode lists it where it does): once per `Views`, and only when the tools it holds changed.
+The scoped views, their reach, the static hints and the listings' token costs are worked out
+once per `Views`, on first use, never per request. So is the search index (every tool a search
+may find, each entry as normal mode lists it where it does): once per `Views`, and only when the
+tools it holds changed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -47,6 +49,7 @@ from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.protocol import RESOLUTION_EXTENSION
 from toolkeeper.relay.relay import Relay
 from toolkeeper.runtime.menu import Menu, Mode
+from toolkeeper.services.costs import ListingCosts
 from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
 
 logger = logging.getLogger(__name__)
@@ -67,8 +70,8 @@ def unknown_tool(name: str) -> str:
 
 
 class Views:
-    """The gateway's view and normal mode's, built at once; each scope's view and reach, and
-    each tool's static hints, on first use."""
+    """The gateway's view and normal mode's, built at once; each scope's view and reach, each
+    tool's static hints and the listings' costs, on first use."""
 
     def __init__(
         self,
@@ -224,6 +227,17 @@ class Views:
                 return entry, True
         alone = self._downstream_view([tool], None, warn=False).listing
         return (alone[0] if alone else self._annotator.listed(tool, None)), False
+
+    @cached_property
+    def costs(self) -> ListingCosts:
+        """What this moment's listings cost the model (services/costs.py): each figure counted on
+        first use and kept with these views, never per request."""
+        return ListingCosts(
+            self.catalog,
+            listed=self.normal_view.listing,
+            listing_under=lambda tools, toolset: self._downstream_view(tools, toolset, warn=False).listing,
+            alone=lambda tool: self.as_listed(tool)[0],
+        )
 
     def offerings_for(self, principal: Principal) -> Offerings:
         """The resources, templates and prompts of the servers a principal's scope reaches."""

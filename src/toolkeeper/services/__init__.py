@@ -16,6 +16,7 @@ from toolkeeper.config.model import Config
 from toolkeeper.services.approvals import ApprovalService
 from toolkeeper.services.audit import AuditService
 from toolkeeper.services.backup import BackupService
+from toolkeeper.services.costs import CostService, ListingCosts
 from toolkeeper.services.hints import HintService
 from toolkeeper.services.keys import KeyService
 from toolkeeper.services.listing import ListingService
@@ -38,9 +39,14 @@ class Services:
     keys: KeyService
     reloads: ReloadService
     listing: ListingService
+    costs: CostService
 
 
 def _offline() -> Catalog | None:
+    return None
+
+
+def _uncounted() -> ListingCosts | None:
     return None
 
 
@@ -49,16 +55,19 @@ def build_services(
     *,
     annotator: Callable[[], Annotator],
     catalog: Callable[[], Catalog | None] = _offline,
+    costs: Callable[[], ListingCosts | None] = _uncounted,
     resolver: Resolver | None = None,
     on_change: Callable[[Change], Awaitable[None]] | None = None,
     config: Config | None = None,
 ) -> Services:
     """The services over one store. Without `catalog` they work offline: operations that
-    need the servers say so; without `resolver` rules cannot be tested; `on_change` hears of
-    every write (the gateway rebuilds its listing); without `config` the policy has the default
-    settings and no configured confirm modes, late approvals the default retry window, and the
-    servers a client key names are not checked."""
-    toolsets = ToolsetService(store, catalog, on_change)
+    need the servers say so; without `costs` (the current listings') no token costs are shown;
+    without `resolver` rules cannot be tested; `on_change` hears of every write (the gateway
+    rebuilds its listing); without `config` the policy has the default settings and no
+    configured confirm modes, late approvals the default retry window, and the servers a client
+    key names are not checked."""
+    counted = CostService(costs)
+    toolsets = ToolsetService(store, catalog, on_change, costs=counted)
     hints = HintService(store, catalog, annotator, on_change)
     policy = PolicyService(store, catalog, annotator, resolver, config, on_change)
     return Services(
@@ -77,7 +86,10 @@ def build_services(
         backup=BackupService(store),
         keys=KeyService(store, config),
         reloads=ReloadService(store),
-        listing=ListingService(store, catalog, annotator, toolsets=toolsets, hints=hints, policy=policy),
+        listing=ListingService(
+            store, catalog, annotator, toolsets=toolsets, hints=hints, policy=policy, costs=counted
+        ),
+        costs=counted,
     )
 
 

@@ -2,7 +2,9 @@
 
 A tool the catalog's check failed (catalog/check.py) is left out of every client's list: a
 server's row counts those (`leftOut`) and gives each one's reason (`leftOutTools`); the tool
-rows leave them out unless asked, and then give the reason as `leftOut`.
+rows leave them out unless asked, and then give the reason as `leftOut`. A tool row's `tokens`
+is its definition's estimated cost as clients get it now (services/costs.py), under the encoding
+its `tokenEncoding` names.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from toolkeeper.catalog import Catalog
 from toolkeeper.config import Config
 from toolkeeper.downstreams.base import Downstream, State
 from toolkeeper.downstreams.status import describe_progress
+from toolkeeper.services.costs import ENCODING, ListingCosts
 
 __all__ = ["HINTS", "Inspectable", "server_rows", "tool_rows"]
 
@@ -31,6 +34,9 @@ class Inspectable(Protocol):
 
     @property
     def catalog(self) -> Catalog: ...
+
+    @property
+    def costs(self) -> ListingCosts: ...
 
 
 def server_rows(gateway: Inspectable) -> list[dict[str, Any]]:
@@ -86,6 +92,7 @@ def tool_rows(
     gateway: Inspectable, include_unavailable: bool = True, *, include_left_out: bool = False
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
+    costs = gateway.costs
     for tool in gateway.catalog.tools:
         if not tool.available and not include_unavailable:
             continue
@@ -105,6 +112,8 @@ def tool_rows(
                 "annotations": {h: annotations[h] for h in HINTS if h in annotations},
                 "refId": tool.ref_id,
                 "leftOut": tool.problem,
+                "tokens": costs.of_tool(tool),
+                "tokenEncoding": ENCODING,
             }
         )
     return rows

@@ -22,6 +22,7 @@ from toolkeeper.annotations.hints import HINTS, field_name, is_text
 from toolkeeper.catalog import Catalog, CatalogTool
 from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.policy.model import ConfirmMode
+from toolkeeper.services.costs import CostService, ListingCosts, summary
 from toolkeeper.services.hints import HintService, brief
 from toolkeeper.services.policy import PolicyService
 from toolkeeper.services.toolsets import NOT_STARTED, ToolsetService
@@ -165,8 +166,10 @@ class ListingService:
         toolsets: ToolsetService,
         hints: HintService,
         policy: PolicyService,
+        costs: CostService | None = None,
     ) -> None:
         self.store = store
+        self._costs = costs or CostService()
         self._catalog = catalog
         self._annotator = annotator
         self._toolsets = toolsets
@@ -186,7 +189,8 @@ class ListingService:
         and their sources, its risk group, its confirm mode, what the policy decides for a call
         with no arguments, and whether the equipped toolset holds it changed. `counts` gives
         each risk group's size under the server and text filters (the risk filter aside);
-        `pagedOver` how far the offset runs (the total, or in the groups view the largest group)."""
+        `pagedOver` how far the offset runs (the total, or in the groups view the largest group).
+        Each tool's `tokens` are its definition's as clients get it now; `costs` has the totals."""
         catalog = self._live()
         async with self.store.read() as conn:
             overrides = await pins_rows.load(conn)
@@ -200,8 +204,11 @@ class ListingService:
         found, counts = _filtered(catalog.tools, annotator, equipped_name, query)
         page, paged_over = _page(found, query)
         facts = await self._policy.listing_facts([f.tool for f in page])
+        costs = await self._costs.current()
         return {
-            "tools": [_entry(f, annotator, equipped, catalog, facts[f.tool.namespaced_name]) for f in page],
+            "tools": [
+                _entry(f, annotator, equipped, catalog, facts[f.tool.namespaced_name], costs) for f in page
+            ],
             "total": len(found),
             "offset": query.offset,
             "limit": query.limit,
@@ -209,6 +216,7 @@ class ListingService:
             "counts": counts,
             "servers": servers,
             "toolset": equipped_name,
+            **({"costs": summary(costs)} if costs is not None else {}),
         }
 
     # -- acting on a selection -------------------------------------------------------------
@@ -308,7 +316,12 @@ def _mentions(tool: CatalogTool, effective: EffectiveHints, needle: str) -> bool
 
 
 def _entry(
-    found: _Found, annotator: Annotator, equipped: Toolset | None, catalog: Catalog, facts: Mapping[str, Any]
+    found: _Found,
+    annotator: Annotator,
+    equipped: Toolset | None,
+    catalog: Catalog,
+    facts: Mapping[str, Any],
+    costs: ListingCosts | None,
 ) -> dict[str, Any]:
     tool = found.tool
     title = found.effective.fields["title"].value
@@ -329,6 +342,7 @@ def _entry(
         "changed": status is ToolStatus.CHANGED,
         "risk": found.risk.value,
         "hints": brief(explained),
+        **({"tokens": costs.of_tool(tool)} if costs is not None else {}),
         **facts,
     }
 

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.catalog import Catalog, CatalogTool
 from toolkeeper.errors import ErrorKind, NextStep
+from toolkeeper.services.costs import CostService, ListingCosts, summary
 from toolkeeper.store import Store, overrides
 from toolkeeper.store import policy as policy_rows
 from toolkeeper.store import toolsets as rows
@@ -68,10 +69,13 @@ class ToolsetService:
         store: Store,
         catalog: Callable[[], Catalog | None],
         on_change: Callable[[Change], Awaitable[None]] | None = None,
+        *,
+        costs: CostService | None = None,
     ) -> None:
         self.store = store
         self._catalog = catalog
         self._on_change = on_change
+        self._costs = costs or CostService()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -82,8 +86,10 @@ class ToolsetService:
         return catalog
 
     async def available_tools(self, query: str = "") -> dict[str, Any]:
-        """The catalog's tools by server; with `query`, only those it matches (`tool_matches`)."""
+        """The catalog's tools by server; with `query`, only those it matches (`tool_matches`).
+        Each tool's `tokens` are its definition's as clients get it now; `costs` has the totals."""
         catalog = self.live_catalog()
+        costs = await self._costs.current()
         by_server: dict[str, list[CatalogTool]] = {}
         for tool in catalog.tools:
             if tool_matches(tool, query):
@@ -96,7 +102,7 @@ class ToolsetService:
                     "serverName": server,
                     "available": tools[0].available,
                     "toolCount": len(tools),
-                    "tools": [_tool_entry(t) for t in tools],
+                    "tools": [_tool_entry(t, costs) for t in tools],
                 }
             )
         return {
@@ -109,6 +115,7 @@ class ToolsetService:
                     else {}
                 ),
             },
+            **({"costs": summary(costs)} if costs is not None else {}),
             "toolsByServer": servers,
         }
 
@@ -116,8 +123,12 @@ class ToolsetService:
         async with self.store.read() as conn:
             toolsets = await rows.load_all(conn)
             equipped = await rows.get_equipped(conn)
-        catalog = self._catalog()
-        return {"toolsets": [self.describe(t, equipped, catalog) for t in toolsets], "equipped": equipped}
+        catalog, costs = self._catalog(), await self._costs.current()
+        return {
+            "toolsets": [self.describe(t, equipped, catalog, costs) for t in toolsets],
+            "equipped": equipped,
+            **({"costs": summary(costs)} if costs is not None else {}),
+        }
 
     async def names(self) -> list[str]:
         """The saved toolsets' names, without reading their tools."""
@@ -131,7 +142,10 @@ class ToolsetService:
         async with self.store.read() as conn:
             toolset = await load_toolset(conn, name)
             equipped = await rows.get_equipped(conn)
-        info = self.describe(toolset, equipped, self._catalog())
+        costs = await self._costs.current()
+        info = self.describe(toolset, equipped, self._catalog(), costs)
+        if costs is not None:
+            info["costs"] = summary(costs)
         if with_version:
             info["version"] = version_of(toolset)
         return info
@@ -157,6 +171,8 @@ class ToolsetService:
             name = await rows.get_equipped(conn)
             toolset = await rows.load(conn, name) if name else None
             known = await rows.names(conn)
+        costs = await self._costs.current()
+        totals = {"costs": summary(costs)} if costs is not None else {}
         if toolset is None:
             return {
                 "equipped": False,
@@ -165,8 +181,9 @@ class ToolsetService:
                 + (
                     f"Saved toolsets: {', '.join(known)}." if known else "None is saved yet: build one first."
                 ),
+                **totals,
             }
-        info = self.describe(toolset, toolset.name, self._catalog())
+        info = self.describe(toolset, toolset.name, self._catalog(), costs)
         by_status: dict[str, list[str]] = {}
         for tool in info["tools"]:
             by_status.setdefault(tool.get("status", "unknown"), []).append(tool["namespacedName"])
@@ -176,11 +193,34 @@ class ToolsetService:
             "exposedTools": [t["exposedName"] for t in info["tools"] if t.get("status") in ("ok", "changed")],
             "changedTools": by_status.get(ToolStatus.CHANGED, []),
             "unavailableTools": by_status.get(ToolStatus.UNAVAILABLE, []),
+            **totals,
         }
 
-    def describe(self, toolset: Toolset, equipped: str | None, catalog: Catalog | None) -> dict[str, Any]:
-        """A toolset for people and models; with a live catalog, each tool's status too."""
+    async def picking_costs(self, name: str | None = None) -> dict[str, Any] | None:
+        """What each tool of the catalog would add to toolset `name` (None: a new one), by
+        namespacedName (`tools`), and the totals (`costs`); None while the servers have not
+        connected. The toolset's own tools count with its notes and pins."""
+        toolset = None
+        if name is not None:
+            check_toolset_name(name)
+            async with self.store.read() as conn:
+                toolset = await load_toolset(conn, name)
+        costs = await self._costs.current()
+        if costs is None:
+            return None
+        return {"tools": costs.in_toolset(toolset), "costs": summary(costs)}
+
+    def describe(
+        self,
+        toolset: Toolset,
+        equipped: str | None,
+        catalog: Catalog | None,
+        costs: ListingCosts | None = None,
+    ) -> dict[str, Any]:
+        """A toolset for people and models; with a live catalog, each tool's status too; with
+        `costs`, its `tokens` as it lists its tools, and each listed tool's."""
         tools = []
+        counted = costs.under(toolset) if costs is not None else {}
         for ref in toolset.tools:
             entry: dict[str, Any] = {"namespacedName": ref.namespaced_name, "refId": ref.ref_id}
             if catalog is not None:
@@ -192,6 +232,8 @@ class ToolsetService:
                     )
                     if status is ToolStatus.CHANGED:
                         entry["liveRefId"] = tool.ref_id
+                    if tool.exposed_name in counted:
+                        entry["tokens"] = counted[tool.exposed_name]
             tools.append(entry)
         return {
             "name": toolset.name,
@@ -202,6 +244,7 @@ class ToolsetService:
             "createdAt": iso(toolset.created_at),
             "updatedAt": iso(toolset.updated_at),
             "toolCount": len(toolset.tools),
+            **({"tokens": sum(counted.values())} if costs is not None else {}),
             "tools": tools,
             "toolNotes": [_notes_json(entry) for entry in toolset.notes],
         }
@@ -773,7 +816,7 @@ def status_counts(info: dict[str, Any]) -> dict[str, int]:
     return {status.value: counts.get(status.value, 0) for status in ToolStatus}
 
 
-def _tool_entry(tool: CatalogTool) -> dict[str, Any]:
+def _tool_entry(tool: CatalogTool, costs: ListingCosts | None) -> dict[str, Any]:
     declared = tool.declared
     entry: dict[str, Any] = {
         "name": tool.name,
@@ -789,6 +832,8 @@ def _tool_entry(tool: CatalogTool) -> dict[str, Any]:
         entry["description"] = declared["description"]
     if tool.problem is not None:  # a toolset may hold it, but no client is sent it until fixed
         entry["leftOut"] = tool.problem
+    if costs is not None:
+        entry["tokens"] = costs.of_tool(tool)
     return entry
 
 

@@ -356,7 +356,9 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         "Discover all tools available from connected MCP servers, grouped by server, for building toolsets. "
         "Each tool can be referenced by 'namespacedName' (e.g., 'git.status') or 'refId' (unique hash). "
         "Each tool's hints give every field's effective value and its source (pinned, declared, "
-        "declared-untrusted, method, inferred, default), with the gateway's suggestion for a gap.",
+        "declared-untrusted, method, inferred, default), with the gateway's suggestion for a gap. "
+        "Each tool's tokens estimate what its definition costs your context as listed now; costs gives "
+        "the totals (listed now, and the whole catalog) and the encoding.",
         {},
         (),
         _hints(read_only=True),
@@ -447,7 +449,8 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
         "get-active-toolset",
         "Get Active Toolset",
         "Show the equipped toolset: its tools with their status (ok, changed, unavailable), the exposed "
-        "tool names, its notes, and the current mode.",
+        "tool names, its notes, the current mode, and the estimated tokens of its tools' definitions "
+        "(tokens) against the whole catalog's (costs).",
         {},
         (),
         _hints(read_only=True),

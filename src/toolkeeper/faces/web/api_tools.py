@@ -35,9 +35,11 @@ async def list_tools(request: Request) -> Response:
       200:
         description: >
           {"tools": [...], "total", "offset", "limit", "pagedOver", "counts": {safe, modifying,
-          destructive}, "servers", "toolset"}. Each tool has exposedName, namespacedName, server, title,
+          destructive}, "servers", "toolset", "costs": {encoding, listed: {tools, tokens}, catalog:
+          {tools, tokens}}}. Each tool has exposedName, namespacedName, server, title,
           description, available, inToolset, changed, risk, hints (readOnlyHint, destructiveHint,
-          idempotentHint, openWorldHint and title, each {value, source}), confirmMode and
+          idempotentHint, openWorldHint and title, each {value, source}), tokens (its definition's
+          estimated tokens as clients get it now, under costs.encoding), confirmMode and
           withoutArguments (the policy's decision for a call with no arguments).
       422: {description: a filter or paging value is not valid}
       503: {description: the servers have not connected yet}

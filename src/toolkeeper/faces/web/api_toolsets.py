@@ -21,9 +21,10 @@ async def list_toolsets(request: Request) -> Response:
     ---
     summary: List the toolsets
     description: Each toolset with its tools, notes, size (toolCount), whether it is equipped,
-      and how many of its tools are ok, changed or unavailable (statusCounts).
+      how many of its tools are ok, changed or unavailable (statusCounts), and the estimated
+      tokens of the tools it lists, with its notes (tokens; each tool's too).
     responses:
-      200: {description: "{toolsets: [...], equipped: name or null}"}
+      200: {description: "{toolsets: [...], equipped: name or null, costs: {encoding, listed, catalog}}"}
     """
     saved = await face_of(request).services.toolsets.saved()
     for info in saved["toolsets"]:
@@ -71,9 +72,9 @@ async def show(request: Request) -> Response:
     """One toolset.
     ---
     summary: Show a toolset
-    description: Its tools with their status (ok, changed, unavailable), its notes, and its
-      version, which a change may send back (expectedVersion) to be refused if the toolset
-      changed meanwhile.
+    description: Its tools with their status (ok, changed, unavailable) and estimated tokens,
+      its notes, its tokens against the whole catalog's (costs), and its version, which a change
+      may send back (expectedVersion) to be refused if the toolset changed meanwhile.
     parameters:
       - {name: name, in: path, required: true, schema: {type: string}}
     responses:

@@ -45,9 +45,10 @@ from toolkeeper.faces.web.face import (
     render,
     service_refusal,
 )
-from toolkeeper.faces.web.shown import visible_in_page
+from toolkeeper.faces.web.shown import tally, visible_in_page
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services import Services
+from toolkeeper.services.costs import LABEL, figure, share
 
 
 def build_web_app(gateway: Gateway, services: Services, access: Access) -> ASGIApp:
@@ -56,6 +57,11 @@ def build_web_app(gateway: Gateway, services: Services, access: Access) -> ASGIA
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, finalize=visible_in_page
     )
     environment.filters["first_line"] = first_line
+    # Token costs: a tool's or toolset's figure, a total, a share of a whole, and their label.
+    environment.filters["figure"] = figure
+    environment.filters["tally"] = tally
+    environment.filters["share"] = share
+    environment.globals["token_label"] = LABEL
     templates = Jinja2Templates(env=environment)
     app = Starlette(
         routes=list(web_routes()),

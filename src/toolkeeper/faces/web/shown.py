@@ -11,6 +11,7 @@ from typing import Any
 from markupsafe import Markup
 
 from toolkeeper.display import visible, visible_line
+from toolkeeper.services.costs import Tally
 
 NAME_MAX = 200  # of a client's or a principal's name, the most a page shows
 
@@ -23,6 +24,11 @@ def visible_in_page(value: Any) -> Any:
     if isinstance(value, str) and not isinstance(value, Markup):
         return visible(value)
     return value
+
+
+def tally(counted: Mapping[str, int]) -> str:
+    """A `costs` total as a page shows it: `12 tools, ~3.1k tokens`."""
+    return str(Tally(counted["tools"], counted["tokens"]))
 
 
 def utc_time(iso: str | None) -> str:

@@ -28,6 +28,7 @@ async def overview(request: Request) -> Response:
         {
             "servers": server_rows(face.gateway),
             "toolsets": (await face.services.toolsets.saved()).get("toolsets", []),
+            "costs": await face.services.costs.summary(),
             "waiting": waiting["calls"],
             "waiting_total": waiting["total"],
             "reconnecting": reconnecting if reconnecting in {d.name for d in face.gateway.pool} else None,

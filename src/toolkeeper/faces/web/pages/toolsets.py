@@ -75,6 +75,7 @@ async def toolsets_list(request: Request, imported: ImportForm | None = None, st
         "toolsets.html",
         {
             "toolsets": saved["toolsets"],
+            "costs": saved.get("costs"),
             "done": DONE.get(request.query_params.get("done", "")),
             "import_form": imported or ImportForm(),
         },
@@ -146,6 +147,12 @@ async def show_picker(request: Request, picker: Picker, status: int = 200) -> Re
     toolsets = face_of(request).services.toolsets
     shown = await toolsets.available_tools(picker.query)
     shown_names = {t["namespacedName"] for s in shown["toolsByServer"] for t in s["tools"]}
+    # What each tool adds to this toolset: the page sums the ticked ones as they are ticked.
+    try:
+        picking = await toolsets.picking_costs(picker.editing)
+    except ServiceError:  # the toolset being edited is gone: saving says so
+        picking = None
+    tool_tokens: dict[str, int] = picking["tools"] if picking else {}
     return render(
         request,
         "toolsets_new.html",
@@ -156,6 +163,9 @@ async def show_picker(request: Request, picker: Picker, status: int = 200) -> Re
             "shown_count": len(shown_names),
             # Picked tools the search hides stay picked: the form carries them as hidden fields.
             "picked_hidden": sorted(picker.picked - shown_names),
+            "tool_tokens": tool_tokens,
+            "picked_tokens": sum(tool_tokens.get(name, 0) for name in picker.picked),
+            "costs": picking["costs"] if picking else None,
         },
         status,
     )
