@@ -7,8 +7,8 @@ order that wins:
 
 1. A downstream tool the catalog's check left out is listed to nobody; a call to it hears why,
    from anyone whose scope reaches its server.
-2. A downstream tool named like one of the menu's own tools (the configuration tools) is
-   shadowed: never listed, never routed.
+2. A downstream tool named like one of the gateway's own tools (the menu's configuration tools,
+   `find-tools`) is shadowed: never listed, never routed.
 3. An admin (the local user, or a key allowed to configure) gets the menu's tools as the mode
    lists them, and the downstream tools only in normal mode (or when the menu is off). Anyone
    else gets what normal mode lists, whatever the mode.
@@ -18,11 +18,20 @@ order that wins:
 5. A scope replaces the downstream tools with its own: first the tools of its toolsets, in the
    key's order (a tool in two is listed as the first lists it), then every tool of its servers,
    as normal mode lists it where it does and with no toolset's notes elsewhere.
-6. A tool whose server is away stays routed, so a call says so, but is not listed.
+6. Where tool search is on (the equipped toolset's `discovery`, or the `discovery` setting with
+   none equipped; for a scope, one of its toolsets', or the setting for a scope of servers
+   alone), the downstream tools listed are only the toolset's (none without one), then
+   `find-tools`; each caller's working set follows them in its own tools/list
+   (runtime/working_sets.py). Every tool the principal may see is routed all the same (every
+   tool a search may find, or the whole scope), so a found tool is called by its real name even
+   by a client that never lists again, and the gate, the hints and tools/resolve see the real
+   tool. Configuration mode lists and routes what it always did.
+7. A tool whose server is away stays routed, so a call says so, but is not listed.
 
 The scoped views, their reach and the static hints are worked out once per `Views`, on first
 use, never per request. So is the search index (every tool a search may find, each entry as
-normal mode lists it where it does): once per `Views`, and only when the tools it holds changed.
+normal mode lists it where it does): once per `Views`, and only when the tools it holds changed;
+and so is each entry a working set lists (`found_entry`), one tool at a time.
 """
 
 from __future__ import annotations
