@@ -394,8 +394,11 @@ async def test_a_scoped_key_finds_only_its_scope_and_nothing_hints_at_the_rest(
 ) -> None:
     config = ctl_and_notes(tmp_path, discovery="search", http={"allowedHosts": ["gateway.example.com"]})
     tk(config, "toolsets", "build", "dev", "ctl.pid", "--discovery", "search")
+    tk(config, "toolsets", "build", "plain", "ctl.echo")
     notes_only = new_key(config, "notes-only", "--server", "notes")
     dev = new_key(config, "dev-only", "--toolset", "dev")
+    # A toolset without search: its tools and every tool of its servers listed, as always.
+    mixed = new_key(config, "mixed", "--toolset", "plain", "--server", "notes")
     with gateway(config) as running:
         url = url_of(running)
         async with listening(over_http(url, notes_only), mode) as caller:
@@ -421,6 +424,10 @@ async def test_a_scoped_key_finds_only_its_scope_and_nothing_hints_at_the_rest(
                 "notEquipped": [],
                 "toolListChanged": False,
             }
+        async with listening(over_http(url, mixed), mode) as caller:
+            listed = await caller.names()
+            assert listed[0] == "ctl__echo" and FIND not in listed
+            assert {"notes__create_note", "notes__delete_note", "notes__search_notes"} <= set(listed)
 
 
 # -- the demo --------------------------------------------------------------------------------

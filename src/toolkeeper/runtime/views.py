@@ -136,9 +136,12 @@ class Views:
         self._index_lock = threading.Lock()
         self._index: FoundIndex | None = None
         self._masks: dict[tuple[tuple[str, ...], frozenset[str]], Any] = {}
-        self.normal_view = self._downstream_view(self._shown(menu_lists), toolset, warn=True)
-        if self._searches(toolset):
-            self.normal_view = self._with_finder(self.normal_view)
+        # The downstream tools normal mode lists; with tool search on, find-tools follows them
+        # and every tool a search may find is routed too.
+        self._listed_normally = self._downstream_view(self._shown(menu_lists), toolset, warn=True)
+        self.normal_view = (
+            self._with_finder(self._listed_normally) if self._searches(toolset) else self._listed_normally
+        )
         self._lists_downstream = not menu_lists or mode in (None, Mode.NORMAL)
         self.view = self._with_own_tools(self.normal_view) if menu_lists else self.normal_view
 
@@ -286,7 +289,7 @@ class Views:
             # A server's tools as normal mode lists them where it does (the equipped toolset's
             # notes and pins), the rest of them with no toolset's.
             add(
-                self.normal_view,
+                self._listed_normally,
                 lambda target: target.tool is not None and target.tool.server in principal.servers,
                 listed=not searching,
             )
@@ -430,11 +433,7 @@ class Views:
     @cached_property
     def _normal_entries(self) -> Mapping[str, dict[str, Any]]:
         """Normal mode's downstream entries by name (what a search finds of a tool listed there)."""
-        return {
-            entry["name"]: entry
-            for entry in self.normal_view.listing
-            if (target := self.normal_view.routes.get(entry["name"])) is not None and target.tool is not None
-        }
+        return {entry["name"]: entry for entry in self._listed_normally.listing}
 
     def searchable(self) -> Mapping[str, dict[str, Any]]:
         """Every tool a search may find, by exposed name: each entry as normal mode lists it
