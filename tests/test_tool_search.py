@@ -509,6 +509,12 @@ async def test_the_model_builds_a_toolset_with_tool_search(tmp_path: Path, mode:
         assert not built.is_error, built.content
         assert await caller.names() == ["ctl__echo", *OWN]
         await client.call_tool(ENTER, {})
+        with pytest.raises(MCPError) as hidden:  # configuration mode lists what it always did
+            await client.call_tool(FIND, {"query": "note"})
+        assert (
+            "'find-tools' is listed in normal mode. Call exit-configuration-mode"
+            in hidden.value.error.message
+        )
         refused = await client.call_tool(
             "build-toolset", {"name": "other", "tools": [{"namespacedName": "ctl.echo"}], "discovery": "on"}
         )
