@@ -21,11 +21,15 @@ import pytest
 from conftest import MODES, controllable, eventually, gateway_params, write_config
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from sqlalchemy import text
 from test_approval import Person, says
 from test_auth import client_with, gateway, new_key, tk, url_of
+from test_store import store_url  # noqa: F401 - the fixture: SQLite and PostgreSQL
 
 from toolkeeper.downstreams.connection import ToolResolution, send_unvalidated
-from toolkeeper.runtime.working_sets import BUDGET, LIMIT, Limits, WorkingSet
+from toolkeeper.runtime.working_sets import BUDGET, LIMIT, Caller, Limits, WorkingSet, WorkingSets
+from toolkeeper.store import Store
+from toolkeeper.store import toolsets as toolset_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -89,6 +93,37 @@ def test_a_tool_gone_from_what_the_caller_may_see_drops_out_silently() -> None:
     equipped = working_set.equip([("new", 5)], costs(kept=5, new=5), Limits(10, 100))
     assert equipped.added == ("new",) and equipped.evicted == ()
     assert working_set.names == ["kept", "new"]
+
+
+async def test_a_store_of_0008_gains_tool_search_and_keeps_working_sets(store_url: str) -> None:  # noqa: F811
+    old = await Store(store_url).open(up_to="0008")
+    async with old, old.write() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO toolsets (id, name, description, created_at, updated_at) "
+                "VALUES (1, 'kept', '', '2026-11-20 10:00:00+00', '2026-11-20 10:00:00+00')"
+            )
+        )
+    async with Store(store_url) as store:
+        async with store.read() as conn:
+            kept = await toolset_rows.load(conn, "kept")
+        assert kept is not None and kept.discovery == "off"  # lists what it always listed
+        alice = Caller("alice", kept=True)
+        working_sets = WorkingSets(store)
+        working_set = await working_sets.for_search(alice, None)
+        working_set.equip([("b", 1), ("a", 1)], costs(a=1, b=1), Limits(10, 100))
+        start = await store.revision()
+        await working_sets.save(alice, working_set)
+        assert await store.revision() == start  # nothing for running gateways to reload
+        again = await WorkingSets(store).of(alice)
+        assert again is not None and again.names == ["b", "a"]  # in the order added
+        assert await WorkingSets(store).of(Caller("bob", kept=True)) is not None
+        # A session's is never written.
+        session = Caller("stdio:x", kept=False)
+        await working_sets.save(session, await working_sets.for_search(session, None))
+        async with store.read() as conn:
+            principals = (await conn.execute(text("SELECT DISTINCT principal FROM working_sets"))).scalars()
+            assert list(principals) == ["alice"]
 
 
 # -- through a real gateway -------------------------------------------------------------------
