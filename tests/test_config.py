@@ -571,9 +571,10 @@ def test_schema_key_is_allowed():
             '{"toolkeeper": {"port": 1}}',
             "<config>: unknown setting 'toolkeeper.port'. Allowed: approvalTimeout, auditArguments, "
             "auditKey, auditMaxWaiting, auditRetentionDays, autoApproveReadOnly, confirm, "
-            "confirmDestructive, databaseTimeout, databaseUrl, featureFlags, home, http, inferHints, "
-            "logLevel, maxConcurrentConnects, maxDescriptionBytes, maxServerInstructions, maxToolTokens, "
-            "retryWindow, sanitizeUntrustedHints, stdio, trustIdempotentRetries.",
+            "confirmDestructive, databaseTimeout, databaseUrl, discovery, featureFlags, home, http, "
+            "inferHints, logLevel, maxConcurrentConnects, maxDescriptionBytes, maxServerInstructions, "
+            "maxToolTokens, retryWindow, sanitizeUntrustedHints, stdio, trustIdempotentRetries, "
+            "workingSetMaxTokens, workingSetMaxTools.",
         ),
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',

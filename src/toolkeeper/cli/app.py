@@ -263,11 +263,18 @@ app.add_typer(toolsets_app, name="toolsets")
 app.add_typer(notes_app, name="notes")
 
 
+DiscoveryOption = typer.Option(
+    "off",
+    "--discovery",
+    help="search: list find-tools beside its tools, which adds the tools it finds to the caller's list.",
+)
 STATUS_STYLE = {"ok": "green", "changed": "yellow", "unavailable": "red"}
 
 
 def _print_toolset(info: dict[str, Any]) -> None:
     title = f"{info['name']}{' (equipped)' if info['equipped'] else ''}"
+    if info.get("discovery") == "search":
+        title += ", with tool search"
     table = new_table(
         "tool",
         "status",
@@ -376,6 +383,7 @@ def toolsets_build(
     tools: list[str] = typer.Argument(..., help="Tools by namespacedName (server.tool) or exposed name."),
     description: str = typer.Option("", "--description", "-d", help="What the toolset is for."),
     equip: bool = typer.Option(False, "--equip", help="Equip it right away."),
+    discovery: str = DiscoveryOption,
     config: Path | None = ConfigOption,
     demo: bool = DemoOption,
     as_json: bool = JsonOption,
@@ -384,7 +392,7 @@ def toolsets_build(
     """Save a toolset of the given tools (resolved against the live servers)."""
     result = run_service(
         load(config, demo),
-        lambda s: s.build(name, tools, description, equip, by_person=True),
+        lambda s: s.build(name, tools, description, equip, by_person=True, discovery=discovery),
         live=True,
         wait=wait,
     )
@@ -396,6 +404,20 @@ def toolsets_build(
         f"Saved toolset {name} with {result['toolset']['toolCount']} tools"
         f"{' and equipped it' if result['autoEquipped'] else ''}."
     )
+
+
+@toolsets_app.command("discovery")
+def toolsets_discovery(
+    name: str,
+    discovery: str = typer.Argument(..., help="search (list find-tools beside its tools) or off."),
+    config: Path | None = ConfigOption,
+    demo: bool = DemoOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Turn tool search on or off for a toolset: with search, its clients also get find-tools,
+    which adds the tools it finds to the caller's own list."""
+    result = run_service(load(config, demo), lambda s: s.set_discovery(name, discovery))
+    print_json(result) if as_json else out.print(styled(result["message"]))
 
 
 @toolsets_app.command("equip")

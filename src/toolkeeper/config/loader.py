@@ -38,6 +38,9 @@ from toolkeeper.config.model import (
     DEFAULT_MAX_SERVER_INSTRUCTIONS,
     DEFAULT_MAX_TOOL_TOKENS,
     DEFAULT_RETRY_WINDOW,
+    DEFAULT_WORKING_SET_MAX_TOKENS,
+    DEFAULT_WORKING_SET_MAX_TOOLS,
+    DISCOVERY_MODES,
     HTTP_AUTH_MODES,
     INFER_HINTS,
     MAX_MESSAGE_BYTES_ENV,
@@ -591,6 +594,30 @@ SETTINGS = (
         key="featureFlags.enableConfigToolsMenu", field="config_tools_menu", read=_typed, kind=bool,
         default=True,
         env=("TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "HYPERTOOL_ENABLE_CONFIG_TOOLS_MENU"),
+    ),
+    Setting(
+        key="discovery", field="discovery", read=_typed, default="off", env=("TOOLKEEPER_DISCOVERY",),
+        bounds=Bounds(
+            f"{{where}}: toolkeeper.discovery must be one of {', '.join(DISCOVERY_MODES)}, got {{value!r}}.",
+            one_of=DISCOVERY_MODES,
+        ),
+    ),
+    Setting(
+        key="workingSetMaxTools", field="working_set_max_tools", read=_typed, kind=int,
+        default=DEFAULT_WORKING_SET_MAX_TOOLS, env=("TOOLKEEPER_WORKING_SET_MAX_TOOLS",),
+        bounds=Bounds(
+            "{where}: toolkeeper.workingSetMaxTools must be a whole number of at least 1, got {value}.",
+            at_least=1,
+        ),
+    ),
+    Setting(
+        key="workingSetMaxTokens", field="working_set_max_tokens", read=_typed, kind=int,
+        default=DEFAULT_WORKING_SET_MAX_TOKENS, env=("TOOLKEEPER_WORKING_SET_MAX_TOKENS",),
+        bounds=Bounds(
+            "{where}: toolkeeper.workingSetMaxTokens must be a whole number of at least 1 (estimated "
+            "tokens), got {value}.",
+            at_least=1,
+        ),
     ),
     Setting(
         key="databaseUrl", field="database_url", read=_typed, default=None, env=("TOOLKEEPER_DATABASE_URL",)

@@ -29,6 +29,10 @@ INFER_HINTS: tuple[InferHints, ...] = ("suggest", "apply")
 HttpAuthMode = Literal["auto", "keys", "oauth", "keys+oauth", "none"]
 HTTP_AUTH_MODES: tuple[HttpAuthMode, ...] = ("auto", "keys", "oauth", "keys+oauth", "none")
 OAUTH_MODES: frozenset[HttpAuthMode] = frozenset({"oauth", "keys+oauth"})
+# How a client finds tools beyond those listed: "search" lists the read-only `find-tools`, which
+# adds the tools it finds to the caller's working set; "off" lists only what is listed.
+Discovery = Literal["search", "off"]
+DISCOVERY_MODES: tuple[Discovery, ...] = ("search", "off")
 
 # A password in a URL (`scheme://user:password@`) and a value whose name says it is a credential
 # (`?token=…`, `--api-key=…`, `PASSWORD=…`): masked wherever the configuration is shown.
@@ -107,6 +111,10 @@ DEFAULT_MAX_DESCRIPTION_BYTES = 16 * 1024
 # The estimated tokens of one tool's definition past which lint warns: a client is sent it in every
 # tools/list, and a typical server's whole list costs about twice this.
 DEFAULT_MAX_TOOL_TOKENS = 1500
+# A caller's working set (the tools `find-tools` added to its list): at most this many tools, and
+# at most this many estimated tokens of definitions; past either, the least recently used go.
+DEFAULT_WORKING_SET_MAX_TOOLS = 20
+DEFAULT_WORKING_SET_MAX_TOKENS = 20_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +215,10 @@ class GatewaySettings:
     feature_flags: dict[str, bool] = field(default_factory=dict)
     # Seed 001's `enableConfigToolsMenu`: configuration tools apart, behind a mode switch.
     config_tools_menu: bool = True
+    # Tool search where no toolset is equipped (an equipped toolset says for itself).
+    discovery: Discovery = "off"
+    working_set_max_tools: int = DEFAULT_WORKING_SET_MAX_TOOLS
+    working_set_max_tokens: int = DEFAULT_WORKING_SET_MAX_TOKENS
     infer_hints: InferHints = "suggest"
     # Emit conservative values instead of an untrusted server's claims of safety.
     sanitize_untrusted_hints: bool = False

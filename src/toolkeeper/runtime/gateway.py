@@ -29,13 +29,15 @@ from toolkeeper.downstreams.pool import CALLS_ENDED_POLL_SECONDS, Connect, Downs
 from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditAhead, AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
-from toolkeeper.pipeline.call import LOCAL_USER, Principal, Target, ToolCall
+from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, Target, ToolCall
 from toolkeeper.pipeline.stages import Forward, Pipeline, standard_pipeline
 from toolkeeper.policy.decide import Policy
 from toolkeeper.relay.notify import ClientNotifier
 from toolkeeper.relay.relay import Relay
+from toolkeeper.runtime.discovery import FindTools
 from toolkeeper.runtime.menu import Menu, Mode
 from toolkeeper.runtime.views import FoundIndex, ToolRanking, View, Views
+from toolkeeper.runtime.working_sets import Caller, NoteUse, WorkingSets
 from toolkeeper.services import build_services
 from toolkeeper.services.costs import ListingCosts, tokenizer_ready
 from toolkeeper.services.keys import KeyRing
@@ -87,6 +89,10 @@ class Gateway:
         self.policy = Policy.from_config(config)
         # The gateway's own tools, a face's (the configuration tools): made once, bound to this gateway.
         self.menu = menu(self) if menu else None
+        # Tool search (where a toolset or the discovery setting turns it on): `find-tools`, and
+        # the tools it added to each caller's list.
+        self.finder = FindTools(self) if store is not None else None
+        self.working_sets = WorkingSets(store)
         self.services = (
             build_services(
                 store,
@@ -121,7 +127,9 @@ class Gateway:
             if store
             else None
         )
-        self.pipeline: Pipeline = standard_pipeline(self, decide=ApprovalGate(self))
+        self.pipeline: Pipeline = standard_pipeline(self, decide=ApprovalGate(self)).with_stage(
+            NoteUse(self.working_sets)
+        )
         self.audit_log: AuditLog | None = None
         if self.audit_writer is not None:
             self.audit_log = AuditLog(self.audit_writer, keep_arguments=config.settings.audit_arguments)
@@ -160,8 +168,10 @@ class Gateway:
             await self._settle_orphaned_approvals()
             await self._end_sessions(starting=True)
             await self._load_state()
-            # Seed 001: start in normal mode when a toolset is equipped, else in configuration mode.
-            self.mode = Mode.NORMAL if self.toolset else Mode.CONFIGURATION
+            # Seed 001: start in normal mode when a toolset is equipped, else in configuration
+            # mode; with tool search on, normal mode has find-tools to offer all the same.
+            searching = self.settings.discovery == "search"
+            self.mode = Mode.NORMAL if self.toolset or searching else Mode.CONFIGURATION
             self._rebuild_view()
         try:
             await self._run(task_status)
@@ -247,6 +257,8 @@ class Gateway:
             toolset=self.toolset,
             annotator=self.annotator,
             scope_toolsets=self.scope_toolsets,
+            finder=self.finder,
+            discovery=self.settings.discovery,
         )
 
     @property
@@ -263,6 +275,19 @@ class Gateway:
 
     def view_for(self, principal: Principal) -> View:
         return self.views.view_for(principal)
+
+    async def listing_for(self, client: ClientIdentity, modern: bool) -> list[dict[str, Any]]:
+        """A caller's tools/list: its view's listing and, where tool search is on, the tools its
+        searches added (its working set: its principal's in the 2026-07-28 era, its session's
+        before), from entries made when the view was."""
+        views = self.views
+        view = views.view_for(client.principal)
+        if not view.searching:
+            return view.listing
+        working_set = await self.working_sets.of(Caller.of(client, modern))
+        if working_set is None:
+            return view.listing
+        return working_set.listing(view, lambda name: views.beyond_listing(view, name))
 
     async def ranking_for(self, principal: Principal) -> ToolRanking:
         """The tools `principal` may see, ready to rank for a query. This moment's index is made

@@ -1,8 +1,10 @@
 """The seam where a face offers the gateway tools of its own, and says which each mode lists.
 
 The running gateway decides whether a downstream's tools are listed (normal mode, or no menu);
-a `Menu` decides which of the gateway's own tools stand beside them. The MCP face's
-configuration tools are one menu; tool search will be another.
+a `Menu` decides which of the gateway's own tools stand beside them in each mode, for admins.
+The MCP face's configuration tools are the menu. Tool search's `find-tools` is an `OwnTool` too,
+but the runtime's own (runtime/discovery.py): whether it is listed depends on who is asking and
+what their toolset says, not on the mode, so the views place it (runtime/views.py).
 """
 
 from __future__ import annotations

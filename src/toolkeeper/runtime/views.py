@@ -7,8 +7,8 @@ order that wins:
 
 1. A downstream tool the catalog's check left out is listed to nobody; a call to it hears why,
    from anyone whose scope reaches its server.
-2. A downstream tool named like one of the menu's own tools (the configuration tools) is
-   shadowed: never listed, never routed.
+2. A downstream tool named like one of the gateway's own tools (the menu's configuration tools,
+   `find-tools`) is shadowed: never listed, never routed.
 3. An admin (the local user, or a key allowed to configure) gets the menu's tools as the mode
    lists them, and the downstream tools only in normal mode (or when the menu is off). Anyone
    else gets what normal mode lists, whatever the mode.
@@ -18,12 +18,21 @@ order that wins:
 5. A scope replaces the downstream tools with its own: first the tools of its toolsets, in the
    key's order (a tool in two is listed as the first lists it), then every tool of its servers,
    as normal mode lists it where it does and with no toolset's notes elsewhere.
-6. A tool whose server is away stays routed, so a call says so, but is not listed.
+6. Where tool search is on (the equipped toolset's `discovery`, or the `discovery` setting with
+   none equipped; for a scope, one of its toolsets', or the setting for a scope of servers
+   alone), the downstream tools listed are only the toolset's (none without one), then
+   `find-tools`; each caller's working set follows them in its own tools/list
+   (runtime/working_sets.py). Every tool the principal may see is routed all the same (every
+   tool a search may find, or the whole scope), so a found tool is called by its real name even
+   by a client that never lists again, and the gate, the hints and tools/resolve see the real
+   tool. Configuration mode lists and routes what it always did.
+7. A tool whose server is away stays routed, so a call says so, but is not listed.
 
 The scoped views, their reach, the static hints and the listings' token costs are worked out
 once per `Views`, on first use, never per request. So is the search index (every tool a search
 may find, each entry as normal mode lists it where it does): once per `Views`, and only when the
-tools it holds changed.
+tools it holds changed; and so is each entry a working set lists (`found_entry`), one tool at a
+time.
 """
 
 from __future__ import annotations
@@ -43,12 +52,13 @@ from toolkeeper.annotations.resolve import Resolution, static_hints
 from toolkeeper.catalog import Catalog, CatalogTool
 from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
 from toolkeeper.catalog.search import SearchIndex
+from toolkeeper.config.model import Discovery
 from toolkeeper.downstreams.pool import DownstreamPool
 from toolkeeper.pipeline.call import LOCAL_USER, Principal, Target
 from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.protocol import RESOLUTION_EXTENSION
 from toolkeeper.relay.relay import Relay
-from toolkeeper.runtime.menu import Menu, Mode
+from toolkeeper.runtime.menu import Menu, Mode, OwnTool
 from toolkeeper.services.costs import ListingCosts
 from toolkeeper.toolsets.model import Toolset, describe_with_notes, toolset_tools
 
@@ -61,8 +71,15 @@ class View:
 
     listing: list[dict[str, Any]]
     routes: MappingProxyType[str, Target]
-    # Listed tools whose hints can depend on their arguments (flagged for tools/annotations).
+    # Routed tools whose hints can depend on their arguments (flagged for tools/annotations).
     refinable: frozenset[str] = frozenset()
+    # Whether `find-tools` is routed here: then each caller's working set follows the listing.
+    searching: bool = False
+
+    @cached_property
+    def listed(self) -> frozenset[str]:
+        """The names the listing holds."""
+        return frozenset(str(entry.get("name")) for entry in self.listing)
 
 
 def unknown_tool(name: str) -> str:
@@ -87,10 +104,14 @@ class Views:
         toolset: Toolset | None,
         annotator: Annotator,
         scope_toolsets: Mapping[str, Toolset],
+        finder: OwnTool | None = None,
+        discovery: Discovery = "off",
     ) -> None:
         """`menu_lists`: whether the menu's modes choose what is listed (a gateway with a store);
         otherwise every tool is listed, and the menu's names still shadow. `mode`: the mode the
-        menu lists for, None when the person turned the menu off."""
+        menu lists for, None when the person turned the menu off. `finder`: the gateway's
+        `find-tools`, listed where tool search is on (`discovery` says whether it is where no
+        toolset says)."""
         self.catalog = catalog
         self.offerings = offerings
         self.toolset = toolset
@@ -101,6 +122,13 @@ class Views:
         self._mode = mode
         self._annotator = annotator
         self._scope_toolsets = scope_toolsets
+        self._finder = finder if menu_lists else None
+        self._discovery = discovery
+        # The gateway's own names: a downstream tool named like one is never listed nor routed.
+        self._own_names = (menu.names() if menu else frozenset()) | (
+            {finder.exposed_name} if finder else set()
+        )
+        self._found_entries: dict[str, dict[str, Any] | None] = {}
         self._scoped_views: dict[tuple[bool, tuple[str, ...], frozenset[str]], View] = {}
         self._scoped_reach: dict[
             tuple[tuple[str, ...], frozenset[str]], tuple[frozenset[str], Offerings]
@@ -110,7 +138,12 @@ class Views:
         self._index_lock = threading.Lock()
         self._index: FoundIndex | None = None
         self._masks: dict[tuple[tuple[str, ...], frozenset[str]], Any] = {}
-        self.normal_view = self._downstream_view(self._shown(menu_lists), toolset, warn=True)
+        # The downstream tools normal mode lists; with tool search on, find-tools follows them
+        # and every tool a search may find is routed too.
+        self._listed_normally = self._downstream_view(self._shown(menu_lists), toolset, warn=True)
+        self.normal_view = (
+            self._with_finder(self._listed_normally) if self._searches(toolset) else self._listed_normally
+        )
         self._lists_downstream = not menu_lists or mode in (None, Mode.NORMAL)
         self.view = self._with_own_tools(self.normal_view) if menu_lists else self.normal_view
 
@@ -121,7 +154,46 @@ class Views:
             return self.catalog.tools
         if self.toolset:
             return toolset_tools(self.toolset, self.catalog)
+        if self._searches(None):  # find-tools finds them
+            return ()
         return self.catalog.tools if self._mode is None else ()
+
+    def _searches(self, toolset: Toolset | None) -> bool:
+        """Whether tool search is on beside `toolset` (or, with none, where no toolset is equipped)."""
+        if self._finder is None:
+            return False
+        return (toolset.discovery if toolset else self._discovery) == "search"
+
+    def _with_finder(self, listed: View) -> View:
+        """`listed`, then `find-tools`; routed: those and every tool a search may find, so a
+        found tool is called by its real name whether or not the client listed again."""
+        assert self._finder is not None
+        routes = dict(self._all_routes)
+        routes.update(listed.routes)  # a listed tool keeps the toolset it is listed under
+        routes[self._finder.exposed_name] = self._finder
+        return View(
+            [*listed.listing, self._finder.listed()],
+            MappingProxyType(routes),
+            self._all_refinable | listed.refinable,
+            searching=True,
+        )
+
+    @cached_property
+    def _all_routes(self) -> Mapping[str, Target]:
+        """A route for every tool that may be listed to anyone (none left out by the check or
+        shadowed), under no toolset: made once per `Views`, only where tool search is on."""
+        return {
+            tool.exposed_name: DownstreamTool(tool, self._pool[tool.server], self._relay)
+            for tool in self.catalog.tools
+            if tool.problem is None and tool.exposed_name not in self._own_names
+        }
+
+    @cached_property
+    def _all_refinable(self) -> frozenset[str]:
+        return frozenset(name for name, target in self._all_routes.items() if self._refinable(target))
+
+    def _refinable(self, target: Target) -> bool:
+        return target.tool is not None and self._annotator.refinable(target.tool)
 
     def _with_own_tools(self, downstream: View) -> View:
         """The menu's tools for the mode around the downstream tools (when the mode lists them)."""
@@ -134,22 +206,26 @@ class Views:
             routes.update(downstream.routes)
         listing.extend(target.listed() for target in own.after)
         routes.update((target.exposed_name, target) for target in [*own.after, *own.unlisted])
-        return View(listing, MappingProxyType(routes), downstream.refinable & routes.keys())
+        return View(
+            listing,
+            MappingProxyType(routes),
+            downstream.refinable & routes.keys(),
+            searching=downstream.searching and self._lists_downstream,
+        )
 
     def _downstream_view(self, tools: Iterable[CatalogTool], toolset: Toolset | None, *, warn: bool) -> View:
         """Downstream tools as listed under `toolset` (its notes, its pins), with their routes."""
         listing: list[dict[str, Any]] = []
         routes: dict[str, Target] = {}
         refinable: set[str] = set()
-        shadowing = self._menu.names() if self._menu else frozenset()
         scope = toolset.name if toolset else None
         for tool in tools:
             if tool.problem is not None:  # no client is sent it; a call hears why (why_hidden)
                 continue
-            if tool.exposed_name in shadowing:
+            if tool.exposed_name in self._own_names:
                 if warn:
                     logger.warning(
-                        "%s: hidden behind the configuration tool of the same name", tool.namespaced_name
+                        "%s: hidden behind the gateway's own tool of the same name", tool.namespaced_name
                     )
                 continue
             # Routed even while its server is away, so a call says so instead of "unknown tool".
@@ -189,31 +265,51 @@ class Views:
         routes: dict[str, Target] = {}
         refinable: set[str] = set()
 
-        def add(part: View, keep: Callable[[Target], bool]) -> None:
-            """The routes of `part` that `keep` keeps and no earlier part took, with their entries."""
+        def add(part: View, keep: Callable[[Target], bool], *, listed: bool = True) -> None:
+            """The routes of `part` that `keep` keeps and no earlier part took, with their
+            entries unless only routed (`listed` False: a search finds them)."""
             taken = {name for name, target in part.routes.items() if name not in routes and keep(target)}
             routes.update((name, part.routes[name]) for name in taken)
-            listing.extend(entry for entry in part.listing if entry.get("name") in taken)
+            if listed:
+                listing.extend(entry for entry in part.listing if entry.get("name") in taken)
             refinable.update(part.refinable & taken)
 
+        finder = self._finder
+        searching = finder is not None and self._scope_searches(principal)
         if principal.admin:  # the gateway's own tools, as the mode lists them
-            add(self.view, lambda target: target.tool is None)
+            add(self.view, lambda target: target.tool is None and target is not finder)
         if not principal.admin or self._lists_downstream:
             for name in principal.toolsets:
                 toolset = self._scope_toolsets.get(name)
                 if toolset is not None:
                     part = self._downstream_view(toolset_tools(toolset, self.catalog), toolset, warn=False)
                     add(part, lambda target: True)
+            if searching:
+                assert finder is not None
+                listing.append(finder.listed())
+                routes[finder.exposed_name] = finder
             # A server's tools as normal mode lists them where it does (the equipped toolset's
             # notes and pins), the rest of them with no toolset's.
             add(
-                self.normal_view,
+                self._listed_normally,
                 lambda target: target.tool is not None and target.tool.server in principal.servers,
+                listed=not searching,
             )
             if principal.servers:
                 rest = [tool for tool in self.catalog.tools if tool.server in principal.servers]
-                add(self._downstream_view(rest, None, warn=False), lambda target: True)
-        return View(listing, MappingProxyType(routes), frozenset(refinable))
+                add(self._downstream_view(rest, None, warn=False), lambda target: True, listed=not searching)
+        return View(listing, MappingProxyType(routes), frozenset(refinable), searching=searching)
+
+    def _scope_searches(self, principal: Principal) -> bool:
+        """Whether a scope gets tool search: when one of its toolsets has it on, or, for a scope
+        of servers alone, when it is on where no toolset is equipped."""
+        if not principal.toolsets:
+            return self._discovery == "search"
+        return any(
+            toolset.discovery == "search"
+            for name in principal.toolsets
+            if (toolset := self._scope_toolsets.get(name)) is not None
+        )
 
     def lookup(self, exposed_name: str, principal: Principal = LOCAL_USER) -> Target | None:
         return self.view_for(principal).routes.get(exposed_name)
@@ -290,6 +386,13 @@ class Views:
         reason = self._menu.why_hidden(name, self._mode) if self._menu else None
         if reason is not None:
             return reason
+        if self._finder is not None and name == self._finder.exposed_name:
+            if self._searches(self.toolset):
+                return f"'{name}' is listed in normal mode. Call exit-configuration-mode first."
+            return (
+                f"'{name}' is not available: tool search is off (turn it on for the equipped toolset, "
+                "or with the discovery setting when none is equipped)."
+            )
         tool = self.catalog.by_exposed.get(name)
         if tool is None:
             return unknown_tool(name)
@@ -317,6 +420,34 @@ class Views:
 
     # -- finding tools ---------------------------------------------------------------------
 
+    def beyond_listing(self, view: View, name: str) -> dict[str, Any] | None:
+        """The entry a caller's working set adds to `view`'s listing for `name`: a tool `view`
+        routes but does not list, as a search finds it; None when `view` lists it already, no
+        longer routes it, or nothing may list it now (its server is away)."""
+        target = view.routes.get(name)
+        if target is None or target.tool is None or name in view.listed:
+            return None
+        return self.found_entry(name)
+
+    def found_entry(self, name: str) -> dict[str, Any] | None:
+        """One tool's entry as a search finds it (see `searchable`), worked out on its own and
+        kept: a working set lists a few tools, and needs not wait for the whole index."""
+        if self._searchable is not None:
+            return self._searchable.get(name)
+        if name not in self._found_entries:
+            tool = self.catalog.by_exposed.get(name)
+            entry = self._normal_entries.get(name)
+            if entry is None and tool is not None:
+                alone = self._downstream_view([tool], None, warn=False).listing
+                entry = alone[0] if alone else None
+            self._found_entries[name] = entry
+        return self._found_entries[name]
+
+    @cached_property
+    def _normal_entries(self) -> Mapping[str, dict[str, Any]]:
+        """Normal mode's downstream entries by name (what a search finds of a tool listed there)."""
+        return {entry["name"]: entry for entry in self._listed_normally.listing}
+
     def searchable(self) -> Mapping[str, dict[str, Any]]:
         """Every tool a search may find, by exposed name: each entry as normal mode lists it
         where it does (the equipped toolset's notes and pins), the rest as listed alone. Only
@@ -325,9 +456,9 @@ class Views:
         if self._searchable is None:
             alone = self._downstream_view(self.catalog.tools, None, warn=False).listing
             entries = {entry["name"]: entry for entry in alone}
-            for entry in self.normal_view.listing:
-                if entry.get("name") in entries:
-                    entries[entry["name"]] = entry
+            for name, entry in self._normal_entries.items():
+                if name in entries:
+                    entries[name] = entry
             self._searchable = MappingProxyType(entries)
         return self._searchable
 

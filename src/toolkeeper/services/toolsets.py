@@ -40,6 +40,7 @@ from toolkeeper.toolsets.model import (
     Toolset,
     ToolsetError,
     ToolStatus,
+    check_discovery,
     check_note,
     check_toolset_name,
     find_tool,
@@ -241,6 +242,7 @@ class ToolsetService:
             "equipped": toolset.name == equipped,
             # A person's toolset keeps its own confirm modes; in the model's, modes follow their tool.
             "madeBy": "person" if toolset.made_by_person else "model",
+            "discovery": toolset.discovery,
             "createdAt": iso(toolset.created_at),
             "updatedAt": iso(toolset.updated_at),
             "toolCount": len(toolset.tools),
@@ -252,13 +254,28 @@ class ToolsetService:
     # -- writing ---------------------------------------------------------------------------
 
     async def build(
-        self, name: Any, tools: Any, description: Any = "", auto_equip: bool = False, *, by_person: bool
+        self,
+        name: Any,
+        tools: Any,
+        description: Any = "",
+        auto_equip: bool = False,
+        *,
+        by_person: bool,
+        discovery: Any = "off",
     ) -> dict[str, Any]:
+        """Save a new toolset of `tools`; `discovery` "search" lists find-tools beside them."""
         check_toolset_name(name)
         description = check_description(description)
+        discovery = check_discovery(discovery)
         catalog = self.live_catalog()
         refs, warnings = _picked_refs(tools, catalog)
-        toolset = Toolset(name=name, description=description, tools=tuple(refs), made_by_person=by_person)
+        toolset = Toolset(
+            name=name,
+            description=description,
+            tools=tuple(refs),
+            made_by_person=by_person,
+            discovery=discovery,
+        )
         async with self.store.write() as conn:
             await _insert_new(conn, toolset, ToolsetError(EXISTS.format(name=name), ErrorKind.CONFLICT))
             if auto_equip:
@@ -345,6 +362,29 @@ class ToolsetService:
         if warnings:
             result["warnings"] = warnings
         return result
+
+    async def set_discovery(self, name: str, discovery: Any) -> dict[str, Any]:
+        """Turn tool search on ("search") or off for the clients that see a toolset. Tool search
+        never runs a tool: it adds real tools to the caller's list, and each call of one is
+        decided like any other, so it needs no person."""
+        check_toolset_name(name)
+        discovery = check_discovery(discovery)
+        async with self.store.write() as conn:
+            toolset = await load_toolset(conn, name)
+            if toolset.discovery != discovery:
+                await rows.set_discovery(conn, name, discovery)
+        changed = toolset.discovery != discovery
+        if changed:
+            await self._changed(Change.CONTENT)
+        state = "on: its clients also get find-tools" if discovery == "search" else "off"
+        return {
+            "success": True,
+            "toolsetName": name,
+            "discovery": discovery,
+            "changed": changed,
+            "message": f'Tool search for toolset "{name}" is {state}.'
+            + ("" if changed else " Nothing changed."),
+        }
 
     async def equip(self, name: str) -> dict[str, Any]:
         check_toolset_name(name)
@@ -515,6 +555,7 @@ class ToolsetService:
             "lastModified": iso(toolset.updated_at),
             "tools": [ref.as_json() for ref in toolset.tools],
             "toolNotes": [_notes_json(entry) for entry in toolset.notes],
+            "discovery": toolset.discovery,
         }
 
     async def import_toolset(
@@ -788,13 +829,14 @@ def tool_matches(tool: CatalogTool, query: str) -> bool:
 
 
 def version_of(toolset: Toolset) -> str:
-    """A digest of what a toolset holds (description, tools, notes, maker), short enough for a
-    form's hidden field: any change to it gives another."""
+    """A digest of what a toolset holds (description, tools, notes, maker, tool search), short
+    enough for a form's hidden field: any change to it gives another."""
     content = {
         "description": toolset.description,
         "tools": [ref.as_json() for ref in toolset.tools],
         "notes": [_notes_json(entry) for entry in toolset.notes],
         "byPerson": toolset.made_by_person,
+        "discovery": toolset.discovery,
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -924,6 +966,7 @@ def parse_toolset_document(document: Any, name: str | None = None) -> Toolset:
         tools=tuple(refs),
         notes=_parse_notes(document.get("toolNotes")),
         created_at=_parse_time(document.get("createdAt")),
+        discovery=check_discovery(document.get("discovery", "off")),
     )
 
 

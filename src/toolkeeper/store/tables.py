@@ -31,6 +31,8 @@ toolsets = Table(
     # tools. A toolset a person made keeps its own confirm modes; in any other, a mode set for a
     # tool in another toolset follows the tool (see policy/decide.py).
     Column("made_by_person", Boolean, nullable=False, server_default=false()),
+    # "search" or "off": whether clients that see it also get `find-tools` (see runtime/views.py).
+    Column("discovery", String(10), nullable=False, server_default="off"),
 )
 
 # A toolset's tools, in the order the person gave them. A reference keeps both identities:
@@ -215,6 +217,18 @@ client_keys = Table(
     Column("expires_at", DateTime(timezone=True), nullable=True),
     Column("last_used_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("prefix", name="uq_client_keys_prefix"),
+)
+
+# What each principal's tool search added to its tools/list (runtime/working_sets.py), in the
+# order added; `last_used` orders evictions (least recently found or called goes first). A
+# handshake-era session's working set lives in memory only and is never written here.
+working_sets = Table(
+    "working_sets",
+    metadata,
+    Column("principal", String(200), primary_key=True),
+    Column("exposed_name", String(200), primary_key=True),
+    Column("position", Integer, nullable=False),
+    Column("last_used", DateTime(timezone=True), nullable=False),
 )
 
 # Small facts about the gateway that outlive a restart (the equipped toolset).

@@ -9,8 +9,9 @@ from sqlalchemy import Table, delete, func, insert, not_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from toolkeeper.config.model import Discovery
 from toolkeeper.store.tables import gateway_state, tool_notes, toolset_tools, toolsets
-from toolkeeper.toolsets.model import Note, ToolNotes, ToolRef, Toolset, ToolsetError
+from toolkeeper.toolsets.model import Note, ToolNotes, ToolRef, Toolset, ToolsetError, check_discovery
 
 EQUIPPED = "equipped_toolset"
 
@@ -94,6 +95,7 @@ async def load(conn: AsyncConnection, name: str) -> Toolset | None:
         created_at=aware(row.created_at),
         updated_at=aware(row.updated_at),
         made_by_person=bool(row.made_by_person),
+        discovery=check_discovery(row.discovery),
     )
 
 
@@ -145,6 +147,7 @@ async def insert_toolset(conn: AsyncConnection, toolset: Toolset) -> None:
                 created_at=created,
                 updated_at=toolset.updated_at or created,
                 made_by_person=toolset.made_by_person,
+                discovery=toolset.discovery,
             )
             .returning(toolsets.c.id)
         )
@@ -183,6 +186,12 @@ async def set_tools(conn: AsyncConnection, name: str, refs: tuple[ToolRef, ...])
 async def set_description(conn: AsyncConnection, name: str, description: str) -> None:
     toolset_id = await require_id(conn, name)
     await conn.execute(update(toolsets).where(toolsets.c.id == toolset_id).values(description=description))
+    await touch(conn, toolset_id)
+
+
+async def set_discovery(conn: AsyncConnection, name: str, discovery: Discovery) -> None:
+    toolset_id = await require_id(conn, name)
+    await conn.execute(update(toolsets).where(toolsets.c.id == toolset_id).values(discovery=discovery))
     await touch(conn, toolset_id)
 
 

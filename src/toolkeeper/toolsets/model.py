@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from toolkeeper.catalog import Catalog, CatalogTool
+from toolkeeper.config.model import DISCOVERY_MODES, Discovery
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 
 NAME_PATTERN = "^[a-z0-9-]+$"
@@ -46,6 +47,16 @@ def check_toolset_name(name: Any) -> str:
     if not low <= len(name) <= high:
         raise ToolsetError(f"Toolset name must be between {low} and {high} characters")
     return name
+
+
+def check_discovery(value: Any) -> Discovery:
+    for mode in DISCOVERY_MODES:
+        if value == mode:
+            return mode
+    raise ToolsetError(
+        f"Tool discovery must be one of {', '.join(DISCOVERY_MODES)} ('search' lists find-tools beside "
+        f"the toolset's tools), got {value!r}."
+    )
 
 
 def check_note(name: Any, note: Any) -> Note:
@@ -126,6 +137,9 @@ class Toolset:
     # Whether a person made it (the CLI) rather than the model (the configuration tools); it is
     # never read from an exported document, so importing one makes it the importer's.
     made_by_person: bool = False
+    # "search": while it is equipped (or a key's scope names it), clients get its tools and the
+    # read-only `find-tools`, which adds the tools it finds to the caller's own list.
+    discovery: Discovery = "off"
     # Notes by namespacedName and by refId: one dict lookup per listed tool, not a scan.
     _by_name: Mapping[str, tuple[Note, ...]] = field(init=False, repr=False, compare=False)
     _by_ref: Mapping[str, tuple[Note, ...]] = field(init=False, repr=False, compare=False)

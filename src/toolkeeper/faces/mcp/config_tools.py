@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from toolkeeper.annotations.hints import HINTS, PARAM_DESCRIPTION_MAX, TITLE_MAX
+from toolkeeper.config.model import DISCOVERY_MODES
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 from toolkeeper.protocol import error_result
 from toolkeeper.runtime.menu import Mode, ModeTools
@@ -247,6 +248,7 @@ async def _build(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
         args.get("description", ""),
         bool(args.get("autoEquip", False)),
         by_person=False,
+        discovery=args.get("discovery", "off"),
     )
 
 
@@ -393,6 +395,12 @@ CONFIG_TOOLS: tuple[ConfigTool, ...] = (
             "autoEquip": {
                 "type": "boolean",
                 "description": "Equip the toolset right after creating it (default: false)",
+            },
+            "discovery": {
+                "type": "string",
+                "enum": list(DISCOVERY_MODES),
+                "description": "'search' lists find-tools beside the toolset's tools, which adds the "
+                "tools it finds to the caller's own list (default: 'off')",
             },
         },
         ("name", "tools"),

@@ -50,6 +50,11 @@ INSTRUCTIONS = (
     "call enter-configuration-mode to build, equip or annotate toolsets."
 )
 
+# Added for a caller whose list holds find-tools.
+SEARCH_INSTRUCTIONS = (
+    "More tools than those listed are available: call find-tools with what you want to do, and the "
+    "tools it finds are added to your tool list under their real names."
+)
 
 TRUNCATED = "\n[… truncated]"
 
@@ -165,10 +170,13 @@ def with_server_instructions(gateway: Gateway, principal: Principal = LOCAL_USER
     """The gateway's instructions and, after them, what each server says about its own tools:
     read when a client asks, so it holds the servers connected by then."""
     sections = server_sections(gateway, principal)
+    instructions = INSTRUCTIONS
+    if gateway.view_for(principal).searching:
+        instructions += " " + SEARCH_INSTRUCTIONS
     if not sections:
-        return INSTRUCTIONS
+        return instructions
     return (
-        f"{INSTRUCTIONS}\n\nWhat each server says about itself follows, one section per server; "
+        f"{instructions}\n\nWhat each server says about itself follows, one section per server; "
         f"a tool it names is listed here with that server's prefix.\n\n{sections}"
     )
 
@@ -186,9 +194,10 @@ class McpFace:
 
     gateway: Gateway
     identify: IdentifyClient
-    # One per server: it holds the open listen streams.
-    listen_handler: ListenHandler
     server_info: dict[str, Any] = field(default_factory=dict)  # filled once the server exists
+    # One per principal, each holding that principal's open listen streams: a change to one
+    # caller's tool list (its working set) is heard on its principal's streams alone.
+    listen_handlers: dict[str, ListenHandler] = field(default_factory=dict)
 
     def principal(self, ctx: ServerRequestContext[Any]) -> Principal:
         return self.identify(ctx, {}).principal
@@ -196,7 +205,8 @@ class McpFace:
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> Any:
-        return {"resultType": "complete", "tools": self.gateway.view_for(self.principal(ctx)).listing}
+        listing = await self.gateway.listing_for(self.identify(ctx, {}), is_modern(ctx))
+        return {"resultType": "complete", "tools": listing}
 
     async def run_call(self, ctx: ServerRequestContext[Any], params: dict[str, Any]) -> dict[str, Any]:
         modern = is_modern(ctx)
@@ -242,13 +252,20 @@ class McpFace:
                 if owner is not None:
                     await gateway.pool[owner].subscribe(uri)
                     held.append((gateway.pool[owner], uri))
-            return await self.listen_handler(ctx, params)
+            return await self.listen_handler(self.principal(ctx))(ctx, params)
         finally:
             for downstream, uri in held:
                 try:
                     await downstream.unsubscribe(uri)
                 except Exception as exc:  # the stream is over either way
                     logger.debug("unsubscribing %s after a listen stream ended: %s", uri, exc)
+
+    def listen_handler(self, principal: Principal) -> ListenHandler:
+        known = self.listen_handlers.get(principal.name)
+        if known is None:
+            bus = self.gateway.notifier.bus_for(principal.name)
+            known = self.listen_handlers[principal.name] = ListenHandler(bus)
+        return known
 
     async def resolved(self, ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
         gateway = self.gateway
@@ -356,7 +373,7 @@ class McpFace:
 
 def build_server(gateway: Gateway, identify: IdentifyClient) -> GatewayServer:
     """The SDK server for `gateway`; `identify` names the client of each call it takes."""
-    face = McpFace(gateway, identify, ListenHandler(gateway.notifier.bus))
+    face = McpFace(gateway, identify)
     server = GatewayServer(
         "toolkeeper",
         version=__version__,
