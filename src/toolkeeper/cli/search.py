@@ -34,15 +34,12 @@ from toolkeeper.cli.common import (
 )
 from toolkeeper.config import Config
 from toolkeeper.errors import NextStep, ServiceError
-from toolkeeper.pipeline.call import LOCAL_USER
-from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services.search import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     SearchAnswer,
     checked_limit,
     checked_query,
-    search_tools,
 )
 
 
@@ -78,14 +75,7 @@ def search(
 
 async def _search(config: Config, query: str, limit: int, wait: float) -> SearchAnswer:
     async with await open_store(config) as store, running_gateway(config, wait, store) as gateway:
-        return await search_as_person(gateway, query, limit)
-
-
-async def search_as_person(gateway: Gateway, query: str, limit: int) -> SearchAnswer:
-    """The local user's search. Listed means what the dashboard's tool page means by it:
-    in the list normal mode gives clients (configuration mode lists its own tools for a while)."""
-    listed = {entry["name"] for entry in gateway.views.normal_view.listing}
-    return search_tools(await gateway.ranking_for(LOCAL_USER), query, limit, listed=listed)
+        return await gateway.search_as_person(query, limit)
 
 
 def _print_matches(answer: SearchAnswer) -> None:

@@ -135,7 +135,9 @@ class FindTools:
         except ServiceError as exc:
             return error_result(str(exc))
         if not answer.found:
-            return _answer(answer.nothing, _json(answer, Equipped(), frozenset()))
+            # Only whoever may configure the gateway can call list-available-tools.
+            said = answer.nothing if principal.admin else answer.no_match
+            return _answer(said, _json(answer, Equipped(), frozenset()))
         views = host.views  # the newest moment: the ranking may have been made on the one before
         view = views.view_for(principal)
         beyond = [(found.name, found.tokens) for found in answer.found if found.name not in view.listed]

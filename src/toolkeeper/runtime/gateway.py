@@ -41,6 +41,7 @@ from toolkeeper.runtime.working_sets import Caller, NoteUse, WorkingSets
 from toolkeeper.services import build_services
 from toolkeeper.services.costs import ListingCosts, tokenizer_ready
 from toolkeeper.services.keys import KeyRing
+from toolkeeper.services.search import SearchAnswer, search_tools
 from toolkeeper.services.toolsets import Change
 from toolkeeper.store import Store, StoreError, audit_chain, audit_journal
 from toolkeeper.toolsets.model import Toolset
@@ -154,6 +155,10 @@ class Gateway:
     @property
     def toolset_name(self) -> str | None:
         return self.toolset.name if self.toolset else None
+
+    @property
+    def searching(self) -> bool:
+        return self.views.normal_view.searching
 
     def trusts(self, server: str) -> bool:
         return self.pool[server].config.trust == "trusted"
@@ -288,6 +293,13 @@ class Gateway:
         if working_set is None:
             return view.listing
         return working_set.listing(view, lambda name: views.beyond_listing(view, name))
+
+    async def search_as_person(self, query: object, limit: object = None) -> SearchAnswer:
+        """The person's search (`toolkeeper search`, the dashboard): every tool, as the local user
+        may see them; a match is listed when the list normal mode gives clients holds it, as a
+        tool's page says (configuration mode lists its own tools for a while)."""
+        ranking = await self.ranking_for(LOCAL_USER)
+        return search_tools(ranking, query, limit, listed=self.views.normal_view.listed)
 
     async def ranking_for(self, principal: Principal) -> ToolRanking:
         """The tools `principal` may see, ready to rank for a query. This moment's index is made

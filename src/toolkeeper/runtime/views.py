@@ -491,7 +491,9 @@ class Views:
                 mask = index.index.mask_for(seen)
                 if index is self._index:
                     self._masks[key] = mask
-        return ToolRanking(index.index, mask, self.searchable())
+        # Entries one match at a time: while this moment's index is being made, a query must not
+        # wait for every tool's entry on the event loop.
+        return ToolRanking(index.index, mask, self.found_entry)
 
 
 @dataclass(frozen=True)
@@ -509,11 +511,11 @@ class ToolRanking:
 
     index: SearchIndex
     mask: Any
-    entries: Mapping[str, dict[str, Any]]
+    entry_of: Callable[[str], dict[str, Any] | None]
 
     def rank(self, query: str, limit: int) -> list[dict[str, Any]]:
-        matches = self.index.search(query, limit, self.mask)
-        return [self.entries[match.name] for match in matches if match.name in self.entries]
+        entries = (self.entry_of(match.name) for match in self.index.search(query, limit, self.mask))
+        return [entry for entry in entries if entry is not None]
 
 
 def _digest_of(entries: Iterable[Mapping[str, Any]]) -> bytes:

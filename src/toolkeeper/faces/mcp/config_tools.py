@@ -51,6 +51,11 @@ class ConfigHost(Protocol):
     @property
     def toolset_name(self) -> str | None: ...
 
+    @property
+    def searching(self) -> bool:
+        """Whether normal mode lists find-tools (tool search is on)."""
+        ...
+
     def set_mode(self, mode: Mode) -> bool:
         """Switch to `mode`; whether anything changed."""
         ...
@@ -337,11 +342,13 @@ async def _exit(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
     changed = gateway.set_mode(Mode.NORMAL)
     toolset = gateway.toolset_name
     message = "Returned to normal mode." if changed else "Already in normal mode; nothing changed."
-    message += (
-        f" Listing the tools of toolset '{toolset}'."
-        if toolset
-        else " No toolset is equipped, so only enter-configuration-mode is listed."
-    )
+    if toolset:
+        message += f" Listing the tools of toolset '{toolset}'"
+        message += ", and find-tools to find more." if gateway.searching else "."
+    elif gateway.searching:
+        message += " No toolset is equipped: find-tools finds the tools you need, and adds them to your list."
+    else:
+        message += " No toolset is equipped, so only enter-configuration-mode is listed."
     return {
         "success": True,
         "currentMode": Mode.NORMAL.value,

@@ -1,5 +1,5 @@
 """Finding tools by what they do, as JSON: `GET /api/search?q=`. The tools page's search box
-shows the same answer (`search_as_person`); both are thin faces over services/search.py, which
+shows the same answer (`Gateway.search_as_person`); both are thin faces over services/search.py, which
 the model's `find-tools` and `toolkeeper search` share.
 
 It is not `/api/tools/search`: that path is one tool's (`/api/tools/{name}`) when a server
@@ -11,17 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from toolkeeper.faces.web.face import JsonResponse, WebFace, face_of
-from toolkeeper.pipeline.call import LOCAL_USER
-from toolkeeper.services.search import SearchAnswer, search_tools
-
-
-async def search_as_person(face: WebFace, query: object, limit: object = None) -> SearchAnswer:
-    """The dashboard's search: the person is the local user, who may see every tool. Listed
-    means what the tool page means by it: in the list normal mode gives clients."""
-    gateway = face.gateway
-    listed = {entry["name"] for entry in gateway.views.normal_view.listing}
-    return search_tools(await gateway.ranking_for(LOCAL_USER), query, limit, listed=listed)
+from toolkeeper.faces.web.face import JsonResponse, face_of
 
 
 def limit_from(text: str | None) -> object:
@@ -55,7 +45,7 @@ async def search(request: Request) -> Response:
       422: {description: "the query is empty or too long, or limit is not a whole number from 1 to 20"}
     """
     params = request.query_params
-    answer = await search_as_person(face_of(request), params.get("q"), limit_from(params.get("limit")))
+    answer = await face_of(request).gateway.search_as_person(params.get("q"), limit_from(params.get("limit")))
     return JsonResponse(answer.as_json())
 
 

@@ -23,7 +23,6 @@ from starlette.routing import BaseRoute, Route
 from toolkeeper.annotations.hints import HINTS
 from toolkeeper.catalog import tokens
 from toolkeeper.errors import ServiceError
-from toolkeeper.faces.web.api_search import search_as_person
 from toolkeeper.faces.web.face import WebFace, face_of, render
 from toolkeeper.policy.model import ConfirmMode
 from toolkeeper.services.listing import INHERIT, Risk, ToolQuery, View
@@ -107,7 +106,7 @@ async def _search(face: WebFace, text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        answer = await search_as_person(face, text, MATCHES_SHOWN)
+        answer = await face.gateway.search_as_person(text, MATCHES_SHOWN)
     except ServiceError as exc:
         return {"text": text, "problem": str(exc)}
     return {
