@@ -27,6 +27,7 @@ from test_auth import client_with, gateway, new_key, tk, url_of
 from test_store import store_url  # noqa: F401 - the fixture: SQLite and PostgreSQL
 
 from toolkeeper.downstreams.connection import ToolResolution, send_unvalidated
+from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal
 from toolkeeper.runtime.working_sets import BUDGET, LIMIT, Caller, Limits, WorkingSet, WorkingSets
 from toolkeeper.store import Store
 from toolkeeper.store import toolsets as toolset_rows
@@ -124,6 +125,16 @@ async def test_a_store_of_0008_gains_tool_search_and_keeps_working_sets(store_ur
         async with store.read() as conn:
             principals = (await conn.execute(text("SELECT DISTINCT principal FROM working_sets"))).scalars()
             assert list(principals) == ["alice"]
+
+
+def test_a_key_named_like_the_local_user_has_a_working_set_of_its_own() -> None:
+    # Key names may be "local" or "anonymous": a working set (and a listen stream) is a
+    # principal's by kind and name, so such a key never shares the local user's.
+    key = Principal("local", "key")
+    session = ClientIdentity("c", "1", "http:local@x", key, True)
+    local = ClientIdentity("c", "1", "http:x", LOCAL_USER, True)
+    assert Caller.of(session, modern=True) != Caller.of(local, modern=True)
+    assert Caller.of(session, modern=False) == Caller("http:local@x", kept=False)
 
 
 # -- through a real gateway -------------------------------------------------------------------

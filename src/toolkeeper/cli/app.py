@@ -321,14 +321,15 @@ def _print_toolset(info: dict[str, Any]) -> None:
         )
 
 
+OfflineOption = typer.Option(False, "--offline", help="Do not connect servers (no status, no token costs).")
+
+
 @toolsets_app.command("list")
 def toolsets_list(
     config: Path | None = ConfigOption,
     demo: bool = DemoOption,
     as_json: bool = JsonOption,
-    offline: bool = typer.Option(
-        False, "--offline", help="Do not connect servers (no status, no token costs)."
-    ),
+    offline: bool = OfflineOption,
     wait: float = WaitOption,
 ) -> None:
     """Saved toolsets: tools, notes, which one is equipped, and the estimated tokens each lists
@@ -366,9 +367,7 @@ def toolsets_show(
     config: Path | None = ConfigOption,
     demo: bool = DemoOption,
     as_json: bool = JsonOption,
-    offline: bool = typer.Option(
-        False, "--offline", help="Do not connect servers (no status, no token costs)."
-    ),
+    offline: bool = OfflineOption,
     wait: float = WaitOption,
 ) -> None:
     """One toolset: each tool's status (ok, changed, unavailable), its notes, and the estimated

@@ -70,6 +70,11 @@ class Principal:
     def scoped(self) -> bool:
         return bool(self.toolsets or self.servers)
 
+    @property
+    def identity(self) -> str:
+        """Who this is, told apart from every other principal (a key may be named "local")."""
+        return f"{self.kind}:{self.name}"
+
     def label(self) -> str:
         return f"{self.name} via {self.client_id}" if self.client_id else self.name
 

@@ -60,7 +60,7 @@ class Caller:
     @classmethod
     def of(cls, client: ClientIdentity, modern: bool) -> Caller:
         # A 2026-07-28 request's connection is that request alone: its caller is its principal.
-        return cls(client.principal.name, True) if modern else cls(client.session, False)
+        return cls(client.principal.identity, True) if modern else cls(client.session, False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +235,8 @@ class WorkingSets:
 
     def touch(self, client: ClientIdentity, modern: bool, name: str) -> None:
         """A call of `name` by `client`: most recently used in its caller's working set, if there."""
-        known = self._principals.get(client.principal.name) if modern else self._sessions.get(client.session)
+        caller = Caller.of(client, modern)
+        known = (self._principals if caller.kept else self._sessions).get(caller.name)
         if known is not None:
             known.touch(name)
 

@@ -261,10 +261,10 @@ class McpFace:
                     logger.debug("unsubscribing %s after a listen stream ended: %s", uri, exc)
 
     def listen_handler(self, principal: Principal) -> ListenHandler:
-        known = self.listen_handlers.get(principal.name)
+        known = self.listen_handlers.get(principal.identity)
         if known is None:
-            bus = self.gateway.notifier.bus_for(principal.name)
-            known = self.listen_handlers[principal.name] = ListenHandler(bus)
+            bus = self.gateway.notifier.bus_for(principal.identity)
+            known = self.listen_handlers[principal.identity] = ListenHandler(bus)
         return known
 
     async def resolved(self, ctx: ServerRequestContext[Any], params: ResolveParams) -> dict[str, Any]:
