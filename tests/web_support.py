@@ -92,7 +92,7 @@ def running_dashboard(config: Config, *, host: str = "127.0.0.1", token: str = T
 
             async def run(*, task_status: anyio.abc.TaskStatus[Gateway]) -> None:
                 async with Store.from_settings(config.settings) as store:
-                    # As `serve` makes it: the tokenizer loads while the servers start.
+                    # The tokenizer loads while the servers start, so no timed listing pays for it.
                     gateway = Gateway(config, store, menu=ConfigMenu, warm_tokenizer=True)
                     async with anyio.create_task_group() as tg:
                         await tg.start(gateway.run)

@@ -40,7 +40,7 @@ from toolkeeper.faces.mcp.config_tools import ConfigMenu
 from toolkeeper.faces.mcp.server import build_server
 from toolkeeper.log import redact_every_handler
 from toolkeeper.runtime.gateway import Gateway
-from toolkeeper.services.costs import serving_line, tokenizer_ready
+from toolkeeper.services.costs import serving_line
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.store import Store
 
@@ -100,10 +100,11 @@ async def _serving(gateway: Gateway) -> str:
     """What the gateway serves once up: `serving 12 tools, ~3.1k tokens, of 140 tools, ~41k tokens
     (estimated, o200k_base) from 3 servers`, and which servers have not arrived yet."""
     await gateway.started.wait()
-    await tokenizer_ready()
-    return (
-        f"{serving_line(gateway.costs)} from {len(gateway.config.servers)} servers{_not_serving_yet(gateway)}"
-    )
+    costs = gateway.costs
+    # Counted in a worker thread: tools counted before (by any toolkeeper process) are known at
+    # once; only a tool new to this machine loads the tokenizer, which holds the interpreter.
+    counted = await anyio.to_thread.run_sync(serving_line, costs, abandon_on_cancel=True)
+    return f"{counted} from {len(gateway.config.servers)} servers{_not_serving_yet(gateway)}"
 
 
 async def _announce_serving_stdio(gateway: Gateway) -> None:
@@ -116,7 +117,7 @@ async def _announce_serving_stdio(gateway: Gateway) -> None:
 async def serve_stdio(config: Config, store: Store, ui: tuple[str, int] | None = None) -> None:
     """Serve one client on stdin and stdout until it closes stdin or a signal stops the gateway;
     with `ui` (host, port), the dashboard too."""
-    gateway = Gateway(config, store, menu=ConfigMenu, warm_tokenizer=True)
+    gateway = Gateway(config, store, menu=ConfigMenu)
     server = build_server(gateway, client_of)
     web = _dashboard_server(gateway, config, *ui) if ui is not None else None
     stop_reading = anyio.Event()
@@ -298,7 +299,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
     """Serve streamable HTTP at /mcp, and with `ui` the dashboard at / on the same port;
     CannotStart when it would reach beyond this machine with no way for a client to
     authenticate."""
-    gateway = Gateway(config, store, menu=ConfigMenu, warm_tokenizer=True)
+    gateway = Gateway(config, store, menu=ConfigMenu)
     services = gateway.services
     keys = await services.keys.ring() if services is not None else KeyRing.empty()
     plan = AuthPlan.for_serving(config, host, keys)
@@ -451,7 +452,7 @@ async def _announce_dashboard(web: uvicorn.Server, board: Dashboard, host: str, 
 
 async def serve_ui(config: Config, store: Store, host: str, port: int) -> None:
     """The dashboard alone, over a gateway that connects the servers but serves no client."""
-    gateway = Gateway(config, store, menu=ConfigMenu, warm_tokenizer=True)
+    gateway = Gateway(config, store, menu=ConfigMenu)
     web = _dashboard_server(gateway, config, host, port)
 
     async def stop(reason: str) -> None:
