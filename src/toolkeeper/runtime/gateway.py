@@ -128,9 +128,9 @@ class Gateway:
             if store
             else None
         )
-        self.pipeline: Pipeline = standard_pipeline(self, decide=ApprovalGate(self)).with_stage(
-            NoteUse(self.working_sets)
-        )
+        self.pipeline: Pipeline = standard_pipeline(self, decide=ApprovalGate(self))
+        if self.finder is not None:  # only find-tools fills working sets: no gateway without it pays
+            self.pipeline = self.pipeline.with_stage(NoteUse(self.working_sets))
         self.audit_log: AuditLog | None = None
         if self.audit_writer is not None:
             self.audit_log = AuditLog(self.audit_writer, keep_arguments=config.settings.audit_arguments)
