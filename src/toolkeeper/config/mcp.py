@@ -7,10 +7,21 @@ from pathlib import Path
 from typing import Any
 
 from toolkeeper.config.entries import ENV_REFERENCE, EntryError, EntryKind, ServerEntry, expand, hidden_values
-from toolkeeper.config.model import CREDENTIAL_NAME, MASK, ServerConfig, Transport, mask_credentials
+from toolkeeper.config.model import (
+    CREDENTIAL_NAME,
+    GRANTS,
+    MASK,
+    SIGN_IN_MODES,
+    ServerConfig,
+    SignInSettings,
+    Transport,
+    mask_credentials,
+)
 
 STDIO_KEYS = {"command", "args", "env", "cwd"}
-REMOTE_KEYS = {"url", "headers"}
+REMOTE_KEYS = {"url", "headers", "oauth", "signIn"}
+# The keys of a remote entry's `oauth` object, as written.
+OAUTH_KEYS = ("clientId", "clientSecret", "scope", "clientMetadataUrl", "grant")
 PROTOCOL_KEYS = {"protocol"}
 TRANSPORT_ALIASES: dict[str, Transport] = {
     "stdio": "stdio",
@@ -74,15 +85,75 @@ def parse_mcp_entry(entry: ServerEntry) -> ServerConfig:
     url = entry.string("url", hidden)
     if not url or not url.startswith(("http://", "https://")):
         raise EntryError(f"a {transport} server needs a 'url' starting with http:// or https://")
+    headers = entry.string_map("headers", hidden)
     return ServerConfig(
         name=entry.name,
         transport=transport,
         url=url,
-        headers=entry.string_map("headers", hidden),
+        headers=headers,
         protocol=protocol,
+        sign_in=_sign_in(entry, headers, hidden),
         written=mask_credentials(entry.raw["url"]),
         hidden=hidden_values(hidden),
         **common,
+    )
+
+
+def _sign_in(
+    entry: ServerEntry, headers: dict[str, str], hidden: list[tuple[str, str]]
+) -> SignInSettings | None:
+    """How the gateway signs in to the server when it asks: on for every remote server (so an
+    imported entry of a server that needs a sign-in works once a person signs in), unless the
+    entry says `"oauth": false` or carries its own `Authorization` header."""
+    written = entry.raw.get("oauth", {})
+    mode = entry.raw.get("signIn", "shared")
+    if mode not in SIGN_IN_MODES:
+        raise EntryError(f"'signIn' must be one of {', '.join(repr(m) for m in SIGN_IN_MODES)}, got {mode!r}")
+    if written is False:
+        if "signIn" in entry.raw:
+            raise EntryError("'signIn' needs OAuth, which '\"oauth\": false' turns off")
+        return None
+    if not isinstance(written, dict):
+        raise EntryError(
+            "'oauth' must be an object (clientId, clientSecret, scope, clientMetadataUrl, grant) or false"
+        )
+    unknown = sorted(set(written) - set(OAUTH_KEYS))
+    if unknown:
+        raise EntryError(
+            f"'oauth' has unknown keys {', '.join(map(repr, unknown))}; known: {', '.join(OAUTH_KEYS)}"
+        )
+    if any(name.lower() == "authorization" for name in headers):
+        if "oauth" in entry.raw or "signIn" in entry.raw:
+            raise EntryError(
+                "an entry with its own 'Authorization' header does not sign in: remove one or the other"
+            )
+        return None
+    values: dict[str, str | None] = {}
+    for key in ("clientId", "clientSecret", "scope", "clientMetadataUrl"):
+        value = written.get(key)
+        if value is not None and not isinstance(value, str):
+            raise EntryError(f"'oauth.{key}' must be a string")
+        values[key] = expand(value, entry.env, f"oauth.{key}", hidden) if value is not None else None
+    grant = written.get("grant", "authorization_code")
+    if grant not in GRANTS:
+        raise EntryError(f"'oauth.grant' must be one of {', '.join(repr(g) for g in GRANTS)}, got {grant!r}")
+    if grant == "client_credentials":
+        if not values["clientId"] or not values["clientSecret"]:
+            raise EntryError("'oauth.grant' client_credentials needs 'clientId' and 'clientSecret'")
+        if mode == "perPrincipal":
+            raise EntryError("client_credentials signs the gateway in, not a person: use 'signIn': 'shared'")
+    metadata_url = values["clientMetadataUrl"]
+    if metadata_url is not None and not metadata_url.startswith("https://"):
+        raise EntryError("'oauth.clientMetadataUrl' must be an https:// URL with a path")
+    if values["clientSecret"]:
+        hidden.append((values["clientSecret"], MASK))
+    return SignInSettings(
+        mode=mode,
+        grant=grant,
+        client_id=values["clientId"],
+        client_secret=values["clientSecret"],
+        scope=values["scope"],
+        client_metadata_url=metadata_url,
     )
 
 

@@ -33,6 +33,14 @@ OAUTH_MODES: frozenset[HttpAuthMode] = frozenset({"oauth", "keys+oauth"})
 # adds the tools it finds to the caller's working set; "off" lists only what is listed.
 Discovery = Literal["search", "off"]
 DISCOVERY_MODES: tuple[Discovery, ...] = ("search", "off")
+# Whose account a remote server that asks for OAuth is used with: one for the whole gateway, or
+# each principal's own (a client key, an OAuth subject, the local user), each signed in apart.
+SignInMode = Literal["shared", "perPrincipal"]
+SIGN_IN_MODES: tuple[SignInMode, ...] = ("shared", "perPrincipal")
+# How the gateway gets a token: a person signs in in a browser, or (no person) the gateway's own
+# client id and secret are exchanged for one.
+Grant = Literal["authorization_code", "client_credentials"]
+GRANTS: tuple[Grant, ...] = ("authorization_code", "client_credentials")
 
 # A password in a URL (`scheme://user:password@`) and a value whose name says it is a credential
 # (`?token=…`, `--api-key=…`, `PASSWORD=…`): masked wherever the configuration is shown.
@@ -166,11 +174,32 @@ class ServerConfig(SourceConfig):
     headers: dict[str, str] = field(default_factory=dict)
     # "auto" (newest era the server speaks), "legacy" (handshake era), or a modern version.
     protocol: str = "auto"
+    # How the gateway signs in when the server asks for OAuth; None: it never does (stdio, a
+    # static `Authorization` header, or `"oauth": false`).
+    sign_in: SignInSettings | None = None
 
     def describe(self) -> str:
         if self.transport == "stdio":
             return self.written or self.redact(" ".join([self.command or "", *self.args]).strip())
         return f"{self.transport} {self.written or self.redact(self.url or '')}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignInSettings:
+    """How the gateway signs in to a remote server that answers 401 with an OAuth challenge, as a
+    client of that server's authorization server. Every field is optional: discovery, the
+    registration order (a client ID metadata document, the pre-registered `client_id`, dynamic
+    registration) and the scope the server asks for cover the rest."""
+
+    mode: SignInMode = "shared"
+    grant: Grant = "authorization_code"
+    client_id: str | None = None
+    client_secret: str | None = None  # among the entry's hidden values
+    # Space-separated; None: the scope in the server's challenge or its metadata.
+    scope: str | None = None
+    # A client ID metadata document of the person's own (https); None: the gateway's, where it is
+    # reachable over https.
+    client_metadata_url: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
