@@ -76,8 +76,9 @@ class StoreTokenShelf:
         self.key_path = key_path
         self._now = now or (lambda: datetime.now(UTC))
         self._key: tuple[tuple[int, ...], SignInKey] | None = None
-        # Rows already reported as unusable (server, account, sealed value), so each is logged once.
-        self._reported: set[tuple[str, str, str]] = set()
+        # Rows already reported as unusable, and why (server, account, sealed value, reason): each
+        # is logged once, and again only when the reason changes (a key file put in place).
+        self._reported: set[tuple[str, str, str, str]] = set()
 
     @classmethod
     def from_settings(cls, store: Store, settings: GatewaySettings) -> StoreTokenShelf:
@@ -150,9 +151,9 @@ class StoreTokenShelf:
         return key
 
     def _report_once(self, server: str, account: str, sealed: str, why: str) -> None:
-        if (server, account, sealed) in self._reported:
+        if (server, account, sealed, why) in self._reported:
             return
-        self._reported.add((server, account, sealed))
+        self._reported.add((server, account, sealed, why))
         logger.warning(
             "sign-in: the saved sign-in of %s (account %s) cannot be used: %s; sign in again "
             "(`toolkeeper login %s`)",
