@@ -4,25 +4,37 @@ HTTP client following the authorization address's redirects up to the callback."
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+import anyio
 import httpx2
 import pytest
+from conftest import MODES
+from mcp import Client
 from oauth_servers import ProtectedServer, running_protected_server
 
-from toolkeeper.config.model import ServerConfig, SignInSettings
+from toolkeeper.config.loader import parse_config_text
+from toolkeeper.config.model import Config, ServerConfig, SignInSettings
+from toolkeeper.downstreams.base import State
 from toolkeeper.downstreams.signin.flow import SignInFailed
 from toolkeeper.downstreams.signin.keeper import SignIns
 from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignedIn
+from toolkeeper.edge.clients import client_of
+from toolkeeper.faces.mcp.server import build_server
+from toolkeeper.runtime.gateway import Gateway
 
 pytestmark = pytest.mark.anyio
 
 # Never opened: the test reads the redirect to it itself, as the callback would receive it.
 CALLBACK = "http://127.0.0.1:9/oauth/callback"
+# A bound on waiting for what must happen, never a measure of how fast it does.
+WAIT_SECONDS = 60.0
 
 
 class MemoryShelf:
@@ -221,3 +233,109 @@ async def test_tokens_on_the_shelf_are_in_memory_after_load(protected: Protected
     assert restarted.current("remote", SHARED_ACCOUNT) is None
     await restarted.load()
     assert restarted.current("remote", SHARED_ACCOUNT) == signed_in
+
+
+# --- through the gateway ------------------------------------------------------------------------
+
+
+def gateway_config(url: str) -> Config:
+    text = json.dumps({"mcpServers": {"remote": {"url": url}}, "toolkeeper": {"confirm": "never"}})
+    return parse_config_text(text, environ={})
+
+
+async def state_becomes(gateway: Gateway, state: State) -> None:
+    with anyio.fail_after(WAIT_SECONDS):
+        while gateway.pool["remote"].state is not state:
+            await anyio.sleep(0.02)
+
+
+@asynccontextmanager
+async def running_gateway(url: str, keeper: SignIns) -> AsyncIterator[Gateway]:
+    gateway = Gateway(gateway_config(url), None, sign_ins=keeper)
+    async with anyio.create_task_group() as tg:
+        await tg.start(gateway.run)
+        await gateway.started.wait()
+        yield gateway
+        tg.cancel_scope.cancel()
+
+
+def text_of(result: Any) -> str:
+    return "".join(getattr(part, "text", "") for part in result.content)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_server_that_needs_a_sign_in_says_so_then_serves_once_signed_in(
+    protected: ProtectedServer, mode: str
+) -> None:
+    keeper = SignIns(MemoryShelf())
+    async with running_gateway(protected.url, keeper) as gateway:
+        await state_becomes(gateway, State.NEEDS_SIGN_IN)
+        remote_server = gateway.pool["remote"]
+        assert "needs a sign-in: run `toolkeeper login remote`" in remote_server.describe_unavailable()
+        async with Client(build_server(gateway, client_of), mode=mode) as client:
+            # Never connected, its tools are not known yet.
+            assert not [
+                tool for tool in (await client.list_tools()).tools if tool.name.startswith("remote__")
+            ]
+
+            await sign_in(keeper, gateway.config.servers[0])  # type: ignore[arg-type]
+            await state_becomes(gateway, State.READY)
+
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+            assert {"remote__whoami", "remote__echo"} <= listed
+            answer = await client.call_tool("remote__whoami", {})
+            assert not answer.is_error, text_of(answer)
+            assert json.loads(text_of(answer))["subject"] == "alice"
+
+
+async def test_an_expired_token_is_renewed_on_the_servers_refusal_and_the_call_goes_through(
+    protected: ProtectedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    keeper = SignIns(MemoryShelf())
+    config = remote(protected.url)
+    await sign_in(keeper, config)
+    declined = "HTTP 401 on the raw lane"
+    async with running_gateway(protected.url, keeper) as gateway:
+        await state_becomes(gateway, State.READY)
+        async with Client(build_server(gateway, client_of), mode="legacy") as client:
+            with caplog.at_level(logging.DEBUG, logger="toolkeeper.downstreams.connection"):
+                assert not (await client.call_tool("remote__echo", {"text": "before"})).is_error
+                # The raw lane carried the token: the server did not refuse it there.
+                assert declined not in caplog.text
+                protected.expire_access_tokens()
+                answer = await client.call_tool("remote__echo", {"text": "after"})
+            assert not answer.is_error, text_of(answer)
+            assert text_of(answer) == "after"
+            # Refused on the raw lane, the call went the SDK's way, whose auth renewed the token.
+            assert declined in caplog.text
+    assert protected.stats()["refreshes"] == 1
+
+
+async def test_a_revoked_refresh_token_puts_the_server_in_needs_sign_in(protected: ProtectedServer) -> None:
+    shelf = MemoryShelf()
+    keeper = SignIns(shelf)
+    await sign_in(keeper, remote(protected.url))
+    async with running_gateway(protected.url, keeper) as gateway:
+        await state_becomes(gateway, State.READY)
+        protected.revoke_refresh_tokens(access_too=True)
+        async with Client(build_server(gateway, client_of), mode="2026-07-28") as client:
+            answer = await client.call_tool("remote__echo", {"text": "x"})
+            assert answer.is_error
+            assert "server 'remote' needs a sign-in" in text_of(answer)
+        await state_becomes(gateway, State.NEEDS_SIGN_IN)
+    assert shelf.kept == {}
+
+
+async def test_tokens_are_renewed_ahead_of_expiry_in_the_background(tmp_path: Path) -> None:
+    # A 31-second token is renewed 30 seconds before it expires: one second after it was issued.
+    with running_protected_server(tmp_path, "--auto-approve", "--token-seconds", "31") as server:
+        keeper = SignIns(MemoryShelf())
+        first = await sign_in(keeper, remote(server.url))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(keeper.run)
+            with anyio.fail_after(WAIT_SECONDS):
+                while server.stats().get("refreshes", 0) == 0:
+                    await anyio.sleep(0.1)
+            tg.cancel_scope.cancel()
+        renewed = keeper.current("remote", SHARED_ACCOUNT)
+        assert renewed is not None and renewed.access_token != first.access_token
