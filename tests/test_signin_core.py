@@ -4,6 +4,7 @@ HTTP client following the authorization address's redirects up to the callback."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -27,6 +28,7 @@ from toolkeeper.downstreams.signin.keeper import SignIns
 from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignedIn
 from toolkeeper.edge.clients import client_of
 from toolkeeper.faces.mcp.server import build_server
+from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, ToolCall
 from toolkeeper.runtime.gateway import Gateway
 
 pytestmark = pytest.mark.anyio
@@ -339,3 +341,58 @@ async def test_tokens_are_renewed_ahead_of_expiry_in_the_background(tmp_path: Pa
             tg.cancel_scope.cancel()
         renewed = keeper.current("remote", SHARED_ACCOUNT)
         assert renewed is not None and renewed.access_token != first.access_token
+
+
+# --- per principal ------------------------------------------------------------------------------
+
+
+def fingerprint(token: str) -> str:
+    """How the protected server's `whoami` names the token a call carried."""
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def as_principal(gateway: Gateway, tool: str, key: str | None) -> ToolCall:
+    principal = LOCAL_USER if key is None else Principal(key, "key")
+    client = ClientIdentity("test", "1", f"session-{key}", principal=principal)
+    call = ToolCall(tool, {"name": tool, "arguments": {}}, False, client=client)
+    call.target = gateway.view.routes[tool]
+    return call
+
+
+async def test_each_principal_calls_with_its_own_account_and_nothing_crosses(
+    protected: ProtectedServer,
+) -> None:
+    keeper = SignIns(MemoryShelf())
+    url = protected.url
+    per_principal = remote(url, mode="perPrincipal")
+    alice = await sign_in(keeper, per_principal, "key:alice")
+    protected.next_sign_in_as("bob")
+    bob = await sign_in(keeper, per_principal, "key:bob")
+    text = json.dumps(
+        {"mcpServers": {"remote": {"url": url, "signIn": "perPrincipal"}}, "toolkeeper": {"confirm": "never"}}
+    )
+    gateway = Gateway(parse_config_text(text, environ={}), None, sign_ins=keeper)
+    async with anyio.create_task_group() as tg:
+        await tg.start(gateway.run)
+        await state_becomes(gateway, State.READY)  # listed with the first account that signed in
+
+        async def whoami(key: str | None) -> dict[str, Any]:
+            call = as_principal(gateway, "remote__whoami", key)
+            assert call.target is not None
+            result = await call.target.forward(call)
+            assert not result.get("isError"), result
+            return dict(result["structuredContent"])
+
+        answers = {key: await whoami(key) for key in ("alice", "bob", "alice", "bob")}
+        assert answers["alice"]["subject"] == "alice" and answers["bob"]["subject"] == "bob"
+        assert answers["alice"]["token"] == fingerprint(alice.access_token)
+        assert answers["bob"]["token"] == fingerprint(bob.access_token)
+
+        # Someone not signed in gets, at once, the error that names the server and the next step.
+        call = as_principal(gateway, "remote__whoami", "carol")
+        assert call.target is not None
+        refused = await call.target.forward(call)
+        assert refused.get("isError") is True
+        assert "server 'remote' needs a sign-in" in refused["content"][0]["text"]
+        tg.cancel_scope.cancel()
+    assert protected.stats()["calls.whoami"] == 4

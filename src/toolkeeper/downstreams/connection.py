@@ -32,6 +32,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from toolkeeper.config.model import ServerConfig
+from toolkeeper.downstreams.accounts import AccountConnections, OnBehalfOf
 from toolkeeper.downstreams.base import (
     RAW,
     CallTimedOut,
@@ -46,7 +47,7 @@ from toolkeeper.downstreams.lists import CHANGED_LISTS, LISTS, ServerLists
 from toolkeeper.downstreams.raw import LaneDeclined, LinkClosed, RawLane
 from toolkeeper.downstreams.signin.auth import SignedInAuth, bearer_header, sign_in_needed
 from toolkeeper.downstreams.signin.keeper import SignIns
-from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT
+from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, calling_account
 from toolkeeper.downstreams.status import SourceStatus
 from toolkeeper.downstreams.subscriptions import Subscriptions
 from toolkeeper.downstreams.transports import SignedInRequests, open_transport
@@ -122,9 +123,18 @@ class McpConnection(SourceStatus):
         # token, or the lack of one) since the attempt began.
         self._auth: SignedInAuth | None = None
         self._sign_in_refused = False
+        # Per principal: this connection lists and takes its own account's calls; each other
+        # account's calls go over a connection of that account's.
+        self._accounts: AccountConnections | None = None
         if self._sign_ins is not None:
             self._sign_ins.track(config)
             self._sign_ins.subscribe(self._account_changed)
+            if (
+                config.sign_in is not None
+                and config.sign_in.mode == "perPrincipal"
+                and account == SHARED_ACCOUNT
+            ):
+                self._accounts = AccountConnections(config.name, self._account_connection)
 
     # ------------------------------------------------------------------ status
     @property
@@ -181,7 +191,15 @@ class McpConnection(SourceStatus):
 
     # -------------------------------------------------------------- supervisor
     async def run(self, connect_slots: anyio.CapacityLimiter) -> None:
-        """Supervise the connection until cancelled."""
+        """Supervise the connection (and, per principal, its accounts' connections) until cancelled."""
+        if self._accounts is None:
+            await self._supervise(connect_slots)
+            return
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._accounts.run, connect_slots)
+            await self._supervise(connect_slots)
+
+    async def _supervise(self, connect_slots: anyio.CapacityLimiter) -> None:
         try:
             while True:
                 self._lost = anyio.Event()
@@ -216,6 +234,30 @@ class McpConnection(SourceStatus):
         finally:
             self._client = None
             self.state = State.STOPPED
+            if self._sign_ins is not None:
+                self._sign_ins.unsubscribe(self._account_changed)
+
+    def _listing_account(self, sign_ins: SignIns) -> str:
+        """Per principal, the account the server's own connection lists with: the gateway's, or
+        else the first that signed in."""
+        if sign_ins.current(self.name, SHARED_ACCOUNT) is not None:
+            return SHARED_ACCOUNT
+        return next(iter(sign_ins.accounts_of(self.name)), SHARED_ACCOUNT)
+
+    def _account_connection(self, account: str) -> McpConnection:
+        return McpConnection(self.config, OnBehalfOf(self, self._listener), self._sign_ins, account=account)
+
+    async def _call_as(
+        self, account: str, name: str, arguments: dict[str, Any] | None, **how: Any
+    ) -> dict[str, Any]:
+        """A call of another account than this connection's, over that account's connection."""
+        assert self._accounts is not None and self._sign_ins is not None
+        if self._sign_ins.current(self.name, account) is None:
+            raise sign_in_needed(self.name, account)
+        connection = await self._accounts.connection(account)
+        if connection.state is State.NEEDS_SIGN_IN:
+            raise sign_in_needed(self.name, account)
+        return await connection.call_tool(name, arguments, **how)
 
     def _connection_failed(self, exc: Exception) -> None:
         if self._sign_in_refused:  # the server's 401, which the SDK's transport reports as an error
@@ -241,9 +283,15 @@ class McpConnection(SourceStatus):
 
     def _account_changed(self, server: str, account: str) -> None:
         """`SignIns` says an account signed in or was forgotten."""
-        if server != self.name or account != self.account or self._sign_ins is None:
+        if server != self.name or self._sign_ins is None:
             return
         signed_in = self._sign_ins.current(server, account) is not None
+        if account != self.account:
+            if self._accounts is None:
+                return
+            if not signed_in:
+                self._accounts.close(account)
+                return
         if signed_in and self.state is State.NEEDS_SIGN_IN:
             self._reconnect_now.set()
         elif not signed_in and self._client is not None and self._auth is not None and self._auth.sent_token:
@@ -261,6 +309,8 @@ class McpConnection(SourceStatus):
     def _signed_in_requests(self) -> SignedInRequests | None:
         if self._sign_ins is None:
             return None
+        if self._accounts is not None:
+            self.account = self._listing_account(self._sign_ins)
         self._auth = SignedInAuth(self._sign_ins, self.config, self.account, self._refused_sign_in)
         return SignedInRequests(self._auth, bearer_header(self._sign_ins, self.name, self.account))
 
@@ -511,6 +561,13 @@ class McpConnection(SourceStatus):
 
         `extra` carries a modern retry's `inputResponses` and `requestState`; `log_level` is the
         level the caller wants this call's log messages at (a modern server is asked per call)."""
+        if self._accounts is not None and (account := calling_account.get()) not in (
+            self.account,
+            SHARED_ACCOUNT,
+        ):
+            return await self._call_as(
+                account, name, arguments, meta=meta, on_progress=on_progress, extra=extra, log_level=log_level
+            )
         what = f"the call to '{name}'"
         with self._calls.stoppable(what) as call:
             try:

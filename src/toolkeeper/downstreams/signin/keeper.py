@@ -92,6 +92,10 @@ class SignIns:
     def current(self, server: str, account: str) -> SignedIn | None:
         return self._accounts.get((server, account))
 
+    def accounts_of(self, server: str) -> list[str]:
+        """The accounts signed in to `server`, in the order they signed in (or were loaded)."""
+        return [account for (name, account) in self._accounts if name == server]
+
     def track(self, config: ServerConfig) -> None:
         """Know `config`, whose tokens are renewed in the background (its URL is needed)."""
         self._configs[config.name] = config
