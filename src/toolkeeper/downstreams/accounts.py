@@ -2,7 +2,7 @@
 per account, since a server binds a handshake-era session to the credential that opened it, and
 one connection cannot carry two accounts' calls.
 
-The server's own `McpConnection` lists (with the gateway's account, or the first that signed in)
+The server's own connection lists (with the gateway's account, or the first that signed in)
 and takes the calls of that account; `AccountConnections` opens a connection for any other
 account on its first call, keeps it while the server's downstream runs, and closes it when the
 account is forgotten. What such a connection hears from its server is passed on as the server's
@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 import mcp_types as types
 
 from toolkeeper.downstreams.base import Downstream, DownstreamListener, ServerInput, State
-
-if TYPE_CHECKING:
-    from toolkeeper.downstreams.connection import McpConnection
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +54,10 @@ class OnBehalfOf:
 class AccountConnections:
     """The connections of a per-principal server's accounts other than its own connection's."""
 
-    def __init__(self, name: str, make: Callable[[str], McpConnection]) -> None:
+    def __init__(self, name: str, make: Callable[[str], Downstream]) -> None:
         self._name = name
         self._make = make
-        self._open: dict[str, McpConnection] = {}
+        self._open: dict[str, Downstream] = {}
         self._cancels: dict[str, anyio.CancelScope] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
         self._slots: anyio.CapacityLimiter | None = None
@@ -78,7 +74,7 @@ class AccountConnections:
             self._tasks = None
             self._open.clear()
 
-    async def connection(self, account: str) -> McpConnection:
+    async def connection(self, account: str) -> Downstream:
         """`account`'s connection, opened now if it has none, once its first attempt ended."""
         connection = self._open.get(account)
         if connection is None:
@@ -107,7 +103,7 @@ class AccountConnections:
 
     @staticmethod
     async def _run_one(
-        connection: McpConnection, scope: anyio.CancelScope, slots: anyio.CapacityLimiter
+        connection: Downstream, scope: anyio.CancelScope, slots: anyio.CapacityLimiter
     ) -> None:
         with scope:
             await connection.run(slots)
