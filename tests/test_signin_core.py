@@ -7,17 +7,27 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import socket
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import anyio
 import httpx2
+import jwt
+import mcp_types as types
 import pytest
+import uvicorn
 from conftest import MODES
 from mcp import Client
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.lowlevel.server import Server
+from oauth_issuer import TestIssuer, running_issuer
 from oauth_servers import ProtectedServer, running_protected_server
 
 from toolkeeper.config.loader import parse_config_text
@@ -396,3 +406,105 @@ async def test_each_principal_calls_with_its_own_account_and_nothing_crosses(
         assert "server 'remote' needs a sign-in" in refused["content"][0]["text"]
         tg.cancel_scope.cancel()
     assert protected.stats()["calls.whoami"] == 4
+
+
+# --- machine to machine -------------------------------------------------------------------------
+
+
+class IssuerTokens:
+    """The resource server's check: a JWT the test issuer signed, for this server."""
+
+    def __init__(self, issuer: TestIssuer, audience: str) -> None:
+        self.issuer = issuer
+        self.audience = audience
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        try:
+            claims = jwt.decode(
+                token, self.issuer.signing_key.public, algorithms=["RS256"], audience=self.audience
+            )
+        except jwt.InvalidTokenError:
+            return None
+        return AccessToken(
+            token=token, client_id=claims["client_id"], scopes=claims["scope"].split(), subject=claims["sub"]
+        )
+
+
+@contextmanager
+def resource_server(issuer: TestIssuer) -> Iterator[str]:
+    """An MCP server (the echo tool) whose tokens come from `issuer`, on uvicorn in a thread: its URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool(name="echo", input_schema={"type": "object"})])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text="machine")])
+
+    auth = AuthSettings.model_validate(
+        {"issuer_url": issuer.url, "resource_server_url": url, "validate_token_resource": False}
+    )
+    app = Server("machine", on_list_tools=list_tools, on_call_tool=call_tool).streamable_http_app(
+        streamable_http_path="/mcp", host="127.0.0.1", auth=auth, token_verifier=IssuerTokens(issuer, url)
+    )
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", loop="asyncio", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            assert thread.is_alive(), "the resource server did not start"
+            time.sleep(0.01)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+async def test_a_machine_signs_in_with_its_client_credentials_when_the_server_asks() -> None:
+    with running_issuer() as issuer:
+        secret = issuer.register_client("gateway-machine")
+        with resource_server(issuer) as url:
+            keeper = SignIns(MemoryShelf())
+            text = json.dumps(
+                {
+                    "mcpServers": {
+                        "remote": {
+                            "url": url,
+                            "oauth": {
+                                "clientId": "gateway-machine",
+                                "clientSecret": secret,
+                                "grant": "client_credentials",
+                            },
+                        }
+                    },
+                    "toolkeeper": {"confirm": "never"},
+                }
+            )
+            gateway = Gateway(parse_config_text(text, environ={}), None, sign_ins=keeper)
+            async with anyio.create_task_group() as tg:
+                await tg.start(gateway.run)
+                await state_becomes(gateway, State.READY)
+                async with Client(build_server(gateway, client_of), mode="legacy") as client:
+                    answer = await client.call_tool("remote__echo", {})
+                    assert text_of(answer) == "machine"
+                tg.cancel_scope.cancel()
+            signed_in = keeper.current("remote", SHARED_ACCOUNT)
+            assert signed_in is not None
+            assert signed_in.registration == "client_credentials"
+            assert signed_in.subject == "gateway-machine"
+            assert [request["grant_type"] for request in issuer.token_requests] == ["client_credentials"]
+
+
+async def test_a_restarted_gateway_serves_with_the_tokens_on_the_shelf(protected: ProtectedServer) -> None:
+    shelf = MemoryShelf()
+    await sign_in(SignIns(shelf), remote(protected.url))
+    # A new process's keeper: nothing in memory until the gateway reads the shelf as it starts.
+    async with running_gateway(protected.url, SignIns(shelf)) as gateway:
+        await state_becomes(gateway, State.READY)
+        async with Client(build_server(gateway, client_of), mode="2026-07-28") as client:
+            answer = await client.call_tool("remote__whoami", {})
+            assert json.loads(text_of(answer))["subject"] == "alice"
+    assert protected.stats()["code_exchanges"] == 1
