@@ -33,6 +33,7 @@ from oauth_servers import ProtectedServer, running_protected_server
 from toolkeeper.config.loader import parse_config_text
 from toolkeeper.config.model import Config, ServerConfig, SignInSettings
 from toolkeeper.downstreams.base import State
+from toolkeeper.downstreams.signin import flow
 from toolkeeper.downstreams.signin.flow import SignInFailed
 from toolkeeper.downstreams.signin.keeper import SignIns
 from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignedIn
@@ -508,3 +509,16 @@ async def test_a_restarted_gateway_serves_with_the_tokens_on_the_shelf(protected
             answer = await client.call_tool("remote__whoami", {})
             assert json.loads(text_of(answer))["subject"] == "alice"
     assert protected.stats()["code_exchanges"] == 1
+
+
+async def test_a_sign_in_nobody_completes_ends_and_its_state_is_gone(
+    protected: ProtectedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(flow, "SIGN_IN_TIMEOUT_SECONDS", 0.2)
+    keeper = SignIns(None)
+    pending = await keeper.begin(remote(protected.url), SHARED_ACCOUNT, CALLBACK)
+    with anyio.fail_after(WAIT_SECONDS):
+        await pending.done.wait()
+    assert keeper.pending() == []
+    with pytest.raises(SignInFailed, match="not one toolkeeper is waiting for"):
+        await keeper.complete(pending.state, code="late", iss=None, error=None)

@@ -218,8 +218,16 @@ class AuthorizationCodeFlow:
             self._task.cancel()
 
     def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """`callback` once the flow ended, however it ended (a failure nobody waited for, such as
+        a sign-in nobody completed, was logged by the flow itself)."""
         assert self._task is not None
-        self._task.add_done_callback(lambda _task: callback())
+
+        def ended(task: asyncio.Task[SignedIn]) -> None:
+            if not task.cancelled():
+                task.exception()  # retrieved: a sign-in's failure is no unhandled error
+            callback()
+
+        self._task.add_done_callback(ended)
 
     async def _on_address(self, url: str) -> None:
         if not self._address.done():
@@ -297,10 +305,7 @@ async def sign_in_machine(config: ServerConfig, *, now: Callable[[], float] = ti
             scope=settings.scope,
         )
     ids = IdTokenWatcher()
-    try:
-        await probe(config, provider, ids)
-    except SignInFailed:
-        raise
+    await probe(config, provider, ids)
     return signed_in_from(config.name, storage, provider, ids.id_token, "client_credentials", now())
 
 
@@ -320,8 +325,6 @@ async def probe(config: ServerConfig, provider: OAuthClientProvider, ids: IdToke
                 config.url or "", content=jsonwire.encode(PROBE), headers=headers, auth=provider
             )
     except SignInFailed:
-        raise
-    except asyncio.CancelledError:
         raise
     except Exception as exc:
         logger.warning("server %r: sign-in failed: %s", name, config.redact(explain(exc)))

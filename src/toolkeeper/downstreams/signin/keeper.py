@@ -230,7 +230,11 @@ class SignIns:
             for key in [
                 k for k in list(self._accounts) if (when := self._due(k)) is not None and when <= now
             ]:
-                await self._renew_in_background(key)
+                try:
+                    await self._renew_in_background(key)
+                except Exception:  # one account's renewal must not stop the others'
+                    logger.exception("server %r: renewing account %r's token failed", *key)
+                    self._renewing[key] = _Renewing(issued_at=now, retry_at=now + RETRY_SECONDS[-1])
 
     def _next_due(self) -> float | None:
         times = [when for key in self._accounts if (when := self._due(key)) is not None]
