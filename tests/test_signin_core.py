@@ -347,11 +347,13 @@ async def test_tokens_are_renewed_ahead_of_expiry_in_the_background(tmp_path: Pa
         async with anyio.create_task_group() as tg:
             tg.start_soon(keeper.run)
             with anyio.fail_after(WAIT_SECONDS):
-                while server.stats().get("refreshes", 0) == 0:
-                    await anyio.sleep(0.1)
+                while keeper.current("remote", SHARED_ACCOUNT) == first:
+                    await anyio.sleep(0.05)
             tg.cancel_scope.cancel()
         renewed = keeper.current("remote", SHARED_ACCOUNT)
         assert renewed is not None and renewed.access_token != first.access_token
+        assert renewed.refresh_token != first.refresh_token  # the server rotates them
+        assert server.stats()["refreshes"] >= 1
 
 
 # --- per principal ------------------------------------------------------------------------------
