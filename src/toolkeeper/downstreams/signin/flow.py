@@ -324,6 +324,7 @@ async def probe(config: ServerConfig, provider: OAuthClientProvider, ids: IdToke
             response = await http.post(
                 config.url or "", content=jsonwire.encode(PROBE), headers=headers, auth=provider
             )
+            await _end_session(http, config.url or "", response, provider)
     except SignInFailed:
         raise
     except Exception as exc:
@@ -331,6 +332,23 @@ async def probe(config: ServerConfig, provider: OAuthClientProvider, ids: IdToke
         raise failed(name, config.redact(explain(exc))) from None
     if response.status_code in REFUSED_STATUSES:
         raise failed(name, f"the server refused the new token (HTTP {response.status_code})")
+
+
+async def _end_session(
+    http: httpx2.AsyncClient, url: str, response: httpx2.Response, provider: OAuthClientProvider
+) -> None:
+    """The probe's `initialize` opened a session on a handshake-era server: close it, as a client
+    that is done does (the gateway's connection opens its own)."""
+    session = response.headers.get("mcp-session-id")
+    tokens = provider.context.current_tokens
+    if response.status_code != 200 or not session or tokens is None:
+        return
+    # The token by hand, not the provider: a refusal must not start another sign-in.
+    headers = {"mcp-session-id": session, "authorization": f"Bearer {tokens.access_token}"}
+    try:
+        await http.delete(url, headers=headers)
+    except httpx2.HTTPError as exc:
+        logger.debug("the sign-in's session was not closed: %s", type(exc).__name__)
 
 
 def signed_in_from(
