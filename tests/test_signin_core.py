@@ -27,6 +27,7 @@ from mcp import Client
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.lowlevel.server import Server
+from mcp.shared.exceptions import MCPError
 from oauth_issuer import TestIssuer, running_issuer
 from oauth_servers import ProtectedServer, running_protected_server
 
@@ -286,10 +287,14 @@ async def test_a_server_that_needs_a_sign_in_says_so_then_serves_once_signed_in(
         remote_server = gateway.pool["remote"]
         assert "needs a sign-in: run `toolkeeper login remote`" in remote_server.describe_unavailable()
         async with Client(build_server(gateway, client_of), mode=mode) as client:
-            # Never connected, its tools are not known yet.
+            # Never connected, its tools are not known yet; a call to one says why.
             assert not [
                 tool for tool in (await client.list_tools()).tools if tool.name.startswith("remote__")
             ]
+            with pytest.raises(
+                MCPError, match=r"Unknown tool 'remote__whoami'.* server 'remote' needs a sign-in"
+            ):
+                await client.call_tool("remote__whoami", {})
 
             await sign_in(keeper, gateway.config.servers[0])  # type: ignore[arg-type]
             await state_becomes(gateway, State.READY)
