@@ -1,6 +1,6 @@
 """`toolkeeper import`, `install` and `uninstall`: move a person's servers from their MCP client
 into toolkeeper and point the client at toolkeeper, reversibly (a thin face over
-services/clients.py). None of them touches the store or starts a server."""
+services/clients/). None of them touches the store or starts a server."""
 
 from __future__ import annotations
 
