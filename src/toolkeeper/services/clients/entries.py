@@ -11,7 +11,9 @@ from typing import Any
 from toolkeeper.config.entries import COMMON_KEYS, ENV_REFERENCE
 from toolkeeper.config.mcp import PROTOCOL_KEYS, REMOTE_KEYS, STDIO_KEYS, starts_toolkeeper
 from toolkeeper.config.model import CREDENTIAL_NAME
+from toolkeeper.services.clients.bridges import unbridged
 from toolkeeper.services.clients.documents import ClientDocument, servers_of
+from toolkeeper.services.clients.remote import is_remote, remote_entry
 
 TOOLKEEPER_ENTRY = "toolkeeper"  # the name toolkeeper's own entry takes in a client's file
 KNOWN_ENTRY_KEYS = COMMON_KEYS | STDIO_KEYS | REMOTE_KEYS | PROTOCOL_KEYS
@@ -37,14 +39,17 @@ def variable_for_input(input_id: str) -> str:
 
 def convert_entry(name: str, entry: Mapping[str, Any], inputs: Mapping[str, str]) -> Conversion:
     """A client's entry in toolkeeper's format: keys toolkeeper does not read are dropped (named in
-    a note), a remote `serverUrl` becomes `url`, VS Code's `${input:id}` and `${env:NAME}` become
-    `${VAR}` references, and literal secrets in `env` or `headers` are kept with a warning."""
+    a note), an mcp-remote bridge becomes the remote entry it stands for, a remote entry's URL,
+    type and OAuth hints take toolkeeper's keys, VS Code's `${input:id}` and `${env:NAME}` become
+    `${VAR}` references, and literal secrets in `env`, `headers` or `oauth` are kept with a
+    warning."""
     conversion = Conversion(entry={})
+    entry = unbridged(name, entry, conversion.notes) or entry
+    if is_remote(entry):
+        entry = remote_entry(name, entry, conversion.notes)
     dropped = []
     for key, value in entry.items():
-        if key == "serverUrl" and "url" not in entry:
-            conversion.entry["url"] = value
-        elif key in KNOWN_ENTRY_KEYS:
+        if key in KNOWN_ENTRY_KEYS:
             conversion.entry[key] = _referenced(value, name=name, inputs=inputs, notes=conversion.notes)
         else:
             dropped.append(key)
@@ -59,16 +64,21 @@ def convert_entry(name: str, entry: Mapping[str, Any], inputs: Mapping[str, str]
 
 def _literal_secret_warnings(name: str, entry: Mapping[str, Any]) -> list[str]:
     warnings = []
-    for section in ("env", "headers"):
+    for section in ("env", "headers", "oauth"):
         values = entry.get(section)
         if not isinstance(values, dict):
             continue
         for key, value in values.items():
             if isinstance(value, str) and _looks_secret(key, value):
+                variable = (
+                    variable_for_input(f"{name}_client_secret")
+                    if section == "oauth"
+                    else key.upper().replace("-", "_")
+                )
                 warnings.append(
                     f"{name}: {section}.{key} holds a literal value that looks like a secret; "
                     "toolkeeper's file "
-                    f"keeps it in plain text. Consider writing ${{{key.upper().replace('-', '_')}}} "
+                    f"keeps it in plain text. Consider writing ${{{variable}}} "
                     "and setting that variable instead."
                 )
     return warnings

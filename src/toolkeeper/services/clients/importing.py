@@ -10,6 +10,7 @@ from typing import Any
 
 from toolkeeper.config import ConfigError
 from toolkeeper.config.loader import SERVER_NAME
+from toolkeeper.config.model import ServerConfig, SourceConfig
 from toolkeeper.errors import ServiceError
 from toolkeeper.services.clients.documents import ClientDocument, guess_key, read_client_file
 from toolkeeper.services.clients.entries import convert_servers
@@ -26,6 +27,7 @@ class ImportResult:
     unchanged: list[str]  # already there, the same
     skipped: list[str]  # toolkeeper's own entry
     disabled: list[str]
+    signs_in: list[str]  # remote servers that sign in when they ask: `toolkeeper login NAME`
     notes: list[str]
     diff: str
     written: bool
@@ -89,6 +91,7 @@ def import_servers(
         loaded = quietly_parsed(after_text, config)
     except ConfigError as exc:
         raise ServiceError(f"The merged configuration would not load: {exc}") from None
+    signs_in = [server.name for server in loaded.servers if server.name in added and _signs_in(server)]
     for name in added:
         if name in loaded.skipped:
             notes.append(f"{name}: toolkeeper will skip it until this is fixed: {loaded.skipped[name]}.")
@@ -110,7 +113,12 @@ def import_servers(
         unchanged=unchanged,
         skipped=skipped,
         disabled=disabled,
+        signs_in=signs_in,
         notes=notes,
         diff=diff,
         written=written,
     )
+
+
+def _signs_in(server: SourceConfig) -> bool:
+    return isinstance(server, ServerConfig) and server.sign_in is not None
