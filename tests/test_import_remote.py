@@ -8,19 +8,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.test_clients import TOOLKEEPER, environment, write
 from toolkeeper.config import Config
 from toolkeeper.config.loader import parse_config_file
 from toolkeeper.config.model import ServerConfig, SignInSettings
 from toolkeeper.downstreams.kinds import KINDS
 
-TOOLKEEPER = str(Path(sys.executable).parent / "toolkeeper")
 VARIABLES = {"GH_TOKEN": "gh-token-value", "CURSOR_SECRET": "cursor-secret-value", "API_KEY": "k-123"}
 
 
@@ -32,24 +30,16 @@ def home(tmp_path: Path) -> Path:
 
 
 def tk(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        **VARIABLES,
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_STATE_HOME": str(home / ".local" / "state"),
-        "PYTHONPATH": str(ROOT / "src"),
-        "COLUMNS": "400",
-    }
-    env.pop("TOOLKEEPER_CONFIG", None)
-    done = subprocess.run([TOOLKEEPER, *args], capture_output=True, text=True, timeout=60, cwd=home, env=env)
+    done = subprocess.run(
+        [TOOLKEEPER, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=home,
+        env={**environment(home), **VARIABLES},
+    )
     assert done.returncode == 0, (done.stdout, done.stderr)
     return done
-
-
-def write(path: Path, content: str | dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(content if isinstance(content, str) else json.dumps(content, indent=2), encoding="utf-8")
 
 
 def written(home: Path) -> dict[str, Any]:
