@@ -13,10 +13,10 @@ stays; a client file its owner made read-only is left alone unless the person fo
 and then stays read-only.
 
 The parts: the clients and where their files are (`table`), JSONC (`jsonc`), a client's file as
-read (`documents`), one entry converted (`entries`; a remote one in `remote`, an mcp-remote bridge in `bridges`), toolkeeper's own file (`own_config`), import
-(`importing`), atomic writes and backups (`files`), the entry a client starts toolkeeper by
-(`launch`), install's records (`records`), `install`, `uninstall`, and the clients whose files
-start toolkeeper (`installed`).
+read (`documents`), one entry converted (`entries`; a remote one in `remote`, an mcp-remote
+bridge in `bridges`), toolkeeper's own file (`own_config`), import (`importing`), atomic writes
+and backups (`files`), the entry a client starts toolkeeper by (`launch`), install's records
+(`records`), `install`, `uninstall`, and the clients whose files start toolkeeper (`installed`).
 """
 
 from toolkeeper.services.clients.documents import ClientDocument, read_client_file

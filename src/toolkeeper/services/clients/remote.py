@@ -23,9 +23,10 @@ CURSOR_AUTH = {"CLIENT_ID": "clientId", "CLIENT_SECRET": "clientSecret", "scopes
 
 
 def is_remote(entry: Mapping[str, Any]) -> bool:
-    if "command" in entry:
-        return False
-    return "url" in entry or "serverUrl" in entry or entry.get("type") in REMOTE_TYPES
+    written = entry.get("type")
+    if "command" in entry or (written is not None and written not in REMOTE_TYPES):
+        return False  # a stdio server, or a kind of source that is not an MCP server
+    return "url" in entry or "serverUrl" in entry or written in REMOTE_TYPES
 
 
 def remote_entry(name: str, entry: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -51,8 +52,6 @@ def remote_type(written: Any, url: Any) -> str | None:
     path ends in /sse (clients that guess the transport take such a server for SSE), else none."""
     if isinstance(written, str) and written in REMOTE_TYPES:
         return TRANSPORT_ALIASES[written]
-    if written is not None:
-        return str(written)  # the loader names what is wrong with it
     if isinstance(url, str) and urlsplit(url).path.rstrip("/").endswith("/sse"):
         return "sse"
     return None
