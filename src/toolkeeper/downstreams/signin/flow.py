@@ -39,7 +39,7 @@ from pydantic import AnyUrl, ValidationError
 
 from toolkeeper import jsonwire
 from toolkeeper.config.model import ServerConfig, SignInSettings
-from toolkeeper.downstreams.signin.guard import EndpointGuard, UnsafeEndpoint
+from toolkeeper.downstreams.signin.guard import EndpointGuard, UnsafeEndpoint, check_metadata
 from toolkeeper.downstreams.signin.subject import account_subject
 from toolkeeper.downstreams.signin.tokens import Registration, SignedIn
 
@@ -140,6 +140,7 @@ class GatewayProvider(OAuthClientProvider):
         self._metadata_document = metadata_document
 
     async def _perform_authorization(self) -> httpx2.Request:
+        check_metadata(self.context.oauth_metadata, self.context.server_url)
         document = self._metadata_document
         if document and should_use_client_metadata_url(self.context.oauth_metadata, document):
             self.context.client_info = create_client_info_from_metadata_url(
@@ -238,7 +239,9 @@ class AuthorizationCodeFlow:
             client_name=CLIENT_NAME,
             grant_types=["authorization_code", "refresh_token"],
             response_types=["code"],
-            token_endpoint_auth_method="client_secret_post" if self._settings.client_secret else "none",
+            # Registered dynamically, the gateway is a confidential client: it keeps the secret
+            # as it keeps tokens, and some servers revoke only for a client that authenticates.
+            token_endpoint_auth_method="client_secret_post",
             scope=self._settings.scope,
         )
         provider = self._provider = GatewayProvider(

@@ -7,6 +7,7 @@ import ipaddress
 from urllib.parse import urlsplit
 
 import httpx2
+from mcp.shared.auth import OAuthMetadata
 
 LOOPBACK_NAMES = frozenset({"localhost"})
 
@@ -47,3 +48,34 @@ class EndpointGuard:
             f"the authorization server's metadata points to {request.url.scheme}://{request.url.host}, "
             "which is neither https nor a loopback address"
         )
+
+
+# Where the gateway sends its codes, secrets and refresh tokens: these must be the issuer's own.
+SECRET_ENDPOINTS = ("token_endpoint", "registration_endpoint", "revocation_endpoint")
+
+
+def check_metadata(metadata: OAuthMetadata | None, server_url: str) -> None:
+    """Refuse an authorization server's metadata whose endpoints are reached in clear off the
+    loopback, or that sends secrets to an origin other than the issuer's. Raises UnsafeEndpoint."""
+    if metadata is None:
+        return
+    server_origin = origin(server_url)
+    issuer_origin = origin(str(metadata.issuer))
+    for name, value in metadata.model_dump(mode="json").items():
+        if not name.endswith("_endpoint") or not isinstance(value, str):
+            continue
+        parts = urlsplit(value)
+        if (
+            parts.scheme != "https"
+            and origin(value) != server_origin
+            and not is_loopback(parts.hostname or "")
+        ):
+            raise UnsafeEndpoint(
+                f"the authorization server's {name} ({parts.scheme}://{parts.hostname}) is neither https "
+                "nor a loopback address"
+            )
+        if name in SECRET_ENDPOINTS and origin(value) != issuer_origin:
+            raise UnsafeEndpoint(
+                f"the authorization server's {name} is on another origin than its issuer "
+                f"({parts.scheme}://{parts.netloc} for {metadata.issuer})"
+            )
