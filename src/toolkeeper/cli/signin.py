@@ -59,7 +59,7 @@ def login(
         raise typer.Exit(130) from None
     except ServiceError as exc:
         refuse(exc)
-    out.print(styled((message, "green")))
+    out.print(styled((message, "green")), soft_wrap=True)
 
 
 @app.command()
@@ -83,7 +83,7 @@ def logout(
         message = anyio.run(main)
     except ServiceError as exc:
         refuse(exc)
-    out.print(styled(message))
+    out.print(styled(message), soft_wrap=True)
 
 
 async def _service(config: Config, store: Store) -> SignInService:
