@@ -44,9 +44,12 @@ from toolkeeper.downstreams.base import (
 )
 from toolkeeper.downstreams.lists import CHANGED_LISTS, LISTS, ServerLists
 from toolkeeper.downstreams.raw import LaneDeclined, LinkClosed, RawLane
+from toolkeeper.downstreams.signin.auth import SignedInAuth, bearer_header, sign_in_needed
+from toolkeeper.downstreams.signin.keeper import SignIns
+from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT
 from toolkeeper.downstreams.status import SourceStatus
 from toolkeeper.downstreams.subscriptions import Subscriptions
-from toolkeeper.downstreams.transports import open_transport
+from toolkeeper.downstreams.transports import SignedInRequests, open_transport
 from toolkeeper.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -76,7 +79,16 @@ SERVER_INPUT: TypeAdapter[ServerInput] = TypeAdapter(ServerInput)
 class McpConnection(SourceStatus):
     config: ServerConfig
 
-    def __init__(self, config: ServerConfig, listener: DownstreamListener) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        listener: DownstreamListener,
+        sign_ins: SignIns | None = None,
+        *,
+        account: str = SHARED_ACCOUNT,
+    ) -> None:
+        """`sign_ins`: the gateway's signed-in accounts, for a server that signs in (its requests
+        carry `account`'s token)."""
         super().__init__(config)
         self._lists = ServerLists(config)
         self.server_info: dict[str, Any] | None = None
@@ -104,6 +116,15 @@ class McpConnection(SourceStatus):
         # the era it was asked in is asked in the other on the next attempt; one reached in
         # 2026-07-28 that asks through its session anyway is moved back (`_needs_back_channel`).
         self._handshake_first = True
+        self._sign_ins = sign_ins if config.sign_in is not None and config.transport != "stdio" else None
+        self.account = account
+        # The connection's auth, and whether the server refused this account's requests (its
+        # token, or the lack of one) since the attempt began.
+        self._auth: SignedInAuth | None = None
+        self._sign_in_refused = False
+        if self._sign_ins is not None:
+            self._sign_ins.track(config)
+            self._sign_ins.subscribe(self._account_changed)
 
     # ------------------------------------------------------------------ status
     @property
@@ -119,6 +140,8 @@ class McpConnection(SourceStatus):
         return self.era is not Era.MODERN
 
     def describe_unavailable(self) -> str:
+        if self.state is State.NEEDS_SIGN_IN:
+            return str(sign_in_needed(self.name, self.account))
         reason = f" (last error: {self.last_error})" if self.last_error else ""
         if self.state is State.STARTING:
             return f"server '{self.name}' is still starting{reason}; try again in a moment"
@@ -166,21 +189,20 @@ class McpConnection(SourceStatus):
                 self._lists.clear_dirty()
                 self._next_attempt_at = None
                 self._attempting = True
+                self._sign_in_refused = False
                 connects_before = self.connects
                 try:
                     await self._serve_one_connection(connect_slots)
                     self.last_error = self.last_error or CLOSED_BY_SERVER
                 except Exception as exc:  # any failure of one connection is retried, never fatal
-                    self.last_error = _explain(exc, self.config)
-                    logger.warning("server %r: %s", self.name, self.last_error)
-                    if self.config.protocol == "auto" and self.connected_since is None and _refused(exc):
-                        self._handshake_first = not self._handshake_first
-                        era = "handshake era" if self._handshake_first else "2026-07-28 era"
-                        logger.info("server %r: trying the %s next", self.name, era)
+                    self._connection_failed(exc)
                 finally:
                     self._client = None
                     self._attempting = False
                     self.first_attempt_done.set()
+                if self._sign_in_refused:
+                    await self._wait_for_sign_in()
+                    continue
                 if self.connects == connects_before:
                     self.attempt += 1
                 backoff = self._backoff
@@ -195,6 +217,53 @@ class McpConnection(SourceStatus):
             self._client = None
             self.state = State.STOPPED
 
+    def _connection_failed(self, exc: Exception) -> None:
+        if self._sign_in_refused:  # the server's 401, which the SDK's transport reports as an error
+            logger.debug(
+                "server %r: the connection ended on a refused sign-in (%s)", self.name, type(exc).__name__
+            )
+            return
+        self.last_error = _explain(exc, self.config)
+        logger.warning("server %r: %s", self.name, self.last_error)
+        if self.config.protocol == "auto" and self.connected_since is None and _refused(exc):
+            self._handshake_first = not self._handshake_first
+            era = "handshake era" if self._handshake_first else "2026-07-28 era"
+            logger.info("server %r: trying the %s next", self.name, era)
+
+    async def _wait_for_sign_in(self) -> None:
+        """Wait, without retrying, until the account signs in (or a person asks to reconnect)."""
+        self.last_error = str(sign_in_needed(self.name, self.account))
+        self._backoff = INITIAL_BACKOFF
+        self.attempt = 1
+        logger.info("server %r: %s", self.name, self.last_error)
+        self._set_state(State.NEEDS_SIGN_IN)
+        await self._reconnect_now.wait()
+
+    def _account_changed(self, server: str, account: str) -> None:
+        """`SignIns` says an account signed in or was forgotten."""
+        if server != self.name or account != self.account or self._sign_ins is None:
+            return
+        signed_in = self._sign_ins.current(server, account) is not None
+        if signed_in and self.state is State.NEEDS_SIGN_IN:
+            self._reconnect_now.set()
+        elif not signed_in and self._client is not None and self._auth is not None and self._auth.sent_token:
+            # Signed out: the open session is the account's; the next connection asks again.
+            self.last_error = "the account signed out"
+            self._lost.set()
+
+    def _refused_sign_in(self) -> None:
+        """The server refused this account's requests and no renewal helped."""
+        self._sign_in_refused = True
+        if self._sign_ins is not None:
+            self._sign_ins.note_open(self.name, self.account, False)
+        self._lost.set()
+
+    def _signed_in_requests(self) -> SignedInRequests | None:
+        if self._sign_ins is None:
+            return None
+        self._auth = SignedInAuth(self._sign_ins, self.config, self.account, self._refused_sign_in)
+        return SignedInRequests(self._auth, bearer_header(self._sign_ins, self.name, self.account))
+
     async def _serve_one_connection(self, connect_slots: anyio.CapacityLimiter) -> None:
         # The deadline covers the handshake and the first tool list only; it is lifted once ready.
         # (A scope, not fail_after around __aenter__: the client's task groups must nest inside it.)
@@ -202,7 +271,12 @@ class McpConnection(SourceStatus):
             await connect_slots.acquire()
             holding_slot = True
             try:
-                async with open_transport(self.config, self._lost) as (read_stream, write_stream, link):
+                signed_in = self._signed_in_requests()
+                async with open_transport(self.config, self._lost, signed_in) as (
+                    read_stream,
+                    write_stream,
+                    link,
+                ):
                     client = Client(
                         nullcontext((read_stream, write_stream)),
                         mode=self._connect_mode(),
@@ -255,6 +329,8 @@ class McpConnection(SourceStatus):
         self.instructions = client.instructions
         self.connects += 1
         self.attempt = 1
+        if self._sign_ins is not None and self._auth is not None and not self._auth.sent_token:
+            self._sign_ins.note_open(self.name, self.account, True)
         self._attempting = False
         self.connected_since = time.monotonic()
         self.last_error = None
@@ -550,6 +626,8 @@ class McpConnection(SourceStatus):
 
     async def _request(self, request: Any, on_progress: ProgressCallback | None) -> dict[str, Any]:
         client = self._client
+        if self.state is State.NEEDS_SIGN_IN or self._sign_in_refused:
+            raise sign_in_needed(self.name, self.account)
         if client is None or self.state is not State.READY:
             raise Unavailable(self.describe_unavailable())
         what = f"'{request.params.name}'" if isinstance(request, types.CallToolRequest) else request.method
@@ -558,6 +636,8 @@ class McpConnection(SourceStatus):
                 request, RAW, request_read_timeout_seconds=self.config.timeout, progress_callback=on_progress
             )
         except MCPError as exc:
+            if self._sign_in_refused:
+                raise sign_in_needed(self.name, self.account) from None
             if exc.error.code == REQUEST_TIMEOUT:
                 raise CallTimedOut(self._timed_out(what)) from None
             if exc.error.code == CONNECTION_CLOSED:

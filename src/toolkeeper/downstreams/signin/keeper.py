@@ -81,11 +81,12 @@ class SignIns:
         if self._shelf is None:
             return
         found = await self._shelf.load()
-        now = self._now()
-        self._accounts = dict(found)
-        self._renewing = {key: _Renewing(issued_at=now) for key in found}
+        before, self._accounts = self._accounts, dict(found)
+        changed = [key for key in before.keys() | found.keys() if before.get(key) != found.get(key)]
+        for key in changed:
+            self._renewing.pop(key, None)
         self._wake.set()
-        for server, account in found:
+        for server, account in changed:
             self._tell(server, account)
 
     def current(self, server: str, account: str) -> SignedIn | None:
