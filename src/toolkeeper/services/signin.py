@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from toolkeeper.config.model import Config, ServerConfig
-from toolkeeper.downstreams.base import Downstream
+from toolkeeper.downstreams.base import Downstream, State
 from toolkeeper.downstreams.signin.flow import PendingSignIn, SignInFailed
 from toolkeeper.downstreams.signin.keeper import SignIns
 from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignedIn
@@ -24,8 +24,6 @@ from toolkeeper.errors import ErrorKind, ServiceError
 # The local user's principal identity (`kind:name`): whose account a person at this machine signs
 # in to a server whose accounts are each principal's own, unless they name another.
 LOCAL_ACCOUNT = "local:local"
-# The downstream state a connection waits in until its account signs in.
-NEEDS_SIGN_IN_STATE = "needs-sign-in"
 
 
 class SignInState(StrEnum):
@@ -212,7 +210,7 @@ class SignInService:
         waits for it."""
         if self.sign_ins.needs_sign_in(server, account):
             return True
-        return any(d.name == server.name and d.state.value == NEEDS_SIGN_IN_STATE for d in self._pool())
+        return any(d.name == server.name and d.state is State.NEEDS_SIGN_IN for d in self._pool())
 
     async def begin(self, name: str, account: str | None, redirect_uri: str) -> PendingSignIn:
         """Start a person's sign-in: the pending sign-in's `url` is opened in a browser, which

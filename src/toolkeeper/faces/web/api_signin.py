@@ -44,7 +44,7 @@ async def begin(request: Request) -> Response:
     responses:
       201: {description: "{server, account, url}"}
       404: {description: No server of that name}
-      422: {description: The server does not sign in a person, or the account is malformed}
+      422: {description: "The server does not sign in a person, or the account is malformed"}
       503: {description: The server or its authorization server cannot be reached}
     """
     name = request.path_params["name"]
