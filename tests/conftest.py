@@ -21,6 +21,7 @@ from mcp import Client, StdioServerParameters
 if TYPE_CHECKING:
     from browser import PageAt
     from oauth_issuer import TestIssuer
+    from oauth_servers import ProtectedServer
     from playwright.async_api import Browser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -247,6 +248,16 @@ def oauth_issuer() -> Iterator[TestIssuer]:
 
     with running_issuer() as issuer:
         yield issuer
+
+
+@pytest.fixture
+def protected_server(tmp_path: Path) -> Iterator[ProtectedServer]:
+    """A remote MCP server behind the SDK's own OAuth (tests/servers/protected_mcp.py), its
+    authorization server built in, approving every sign-in as "alice", until the test ends."""
+    from oauth_servers import running_protected_server
+
+    with running_protected_server(tmp_path, "--auto-approve") as server:
+        yield server
 
 
 # The dashboard's browser tests (tests/browser.py); async, so their tests are `pytest.mark.anyio`.
