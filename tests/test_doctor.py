@@ -22,7 +22,7 @@ from toolkeeper.cli.common import running_gateway
 from toolkeeper.config import load_config
 from toolkeeper.config.loader import demo_config_path
 from toolkeeper.downstreams.kinds import KINDS
-from toolkeeper.services.doctor import Finding, Level, check_store, clients_pointing_nowhere
+from toolkeeper.services.doctor import Finding, Level, check_sign_ins, check_store, clients_pointing_nowhere
 from toolkeeper.store import Store
 
 
@@ -295,3 +295,22 @@ async def test_counting_without_arguments_decides_as_policy_explain_does(
                 explained["reason"],
             ), verdict["tool"]
     assert {v["decision"] for v in counted} == {"ask", "allow"}
+
+
+def test_each_remote_server_that_signs_in_is_named_with_its_login_command(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        {
+            "tracker": {"url": "https://tracker.example/mcp", "oauth": {"clientId": "app"}},
+            "wiki": {"type": "sse", "url": "https://wiki.example/sse"},
+            "keyed": {"url": "https://keyed.example/mcp", "headers": {"Authorization": "Bearer abc"}},
+            "off": {"url": "https://off.example/mcp", "oauth": False},
+            "local": controllable(),
+        },
+    )
+    findings = check_sign_ins(load_config(config, kinds=KINDS.entries))
+    assert [(f.subject, f.level, f.next) for f in findings] == [
+        ("tracker", Level.OK, "toolkeeper login tracker"),
+        ("wiki", Level.OK, "toolkeeper login wiki"),
+    ]
+    assert findings[0].message == "signs in when the server asks: `toolkeeper login tracker`"

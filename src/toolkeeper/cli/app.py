@@ -35,6 +35,7 @@ from toolkeeper.cli.common import (
 from toolkeeper.cli.status import COMMAND_LINE, command_log_level
 from toolkeeper.errors import ErrorKind
 from toolkeeper.log import setup_logging
+from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services.costs import LABEL, Tally, figure, share
 from toolkeeper.services.inspect import HINTS, Inspectable, server_rows, tool_rows
 from toolkeeper.services.toolsets import ToolsetService, read_json_file
@@ -154,8 +155,16 @@ def servers(
     as_json: bool = JsonOption,
     wait: float = typer.Option(15.0, help="Seconds to wait for servers to connect."),
 ) -> None:
-    """Each configured server: state, protocol era, tool count, what else it offers, last error."""
-    rows = with_gateway(load(config, demo), wait, server_rows)
+    """Each configured server: state, protocol era, tool count, what else it offers, last error;
+    for a remote server that signs in, whether it is signed in or needs a sign-in."""
+
+    # Sign-in's modules (the SDK's OAuth client) load only for the commands that show it.
+    from toolkeeper.services.signin import NEEDS_SIGN_IN, sign_in_service, with_sign_in
+
+    def rows_of(gateway: Gateway) -> list[dict[str, Any]]:
+        return with_sign_in(server_rows(gateway), sign_in_service(gateway))
+
+    rows = with_gateway(load(config, demo), wait, rows_of)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -168,11 +177,10 @@ def servers(
         "invalid": "red",
     }
     for r in rows:
-        state = r["state"]
         offers = ", ".join(f"{r[key]} {label}" for key, label in OFFERINGS if r.get(key))
         table.add_row(
             r["name"],
-            styled((r.get("progress") or state, colours.get(state, "dim"))),
+            _state_cell(r, colours),
             r.get("transport") or "",
             f"{r.get('era') or ''} {r.get('protocolVersion') or ''}".strip(),
             f"{r.get('tools', 0)}" + (f" ({r['leftOut']} left out)" if r.get("leftOut") else ""),
@@ -182,11 +190,26 @@ def servers(
         )
     out.print(table)
     for r in rows:
+        if r.get("signIn", {}).get("state") == NEEDS_SIGN_IN:
+            err.print(styled((f"{r['name']} needs a sign-in:", "yellow"), f" toolkeeper login {r['name']}"))
         if r.get("leftOut"):
             heading = f"{r['name']}: {r['leftOut']} tool(s) left out of every client's list:"
             err.print(styled((heading, "yellow")))
             for tool in r["leftOutTools"]:
                 err.print(styled("  ", (tool["name"], "bold"), f": {tool['reason']}"), soft_wrap=True)
+
+
+def _state_cell(row: dict[str, Any], colours: dict[str, str]) -> Any:
+    """The state a person reads: a connection's, or where its account is the point, the sign-in's
+    ("needs sign-in", "signed in as alice")."""
+    sign_in = row.get("signIn") or {}
+    if sign_in.get("state") == "needs sign-in":
+        return styled(("needs sign-in", "yellow"))
+    state = row["state"]
+    shown = styled((row.get("progress") or state, colours.get(state, "dim")))
+    if sign_in.get("state") == "signed in":
+        shown.append(f"\nsigned in as {sign_in.get('subject') or 'an unnamed account'}", style="dim")
+    return shown
 
 
 OFFERINGS = (("resources", "resources"), ("resourceTemplates", "templates"), ("prompts", "prompts"))
@@ -594,6 +617,7 @@ from toolkeeper.cli import openapi as _openapi  # noqa: E402, F401
 from toolkeeper.cli import policy as _policy  # noqa: E402, F401
 from toolkeeper.cli import rules as _rules  # noqa: E402, F401
 from toolkeeper.cli import search as _search  # noqa: E402, F401
+from toolkeeper.cli import signin as _signin  # noqa: E402, F401
 
 
 def main() -> None:

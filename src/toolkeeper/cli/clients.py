@@ -1,6 +1,6 @@
 """`toolkeeper import`, `install` and `uninstall`: move a person's servers from their MCP client
 into toolkeeper and point the client at toolkeeper, reversibly (a thin face over
-services/clients.py). None of them touches the store or starts a server."""
+services/clients/). None of them touches the store or starts a server."""
 
 from __future__ import annotations
 
@@ -70,6 +70,19 @@ def import_command(
     added = ", ".join(result.added) or "none"
     same = f" ({len(result.unchanged)} already there)" if result.unchanged else ""
     out.print(styled(f"{verb} {len(result.added)} server(s) into {target}: {added}{same}."), soft_wrap=True)
+    _tell_sign_ins(result.signs_in)
+
+
+def _tell_sign_ins(names: list[str]) -> None:
+    """The imported remote servers that will ask for a sign-in, each with the command that does it."""
+    if not names:
+        return
+    out.print(
+        styled(f"{len(names)} remote server(s) sign in when the server asks (before first use, run):"),
+        soft_wrap=True,
+    )
+    for name in names:
+        print(f"  `toolkeeper login {name}`")
 
 
 APPROVAL_HINT = (

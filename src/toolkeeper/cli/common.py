@@ -148,8 +148,17 @@ T = TypeVar("T")
 
 
 def with_gateway(config: Config, wait: float, use: Callable[[Gateway], T], *, costs: bool = False) -> T:
+    """`use` on the gateway running for a moment: with the store open where a remote server
+    signs in, so its accounts (kept there) are used and shown; without, as no store is needed."""
+
     async def main() -> T:
-        async with running_gateway(config, wait, costs=costs) as gateway:
+        if not any(getattr(server, "sign_in", None) is not None for server in config.servers):
+            async with running_gateway(config, wait, costs=costs) as gateway:
+                return use(gateway)
+        async with (
+            await open_store(config) as store,
+            running_gateway(config, wait, store, costs=costs) as gateway,
+        ):
             return use(gateway)
 
     return anyio.run(main)

@@ -50,6 +50,9 @@ class State(StrEnum):
     LOADING = "loading"
     READY = "ready"
     RECONNECTING = "reconnecting"
+    # The server asked for a sign-in its account does not have (or whose token could not be
+    # renewed): no reconnecting until the account signs in, then at once.
+    NEEDS_SIGN_IN = "needs sign-in"
     STOPPED = "stopped"
 
 

@@ -32,6 +32,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from toolkeeper.config.model import ServerConfig
+from toolkeeper.downstreams.accounts import AccountConnections, OnBehalfOf
 from toolkeeper.downstreams.base import (
     RAW,
     CallTimedOut,
@@ -44,9 +45,12 @@ from toolkeeper.downstreams.base import (
 )
 from toolkeeper.downstreams.lists import CHANGED_LISTS, LISTS, ServerLists
 from toolkeeper.downstreams.raw import LaneDeclined, LinkClosed, RawLane
+from toolkeeper.downstreams.signin.auth import SignedInAuth, bearer_header, sign_in_needed
+from toolkeeper.downstreams.signin.keeper import SignIns
+from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, calling_account
 from toolkeeper.downstreams.status import SourceStatus
 from toolkeeper.downstreams.subscriptions import Subscriptions
-from toolkeeper.downstreams.transports import open_transport
+from toolkeeper.downstreams.transports import SignedInRequests, open_transport
 from toolkeeper.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -76,7 +80,16 @@ SERVER_INPUT: TypeAdapter[ServerInput] = TypeAdapter(ServerInput)
 class McpConnection(SourceStatus):
     config: ServerConfig
 
-    def __init__(self, config: ServerConfig, listener: DownstreamListener) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        listener: DownstreamListener,
+        sign_ins: SignIns | None = None,
+        *,
+        account: str = SHARED_ACCOUNT,
+    ) -> None:
+        """`sign_ins`: the gateway's signed-in accounts, for a server that signs in (its requests
+        carry `account`'s token)."""
         super().__init__(config)
         self._lists = ServerLists(config)
         self.server_info: dict[str, Any] | None = None
@@ -104,6 +117,24 @@ class McpConnection(SourceStatus):
         # the era it was asked in is asked in the other on the next attempt; one reached in
         # 2026-07-28 that asks through its session anyway is moved back (`_needs_back_channel`).
         self._handshake_first = True
+        self._sign_ins = sign_ins if config.sign_in is not None and config.transport != "stdio" else None
+        self.account = account
+        # The connection's auth, and whether the server refused this account's requests (its
+        # token, or the lack of one) since the attempt began.
+        self._auth: SignedInAuth | None = None
+        self._sign_in_refused = False
+        # Per principal: this connection lists and takes its own account's calls; each other
+        # account's calls go over a connection of that account's.
+        self._accounts: AccountConnections | None = None
+        if self._sign_ins is not None:
+            self._sign_ins.track(config)
+            self._sign_ins.subscribe(self._account_changed)
+            if (
+                config.sign_in is not None
+                and config.sign_in.mode == "perPrincipal"
+                and account == SHARED_ACCOUNT
+            ):
+                self._accounts = AccountConnections(config.name, self._account_connection)
 
     # ------------------------------------------------------------------ status
     @property
@@ -119,6 +150,8 @@ class McpConnection(SourceStatus):
         return self.era is not Era.MODERN
 
     def describe_unavailable(self) -> str:
+        if self.state is State.NEEDS_SIGN_IN:
+            return str(sign_in_needed(self.name, self.account))
         reason = f" (last error: {self.last_error})" if self.last_error else ""
         if self.state is State.STARTING:
             return f"server '{self.name}' is still starting{reason}; try again in a moment"
@@ -158,7 +191,15 @@ class McpConnection(SourceStatus):
 
     # -------------------------------------------------------------- supervisor
     async def run(self, connect_slots: anyio.CapacityLimiter) -> None:
-        """Supervise the connection until cancelled."""
+        """Supervise the connection (and, per principal, its accounts' connections) until cancelled."""
+        if self._accounts is None:
+            await self._supervise(connect_slots)
+            return
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._accounts.run, connect_slots)
+            await self._supervise(connect_slots)
+
+    async def _supervise(self, connect_slots: anyio.CapacityLimiter) -> None:
         try:
             while True:
                 self._lost = anyio.Event()
@@ -166,21 +207,20 @@ class McpConnection(SourceStatus):
                 self._lists.clear_dirty()
                 self._next_attempt_at = None
                 self._attempting = True
+                self._sign_in_refused = False
                 connects_before = self.connects
                 try:
                     await self._serve_one_connection(connect_slots)
                     self.last_error = self.last_error or CLOSED_BY_SERVER
                 except Exception as exc:  # any failure of one connection is retried, never fatal
-                    self.last_error = _explain(exc, self.config)
-                    logger.warning("server %r: %s", self.name, self.last_error)
-                    if self.config.protocol == "auto" and self.connected_since is None and _refused(exc):
-                        self._handshake_first = not self._handshake_first
-                        era = "handshake era" if self._handshake_first else "2026-07-28 era"
-                        logger.info("server %r: trying the %s next", self.name, era)
+                    self._connection_failed(exc)
                 finally:
                     self._client = None
                     self._attempting = False
                     self.first_attempt_done.set()
+                if self._sign_in_refused:
+                    await self._wait_for_sign_in()
+                    continue
                 if self.connects == connects_before:
                     self.attempt += 1
                 backoff = self._backoff
@@ -194,6 +234,85 @@ class McpConnection(SourceStatus):
         finally:
             self._client = None
             self.state = State.STOPPED
+            if self._sign_ins is not None:
+                self._sign_ins.unsubscribe(self._account_changed)
+
+    def _listing_account(self, sign_ins: SignIns) -> str:
+        """Per principal, the account the server's own connection lists with: the gateway's, or
+        else the first that signed in."""
+        if sign_ins.current(self.name, SHARED_ACCOUNT) is not None:
+            return SHARED_ACCOUNT
+        return next(iter(sign_ins.accounts_of(self.name)), SHARED_ACCOUNT)
+
+    def _account_connection(self, account: str) -> McpConnection:
+        return McpConnection(self.config, OnBehalfOf(self, self._listener), self._sign_ins, account=account)
+
+    async def _call_as(
+        self, account: str, name: str, arguments: dict[str, Any] | None, **how: Any
+    ) -> dict[str, Any]:
+        """A call of another account than this connection's, over that account's connection."""
+        assert self._accounts is not None and self._sign_ins is not None
+        if self._sign_ins.current(self.name, account) is None:
+            raise sign_in_needed(self.name, account)
+        connection = await self._accounts.connection(account)
+        if connection.state is State.NEEDS_SIGN_IN:
+            raise sign_in_needed(self.name, account)
+        return await connection.call_tool(name, arguments, **how)
+
+    def _connection_failed(self, exc: Exception) -> None:
+        if self._sign_in_refused:  # the server's 401, which the SDK's transport reports as an error
+            logger.debug(
+                "server %r: the connection ended on a refused sign-in (%s)", self.name, type(exc).__name__
+            )
+            return
+        self.last_error = _explain(exc, self.config)
+        logger.warning("server %r: %s", self.name, self.last_error)
+        if self.config.protocol == "auto" and self.connected_since is None and _refused(exc):
+            self._handshake_first = not self._handshake_first
+            era = "handshake era" if self._handshake_first else "2026-07-28 era"
+            logger.info("server %r: trying the %s next", self.name, era)
+
+    async def _wait_for_sign_in(self) -> None:
+        """Wait, without retrying, until the account signs in (or a person asks to reconnect)."""
+        self.last_error = str(sign_in_needed(self.name, self.account))
+        self._backoff = INITIAL_BACKOFF
+        self.attempt = 1
+        logger.info("server %r: %s", self.name, self.last_error)
+        self._set_state(State.NEEDS_SIGN_IN)
+        await self._reconnect_now.wait()
+
+    def _account_changed(self, server: str, account: str) -> None:
+        """`SignIns` says an account signed in or was forgotten."""
+        if server != self.name or self._sign_ins is None:
+            return
+        signed_in = self._sign_ins.current(server, account) is not None
+        if account != self.account:
+            if self._accounts is None:
+                return
+            if not signed_in:
+                self._accounts.close(account)
+                return
+        if signed_in and self.state is State.NEEDS_SIGN_IN:
+            self._reconnect_now.set()
+        elif not signed_in and self._client is not None and self._auth is not None and self._auth.sent_token:
+            # Signed out: the open session is the account's; the next connection asks again.
+            self.last_error = "the account signed out"
+            self._lost.set()
+
+    def _refused_sign_in(self) -> None:
+        """The server refused this account's requests and no renewal helped."""
+        self._sign_in_refused = True
+        if self._sign_ins is not None:
+            self._sign_ins.note_open(self.name, self.account, False)
+        self._lost.set()
+
+    def _signed_in_requests(self) -> SignedInRequests | None:
+        if self._sign_ins is None:
+            return None
+        if self._accounts is not None:
+            self.account = self._listing_account(self._sign_ins)
+        self._auth = SignedInAuth(self._sign_ins, self.config, self.account, self._refused_sign_in)
+        return SignedInRequests(self._auth, bearer_header(self._sign_ins, self.name, self.account))
 
     async def _serve_one_connection(self, connect_slots: anyio.CapacityLimiter) -> None:
         # The deadline covers the handshake and the first tool list only; it is lifted once ready.
@@ -202,7 +321,12 @@ class McpConnection(SourceStatus):
             await connect_slots.acquire()
             holding_slot = True
             try:
-                async with open_transport(self.config, self._lost) as (read_stream, write_stream, link):
+                signed_in = self._signed_in_requests()
+                async with open_transport(self.config, self._lost, signed_in) as (
+                    read_stream,
+                    write_stream,
+                    link,
+                ):
                     client = Client(
                         nullcontext((read_stream, write_stream)),
                         mode=self._connect_mode(),
@@ -255,6 +379,8 @@ class McpConnection(SourceStatus):
         self.instructions = client.instructions
         self.connects += 1
         self.attempt = 1
+        if self._sign_ins is not None and self._auth is not None and not self._auth.sent_token:
+            self._sign_ins.note_open(self.name, self.account, True)
         self._attempting = False
         self.connected_since = time.monotonic()
         self.last_error = None
@@ -435,6 +561,13 @@ class McpConnection(SourceStatus):
 
         `extra` carries a modern retry's `inputResponses` and `requestState`; `log_level` is the
         level the caller wants this call's log messages at (a modern server is asked per call)."""
+        if self._accounts is not None and (account := calling_account.get()) not in (
+            self.account,
+            SHARED_ACCOUNT,
+        ):
+            return await self._call_as(
+                account, name, arguments, meta=meta, on_progress=on_progress, extra=extra, log_level=log_level
+            )
         what = f"the call to '{name}'"
         with self._calls.stoppable(what) as call:
             try:
@@ -550,6 +683,8 @@ class McpConnection(SourceStatus):
 
     async def _request(self, request: Any, on_progress: ProgressCallback | None) -> dict[str, Any]:
         client = self._client
+        if self.state is State.NEEDS_SIGN_IN or self._sign_in_refused:
+            raise sign_in_needed(self.name, self.account)
         if client is None or self.state is not State.READY:
             raise Unavailable(self.describe_unavailable())
         what = f"'{request.params.name}'" if isinstance(request, types.CallToolRequest) else request.method
@@ -558,6 +693,8 @@ class McpConnection(SourceStatus):
                 request, RAW, request_read_timeout_seconds=self.config.timeout, progress_callback=on_progress
             )
         except MCPError as exc:
+            if self._sign_in_refused:
+                raise sign_in_needed(self.name, self.account) from None
             if exc.error.code == REQUEST_TIMEOUT:
                 raise CallTimedOut(self._timed_out(what)) from None
             if exc.error.code == CONNECTION_CLOSED:

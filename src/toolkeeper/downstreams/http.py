@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 import ssl
+from collections.abc import Callable
 from itertools import count
 from typing import Any
 from urllib.parse import urlsplit
@@ -93,7 +94,11 @@ class HttpLink:
     """Requests to a streamable-HTTP server, each its own POST (on the SDK transport's session, for
     a handshake-era server)."""
 
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
+    def __init__(
+        self, url: str, headers: dict[str, str], authorization: Callable[[], str | None] | None = None
+    ) -> None:
+        """`authorization`: the `Authorization` value of this moment, read per request (a
+        signed-in server's token, renewed in the background)."""
         parts = urlsplit(url)
         self.secure = parts.scheme == "https"
         self.host = parts.hostname or "localhost"
@@ -105,6 +110,7 @@ class HttpLink:
         fixed = {"host": authority, **{k.lower(): v for k, v in headers.items()}}
         fixed.update({"content-type": "application/json", "accept": "application/json, text/event-stream"})
         self._head = f"POST {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
+        self._authorization = authorization
         self.stamp: dict[str, Any] = {}
         self.on_notification: OnNotification | None = None
         self.on_request: OnServerRequest | None = None
@@ -143,6 +149,8 @@ class HttpLink:
                 head += f"mcp-name: {encode_header_value(name)}\r\n"
         else:
             head = self._head + self._session_head
+        if self._authorization is not None:
+            head += self._authorization_line()
         data = (head + f"content-length: {len(body)}\r\n\r\n").encode("latin-1") + body
         if (loop := self._loop) is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -165,6 +173,13 @@ class HttpLink:
             expiry.cancel()
             deadline.take_back()  # expired as the request ended anyway: taken back all the same
 
+    def _authorization_line(self) -> str:
+        """The token's header line; none for a value that is not plain text (the server's 401 then
+        sends the call the SDK's way)."""
+        assert self._authorization is not None
+        value = self._authorization()
+        return f"authorization: {value}\r\n" if value is not None and _plain_header(value) else ""
+
     def _cancel_in_session(self, request_id: int, reason: str) -> None:
         """Tell a handshake-era server that a call was given up: its session outlives the POST.
         (A 2026-07-28 server takes the closed connection as the cancellation.)"""
@@ -182,7 +197,10 @@ class HttpLink:
     async def _send_one_way(self, message: dict[str, Any]) -> None:
         """POST a message on the session that gets no JSON-RPC answer (202 Accepted)."""
         body = jsonwire.encode(message)
-        head = self._head + self._session_head + f"content-length: {len(body)}\r\n\r\n"
+        head = self._head + self._session_head
+        if self._authorization is not None:
+            head += self._authorization_line()
+        head += f"content-length: {len(body)}\r\n\r\n"
         data = head.encode("latin-1") + body
         try:
             async with asyncio.timeout(ONE_WAY_SECONDS):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from toolkeeper.config.entries import EntryKind
 from toolkeeper.config.mcp import MCP_ENTRIES
@@ -21,16 +21,21 @@ from toolkeeper.downstreams.base import Downstream, DownstreamListener
 from toolkeeper.downstreams.connection import McpConnection
 from toolkeeper.downstreams.openapi.source import OpenApiSource
 
+if TYPE_CHECKING:
+    from toolkeeper.downstreams.signin.keeper import SignIns
+
 ConfigT = TypeVar("ConfigT", bound=SourceConfig)
 
 
 @dataclass(frozen=True)
 class Kind(Generic[ConfigT]):
-    """One kind of tool source: its entries parse to `config_type`, which `connect` serves."""
+    """One kind of tool source: its entries parse to `config_type`, which `connect` serves. A kind
+    that `signs_in` (a remote MCP server) is also handed the gateway's signed-in accounts."""
 
     entries: EntryKind
     config_type: type[ConfigT]
-    connect: Callable[[ConfigT, DownstreamListener], Downstream]
+    connect: Callable[..., Downstream]
+    signs_in: bool = False
 
 
 class Kinds:
@@ -58,14 +63,18 @@ class Kinds:
         """What the loader needs to parse server entries of these kinds."""
         return tuple(kind.entries for kind in self.kinds)
 
-    def connect(self, config: SourceConfig, listener: DownstreamListener) -> Downstream:
+    def connect(
+        self, config: SourceConfig, listener: DownstreamListener, sign_ins: SignIns | None = None
+    ) -> Downstream:
         """The downstream that serves `config`, made by the kind its entry was parsed by."""
         kind = self._by_config.get(type(config))
         if kind is None:
             raise LookupError(f"server '{config.name}': no kind of source serves {type(config).__name__}")
+        if kind.signs_in:
+            return kind.connect(config, listener, sign_ins)
         return kind.connect(config, listener)
 
 
-MCP = Kind(entries=MCP_ENTRIES, config_type=ServerConfig, connect=McpConnection)
+MCP = Kind(entries=MCP_ENTRIES, config_type=ServerConfig, connect=McpConnection, signs_in=True)
 OPENAPI = Kind(entries=OPENAPI_ENTRIES, config_type=OpenApiConfig, connect=OpenApiSource)
 KINDS = Kinds(MCP, OPENAPI)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import anyio
 
 from toolkeeper.config.model import Config, SourceConfig
 from toolkeeper.downstreams.base import Downstream, DownstreamListener
 from toolkeeper.downstreams.kinds import KINDS
+from toolkeeper.downstreams.signin.keeper import SignIns
 
 logger = logging.getLogger(__name__)
 
@@ -21,9 +23,19 @@ CALLS_ENDED_POLL_SECONDS = 0.01
 
 class DownstreamPool:
     def __init__(
-        self, config: Config, listener: DownstreamListener, connect: Connect = KINDS.connect
+        self,
+        config: Config,
+        listener: DownstreamListener,
+        connect: Connect | None = None,
+        *,
+        sign_ins: SignIns | None = None,
     ) -> None:
+        """`sign_ins`: the gateway's signed-in accounts, which the kinds that sign in are handed
+        (with `KINDS.connect`, the default)."""
         self.config = config
+        self.sign_ins = sign_ins
+        if connect is None:
+            connect = partial(KINDS.connect, sign_ins=sign_ins)
         # Config order matters: it is the order tools are listed in.
         self.downstreams: dict[str, Downstream] = {s.name: connect(s, listener) for s in config.servers}
         self._slots = anyio.CapacityLimiter(config.settings.max_concurrent_connects)

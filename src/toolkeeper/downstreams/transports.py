@@ -8,8 +8,9 @@ child's stderr is read line by line into the gateway's log, prefixed with the se
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -69,17 +70,34 @@ class WatchedReadStream:
         await self.aclose()
 
 
+@dataclass(frozen=True)
+class SignedInRequests:
+    """How a signed-in server's requests carry its token: the SDK transport's auth, and the raw
+    lane's header of the moment."""
+
+    auth: httpx2.Auth
+    authorization: Callable[[], str | None]
+
+
 @asynccontextmanager
-async def _http(config: ServerConfig) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
+async def _http(
+    config: ServerConfig, signed_in: SignedInRequests | None
+) -> AsyncIterator[tuple[Any, Any, HttpLink | None]]:
     # The SDK's own defaults: a server may hold a response stream open, so reads wait longer.
     timeout = httpx2.Timeout(HTTP_TIMEOUT_SECONDS, read=HTTP_STREAM_READ_TIMEOUT_SECONDS)
     url = config.url or ""
     headers = dict(config.headers)
-    link = HttpLink(url, headers) if HttpLink.fits(url, headers) else None
+    authorization = signed_in.authorization if signed_in is not None else None
+    link = HttpLink(url, headers, authorization) if HttpLink.fits(url, headers) else None
     # The link learns a handshake-era session's headers from the SDK's own requests.
     hooks: dict[str, list[Any]] = {"request": [link.observe]} if link is not None else {}
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks) as http_client,
+        httpx2.AsyncClient(
+            headers=headers,
+            timeout=timeout,
+            event_hooks=hooks,
+            auth=signed_in.auth if signed_in is not None else None,
+        ) as http_client,
         streamable_http_client(url, http_client=http_client, max_sse_event_size=MAX_EVENT_BYTES) as (
             read,
             write,
@@ -96,19 +114,20 @@ async def _http(config: ServerConfig) -> AsyncIterator[tuple[Any, Any, HttpLink 
 
 @asynccontextmanager
 async def open_transport(
-    config: ServerConfig, lost: anyio.Event
+    config: ServerConfig, lost: anyio.Event, signed_in: SignedInRequests | None = None
 ) -> AsyncIterator[tuple[Any, Any, RawLane | None]]:
     """The SDK's (read, write) streams to the server, and the raw lane where the transport has
-    one (stdio children, streamable HTTP)."""
+    one (stdio children, streamable HTTP); `signed_in` for a server that signs in."""
     if config.transport == "stdio":
         async with open_stdio(config, lost) as (link, read_stream, write_stream):
             yield read_stream, write_stream, link
         return
     if config.transport == "http":
-        async with _http(config) as (read_stream, write_stream, http_link):
+        async with _http(config, signed_in) as (read_stream, write_stream, http_link):
             yield WatchedReadStream(read_stream, lost), write_stream, http_link
         return
-    async with sse_client(config.url or "", headers=dict(config.headers) or None) as (
+    auth = signed_in.auth if signed_in is not None else None
+    async with sse_client(config.url or "", headers=dict(config.headers) or None, auth=auth) as (
         read_stream,
         write_stream,
     ):

@@ -3,11 +3,12 @@ serves it and the relay that carries what that downstream sends back during a ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.downstreams.base import CallTimedOut, Downstream, Era, Unavailable
+from toolkeeper.downstreams.signin.tokens import calling_account
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.protocol import CAPABILITY_FOR_REQUEST, check_input_requests, declares, error_result
 from toolkeeper.relay.relay import Relay
@@ -22,6 +23,12 @@ class DownstreamTool:
     downstream: Downstream
     relay: Relay
     toolset: str | None = None  # the toolset it is listed under
+    # Whether each principal calls with an account of their own (`"signIn": "perPrincipal"`).
+    per_principal: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        sign_in = getattr(getattr(self.downstream, "config", None), "sign_in", None)
+        object.__setattr__(self, "per_principal", sign_in is not None and sign_in.mode == "perPrincipal")
 
     @property
     def exposed_name(self) -> str:
@@ -40,6 +47,15 @@ class DownstreamTool:
         return any(declares(capabilities, method) for method in CAPABILITY_FOR_REQUEST)
 
     async def forward(self, call: ToolCall) -> dict[str, Any]:
+        if not self.per_principal:
+            return await self._forward(call)
+        account = calling_account.set(call.client.principal.identity)
+        try:
+            return await self._forward(call)
+        finally:
+            calling_account.reset(account)
+
+    async def _forward(self, call: ToolCall) -> dict[str, Any]:
         name, downstream = self.tool.name, self.downstream
         try:
             if call.ctx is not None:

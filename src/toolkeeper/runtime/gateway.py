@@ -10,6 +10,7 @@ worked out in `runtime/views.py`; the gateway says when, and from what.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,8 +25,9 @@ from toolkeeper.catalog import Catalog, CatalogTool, ServerTools, build_catalog
 from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
 from toolkeeper.config.model import Config, GatewaySettings
 from toolkeeper.downstreams.base import Downstream
-from toolkeeper.downstreams.kinds import KINDS
 from toolkeeper.downstreams.pool import CALLS_ENDED_POLL_SECONDS, Connect, DownstreamPool
+from toolkeeper.downstreams.signin.keeper import SignIns
+from toolkeeper.downstreams.signin.tokens import TokenShelf
 from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditAhead, AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
@@ -54,24 +56,42 @@ STORE_POLL_SECONDS = 1.0
 SESSIONS_END_SECONDS = 5.0  # at most, for removing this process's session rules as it stops
 
 
+def token_shelf(store: Store | None, config: Config) -> TokenShelf | None:
+    """Where signed-in accounts are kept: the store, sealed with a key file of its own."""
+    if store is None:
+        return None
+    try:
+        # Looked up by name until the store's shelf is on every branch that builds a gateway.
+        shelves = importlib.import_module("toolkeeper.store.signin_tokens")
+    except ImportError:
+        return None
+    shelf: TokenShelf = shelves.StoreTokenShelf.from_settings(store, config.settings)
+    return shelf
+
+
 class Gateway:
     def __init__(
         self,
         config: Config,
         store: Store | None = None,
         *,
-        connect: Connect = KINDS.connect,
+        connect: Connect | None = None,
         menu: Callable[[Gateway], Menu] | None = None,
         warm_tokenizer: bool = False,
+        sign_ins: SignIns | None = None,
     ) -> None:
         """`warm_tokenizer`: load the tables token costs are counted with while the servers start
-        (a gateway that will show costs), so that no request waits for them."""
+        (a gateway that will show costs), so that no request waits for them. `sign_ins`: the
+        accounts remote servers are signed in with (by default, those kept in the store)."""
         self.config = config
+        # Tokens of remote servers that sign in: read from the store at start and at each of its
+        # changes (`toolkeeper login` in another process), renewed in the background.
+        self.sign_ins = sign_ins if sign_ins is not None else SignIns(token_shelf(store, config))
         self._warm_tokenizer = warm_tokenizer
         self.store = store
         self.notifier = ClientNotifier()
         self.relay = Relay(self.notifier.bus, self._downstreams_changed)
-        self.pool = DownstreamPool(config, self.relay, connect)
+        self.pool = DownstreamPool(config, self.relay, connect, sign_ins=self.sign_ins)
         self.catalog = Catalog()
         # The newest search index made, and the making of this moment's (see ranking_for).
         self._last_index: FoundIndex | None = None
@@ -191,6 +211,8 @@ class Gateway:
             await tg.start(self.relay.run)
             if self.audit_writer is not None:
                 await tg.start(self.audit_writer.run)
+            await self._load_sign_ins()
+            tg.start_soon(self.sign_ins.run)
             tg.start_soon(self.pool.run)
             if self._warm_tokenizer:
                 tg.start_soon(tokenizer_ready)
@@ -401,6 +423,8 @@ class Gateway:
             self.keys = await services.keys.ring()
             self.scope_toolsets = await services.toolsets.named(self.keys.scope_toolsets())
             self._store_revision = revision
+            if self.started.is_set():
+                await self._load_sign_ins()
             if (
                 self.toolset
                 and (previous is None or previous.name != self.toolset.name)
@@ -409,6 +433,12 @@ class Gateway:
                 # Equipped elsewhere (the CLI, another replica): the auto-exit applies there too.
                 self.mode = Mode.NORMAL
             await self._follow_reload_requests()
+
+    async def _load_sign_ins(self) -> None:
+        try:
+            await self.sign_ins.load()
+        except Exception as exc:  # the servers that need a sign-in then say so; the others serve
+            logger.warning("the signed-in accounts could not be read from the store: %s", exc)
 
     async def _follow_reload_requests(self) -> None:
         """A `toolkeeper reload` made since the last look: read the sources again."""

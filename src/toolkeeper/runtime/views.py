@@ -50,9 +50,11 @@ from toolkeeper import jsonwire
 from toolkeeper.annotations.effective import Annotator, EffectiveHints
 from toolkeeper.annotations.resolve import Resolution, static_hints
 from toolkeeper.catalog import Catalog, CatalogTool
+from toolkeeper.catalog.identity import SEPARATOR
 from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offerings
 from toolkeeper.catalog.search import SearchIndex
 from toolkeeper.config.model import Discovery
+from toolkeeper.downstreams.base import State
 from toolkeeper.downstreams.pool import DownstreamPool
 from toolkeeper.pipeline.call import LOCAL_USER, Principal, Target
 from toolkeeper.pipeline.targets import DownstreamTool
@@ -395,7 +397,7 @@ class Views:
             )
         tool = self.catalog.by_exposed.get(name)
         if tool is None:
-            return unknown_tool(name)
+            return unknown_tool(name) + self._waiting_for_sign_in(name)
         if not tool.available:
             return f"'{name}' is unavailable: its server '{tool.server}' is not connected."
         if self.toolset and self.toolset.contains(tool):
@@ -412,6 +414,17 @@ class Views:
             f"'{name}' is not in {where}, so no mode lists it. In configuration mode, add it with "
             "build-toolset and equip that toolset."
         )
+
+    def _waiting_for_sign_in(self, name: str) -> str:
+        """For a name that would be a tool of a server whose tools are not known yet because it
+        needs a sign-in: why, and what to do (its tools come once signed in)."""
+        for downstream in self._pool:
+            prefix = downstream.config.prefix
+            if downstream.state is State.NEEDS_SIGN_IN and (
+                not prefix or name.startswith(f"{prefix}{SEPARATOR}")
+            ):
+                return f" {downstream.describe_unavailable()}; its tools are listed once it is signed in."
+        return ""
 
     def _reaches(self, principal: Principal, tool: CatalogTool) -> bool:
         """Whether a principal's scope reaches `tool`'s server (every principal's without one)."""

@@ -6,12 +6,13 @@ skipped; what it is about; what is wrong; what to run or edit next):
 1. the configuration file: where it was found and whether it reads;
 2. every `${VAR}` the file uses that is not set and has no default;
 3. each stdio server's command: on PATH, or a file that exists and can be run;
-4. the clients whose toolkeeper entry starts a program that does not exist (read by
-   `toolkeeper.services.clients` once it exists);
-5. the store: reachable and writable;
-6. the HTTP port: free on the configured host;
-7. each server: starts and answers (else its last error and stderr lines);
-8. per server, how many of its tools the approval policy would ask about, with the command
+4. each remote server that signs in when it asks, with the command that signs in;
+5. the clients whose toolkeeper entry starts a program that does not exist (read by
+   `toolkeeper.services.clients`);
+6. the store: reachable and writable;
+7. the HTTP port: free on the configured host;
+8. each server: starts and answers (else its last error and stderr lines);
+9. per server, how many of its tools the approval policy would ask about, with the command
    that explains one.
 
 The servers are connected by the face (the running gateway is not a service's to build); the
@@ -66,7 +67,7 @@ class Level(StrEnum):
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # which check: config, variables, command, clients, store, port, server, approvals
+    check: str  # which: config, variables, command, sign-in, clients, store, port, server, approvals
     level: Level
     subject: str  # what it is about: a file, a server, a variable, an address
     message: str
@@ -122,6 +123,7 @@ async def examine(how: Examination) -> list[Finding]:
         return findings
     findings += check_variables(config.path, how.environ)
     findings += check_commands(config)
+    findings += check_sign_ins(config)
     findings += check_clients()
     store, store_findings = await check_store(config)
     findings += store_findings
@@ -259,7 +261,26 @@ def command_path(command: str, path: str | None, cwd: str | None = None) -> str 
     return shutil.which(command, path=path)
 
 
-# -- 4. clients ------------------------------------------------------------------------------
+# -- 4. sign-ins -----------------------------------------------------------------------------
+
+
+def check_sign_ins(config: Config) -> list[Finding]:
+    """Each remote server that signs in (OAuth) when it asks, named with the command that does it.
+    Whether it is signed in now is the sign-in keeper's to tell; this names who may ask."""
+    return [
+        Finding(
+            "sign-in",
+            Level.OK,
+            server.name,
+            f"signs in when the server asks: `toolkeeper login {server.name}`",
+            f"toolkeeper login {server.name}",
+        )
+        for server in config.servers
+        if isinstance(server, ServerConfig) and server.sign_in is not None
+    ]
+
+
+# -- 5. clients ------------------------------------------------------------------------------
 
 
 ClientEntry = tuple[str, Path, str]  # the client's name, its configuration file, the command
@@ -302,7 +323,7 @@ def clients_pointing_nowhere(entries: Iterable[ClientEntry]) -> list[Finding]:
     return findings
 
 
-# -- 5. the store ----------------------------------------------------------------------------
+# -- 6. the store ----------------------------------------------------------------------------
 
 
 class _RolledBack(Exception):
@@ -348,7 +369,7 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
-# -- 6. the HTTP port ------------------------------------------------------------------------
+# -- 7. the HTTP port ------------------------------------------------------------------------
 
 
 def check_port(config: Config) -> list[Finding]:
@@ -375,7 +396,7 @@ def check_port(config: Config) -> list[Finding]:
     return [Finding("port", Level.OK, address, "free for `toolkeeper serve --transport http`")]
 
 
-# -- 7. servers start and answer -------------------------------------------------------------
+# -- 8. servers start and answer -------------------------------------------------------------
 
 
 async def check_servers_answer(live: Live) -> list[Finding]:
@@ -432,7 +453,7 @@ async def _stderr_of(downstream: Downstream) -> tuple[str, ...]:
     return tuple(downstream.config.redact(line) for line in lines)
 
 
-# -- 8. what the approval policy asks about --------------------------------------------------
+# -- 9. what the approval policy asks about --------------------------------------------------
 
 
 async def check_asked(live: Live, command_options: str, *, stored_policy: bool = True) -> list[Finding]:

@@ -231,6 +231,22 @@ working_sets = Table(
     Column("last_used", DateTime(timezone=True), nullable=False),
 )
 
+# The accounts the gateway signed in to remote servers with: one row per server and account (the
+# gateway's own, or a principal's identity). `sealed` holds the tokens and the registered client,
+# encrypted with the sign-in key (store/signin_key.py), never in clear; `subject`, `issuer` and
+# `registration` are copies of what the sealed part says, for listings that must not open it.
+signin_tokens = Table(
+    "signin_tokens",
+    metadata,
+    Column("server", String(100), primary_key=True),
+    Column("account", String(200), primary_key=True),
+    Column("sealed", Text, nullable=False),
+    Column("subject", Text, nullable=True),
+    Column("issuer", Text, nullable=True),
+    Column("registration", String(40), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
 # Small facts about the gateway that outlive a restart (the equipped toolset).
 gateway_state = Table(
     "gateway_state",

@@ -13,6 +13,7 @@ from toolkeeper.faces.web import (
     api_audit,
     api_search,
     api_servers,
+    api_signin,
     api_tool,
     api_tools,
     api_toolsets,
@@ -26,6 +27,7 @@ def documented_routes() -> list[BaseRoute]:
     # The list's own paths (`/tools/bulk`) before one tool's (`/tools/{name}`).
     return [
         *api_servers.ROUTES,
+        *api_signin.ROUTES,
         *api_tools.ROUTES,
         *api_search.ROUTES,
         *api_tool.ROUTES,

@@ -9,6 +9,7 @@ from starlette.routing import BaseRoute, Route
 from toolkeeper.faces.web.face import JsonResponse, face_of
 from toolkeeper.services.inspect import server_rows
 from toolkeeper.services.servers import reconnect_server
+from toolkeeper.services.signin import with_sign_in
 
 
 async def servers(request: Request) -> Response:
@@ -16,11 +17,13 @@ async def servers(request: Request) -> Response:
     ---
     summary: List the servers
     description: Each server's state, era, trust, tool count, connection count and last error;
-      invalid and disabled entries too.
+      invalid and disabled entries too. A remote server that signs in has a `signIn` object (the
+      account's state, subject and times; never a token).
     responses:
       200: {description: "{servers: [...]}"}
     """
-    return JsonResponse({"servers": server_rows(face_of(request).gateway)})
+    face = face_of(request)
+    return JsonResponse({"servers": with_sign_in(server_rows(face.gateway), face.sign_in)})
 
 
 async def reconnect(request: Request) -> Response:

@@ -45,10 +45,12 @@ from toolkeeper.faces.web.face import (
     render,
     service_refusal,
 )
+from toolkeeper.faces.web.pages.signin import CALLBACK_PATH
 from toolkeeper.faces.web.shown import tally, visible_in_page
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services import Services
 from toolkeeper.services.costs import LABEL, figure, share
+from toolkeeper.services.signin import sign_in_service
 
 
 def build_web_app(gateway: Gateway, services: Services, access: Access) -> ASGIApp:
@@ -67,7 +69,7 @@ def build_web_app(gateway: Gateway, services: Services, access: Access) -> ASGIA
         routes=list(web_routes()),
         exception_handlers={ServiceError: _service_error, HTTPException: _http_error},
     )
-    app.state.face = WebFace(gateway, services, access, templates)
+    app.state.face = WebFace(gateway, services, access, templates, sign_in_service(gateway))
     return AccessGate(app, access)
 
 
@@ -113,7 +115,9 @@ class AccessGate:
             return
         request = Request(scope)
         path = request.url.path
-        if path.startswith(STATIC_PREFIX + "/"):
+        if path.startswith(STATIC_PREFIX + "/") or (path == CALLBACK_PATH and request.method == "GET"):
+            # The sign-in callback comes from the authorization server's site, which sends no
+            # SameSite=Strict cookie: the state it carries, given out here, is its credential.
             await self.app(scope, receive, send)
             return
         is_api = path == API_PREFIX or path.startswith(API_PREFIX + "/")

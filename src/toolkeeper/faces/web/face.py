@@ -3,7 +3,7 @@ JSON written by the project's codec, and a refusal turned into its HTTP answer."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +14,10 @@ from starlette.templating import Jinja2Templates
 from toolkeeper import jsonwire
 from toolkeeper.errors import ServiceError, http_status
 from toolkeeper.faces.web.access import PERSON, Access
+from toolkeeper.faces.web.flash import Flashes
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services import Services
+from toolkeeper.services.signin import SignInService
 
 HERE = Path(__file__).parent
 API_PREFIX = "/api"
@@ -26,12 +28,16 @@ CHANNEL = "dashboard"
 
 @dataclass(frozen=True)
 class WebFace:
-    """What every route reads: the running gateway, its services and the access settings."""
+    """What every route reads: the running gateway, its services and the access settings, the
+    sign-ins begun here and the messages waiting to be shown."""
 
     gateway: Gateway
     services: Services
     access: Access
     templates: Jinja2Templates
+    # One for the face: it knows which sign-ins it began, so the callback can tell them apart.
+    sign_in: SignInService
+    flashes: Flashes = field(default_factory=Flashes)
 
 
 def face_of(request: Request) -> WebFace:

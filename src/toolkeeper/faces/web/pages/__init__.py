@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from toolkeeper.faces.web.pages import approvals, audit, overview, tool, tools, toolsets
+from toolkeeper.faces.web.pages import approvals, audit, overview, signin, tool, tools, toolsets
 
 
 def routes() -> list[BaseRoute]:
-    return [*overview.ROUTES, *tools.ROUTES, *toolsets.ROUTES, *approvals.ROUTES, *audit.ROUTES, *tool.ROUTES]
+    return [
+        *overview.ROUTES,
+        *signin.ROUTES,
+        *tools.ROUTES,
+        *toolsets.ROUTES,
+        *approvals.ROUTES,
+        *audit.ROUTES,
+        *tool.ROUTES,
+    ]

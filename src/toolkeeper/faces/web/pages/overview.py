@@ -1,5 +1,5 @@
-"""The overview: servers (with a reconnect button), toolsets and waiting approvals at a glance;
-the theme switch."""
+"""The overview: servers (with a reconnect button, and for a remote server that asks, its sign-in
+and a button to sign in or out), toolsets and waiting approvals at a glance; the theme switch."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ async def overview(request: Request) -> Response:
             "waiting": waiting["calls"],
             "waiting_total": waiting["total"],
             "reconnecting": reconnecting if reconnecting in {d.name for d in face.gateway.pool} else None,
+            "sign_ins": {state.server: state for state in face.sign_in.states()},
+            "flash": face.flashes.take(request.query_params.get("flash")),
         },
     )
 

@@ -1,0 +1,95 @@
+"""Signing the gateway in to a remote server from the dashboard: the overview's Sign in button
+begins it and sends the browser to the authorization server, which sends it back to
+`/oauth/callback`; the overview then says how it went. Sign out forgets the account.
+
+The callback is reached without the dashboard's cookie or token (a redirect from another site
+carries no SameSite=Strict cookie): the sign-in's state, given out by this gateway and good
+once, is what it checks.
+"""
+
+from __future__ import annotations
+
+import html
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from toolkeeper.errors import ServiceError
+from toolkeeper.faces.web.face import face_of
+from toolkeeper.services.signin import Refused, SignInService
+
+CALLBACK_PATH = "/oauth/callback"
+
+
+def service_of(request: Request) -> SignInService:
+    return face_of(request).sign_in
+
+
+def callback_uri(request: Request) -> str:
+    """The dashboard's own callback, at the scheme, host and port this request came to (the
+    Host guard has already checked the host)."""
+    return str(request.base_url).rstrip("/") + CALLBACK_PATH
+
+
+async def begin(request: Request) -> Response:
+    """Begin a sign-in and send the browser to the authorization server's page."""
+    name = request.path_params["name"]
+    form = await request.form()
+    account = form.get("account")
+    pending = await service_of(request).begin(
+        name, account if isinstance(account, str) and account else None, callback_uri(request)
+    )
+    return RedirectResponse(pending.url, status_code=303)
+
+
+async def callback(request: Request) -> Response:
+    """The authorization server's answer: complete the sign-in it belongs to, then back to the
+    overview with its outcome. A state this gateway did not give out gets a page of its own."""
+    params = request.query_params
+    try:
+        done = await service_of(request).complete(
+            params.get("state", ""), code=params.get("code"), iss=params.get("iss"), error=params.get("error")
+        )
+    except Refused as exc:
+        return _refused_page(str(exc))
+    except ServiceError as exc:
+        return _back_to_overview(request, str(exc), ok=False)
+    return _back_to_overview(request, done.message, ok=True)
+
+
+async def sign_out(request: Request) -> Response:
+    name = request.path_params["name"]
+    form = await request.form()
+    account = form.get("account")
+    result = await service_of(request).logout(name, account if isinstance(account, str) and account else None)
+    return _back_to_overview(request, result["message"], ok=True)
+
+
+def _back_to_overview(request: Request, message: str, *, ok: bool) -> Response:
+    key = face_of(request).flashes.put(message, ok=ok)
+    return RedirectResponse("/?" + urlencode({"flash": key}), status_code=303)
+
+
+def _refused_page(message: str) -> Response:
+    """Standalone, as the login page is: whoever sent this request may not see the dashboard."""
+    page = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<title>toolkeeper: sign-in refused</title>"
+        '<link rel="stylesheet" href="/static/style.css"></head>'
+        '<body class="login"><main><h1>Sign-in refused</h1>'
+        f'<p class="error">{html.escape(message)}</p>'
+        "<p>This address finishes a sign-in begun on this dashboard or with <code>toolkeeper login</code>; "
+        "this one was not begun here, was finished already, or took too long. Start it again from the "
+        '<a href="/">overview</a>.</p></main></body></html>'
+    )
+    return HTMLResponse(page, status_code=400)
+
+
+ROUTES: list[BaseRoute] = [
+    Route("/servers/{name}/sign-in", begin, methods=["POST"], name="sign_in"),
+    Route("/servers/{name}/sign-out", sign_out, methods=["POST"], name="sign_out"),
+    Route(CALLBACK_PATH, callback, methods=["GET"], name="oauth_callback"),
+]
