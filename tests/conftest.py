@@ -260,6 +260,19 @@ def protected_server(tmp_path: Path) -> Iterator[ProtectedServer]:
         yield server
 
 
+@pytest.fixture
+def mock_issued_server(tmp_path: Path) -> Iterator[ProtectedServer]:
+    """A remote MCP server that accepts only the JWTs of oauth2-mock-server (npm), a separate
+    authorization server that approves every sign-in at once, with no client registration: a
+    client brings its own client id. Skipped when the mock is not installed (failed in CI)."""
+    from oauth_servers import oauth_mock_installed, running_mock_issued_server
+
+    if not oauth_mock_installed():
+        missing_test_dependency("oauth2-mock-server or its Node 22")
+    with running_mock_issued_server(tmp_path) as server:
+        yield server
+
+
 # The dashboard's browser tests (tests/browser.py); async, so their tests are `pytest.mark.anyio`.
 # Imported when used: Playwright is needed only by these tests.
 @pytest.fixture

@@ -14,6 +14,7 @@ import httpx2
 import pytest
 from mcp import ClientSession
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
+from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from oauth_servers import ProtectedServer, running_protected_server
@@ -138,11 +139,24 @@ async def refresh(server: ProtectedServer, storage: Remembered) -> httpx2.Respon
         )
 
 
-async def bearer_ping(server: ProtectedServer, token: str) -> int:
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
+async def bearer_initialize(server: ProtectedServer, token: str) -> int:
+    """The status of an `initialize` carrying `token`: 200 once past the bearer check."""
     async with httpx2.AsyncClient() as http:
         answer = await http.post(
             server.url,
-            json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            json=INITIALIZE,
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
         )
     return answer.status_code
@@ -157,7 +171,7 @@ async def test_an_expired_token_is_refused_and_a_refresh_gives_a_new_one(
     assert storage.tokens is not None
     expired = storage.tokens.access_token
     assert protected_server.expire_access_tokens() == 1
-    assert await bearer_ping(protected_server, expired) == 401
+    assert await bearer_initialize(protected_server, expired) == 401
     refreshed = await refresh(protected_server, storage)
     assert refreshed.status_code == 200, refreshed.text
     storage.tokens = OAuthToken.model_validate(refreshed.json())
@@ -176,7 +190,7 @@ async def test_a_revoked_refresh_token_is_refused(protected_server: ProtectedSer
     refused = await refresh(protected_server, storage)
     assert (refused.status_code, refused.json()["error"]) == (400, "invalid_grant")
     assert storage.tokens is not None
-    assert await bearer_ping(protected_server, storage.tokens.access_token) == 401
+    assert await bearer_initialize(protected_server, storage.tokens.access_token) == 401
 
 
 async def test_the_consent_page_signs_in_as_the_name_typed(tmp_path: Path) -> None:
@@ -209,3 +223,57 @@ async def test_a_lying_server_misstates_its_metadata(
         async with httpx2.AsyncClient() as http:
             metadata = (await http.get(f"{server.base}/.well-known/oauth-authorization-server")).json()
         assert metadata[field] != truth.format(base=server.base)
+
+
+# oauth2-mock-server (npm) as a separate authorization server, whose JWTs jwt_protected_mcp.py
+# accepts; the mock has no registration, so the client comes with its own id.
+
+
+async def test_a_pre_registered_client_signs_in_at_the_mock(mock_issued_server: ProtectedServer) -> None:
+    storage = Remembered()
+    storage.client = OAuthClientInformationFull(
+        client_id="toolkeeper-test",
+        redirect_uris=[REDIRECT],  # type: ignore[list-item]
+        token_endpoint_auth_method="none",
+    )
+    async with sdk_session(mock_issued_server.url, storage) as session:
+        assert [tool.name for tool in (await session.list_tools()).tools] == ["whoami", "echo"]
+        me = await whoami(session)
+    assert (me["subject"], me["client_id"]) == ("johndoe", "toolkeeper-test")
+    assert mock_issued_server.issuer != mock_issued_server.base
+
+
+async def test_a_machine_signs_in_at_the_mock_with_client_credentials(
+    mock_issued_server: ProtectedServer,
+) -> None:
+    provider = ClientCredentialsOAuthProvider(
+        mock_issued_server.url,
+        Remembered(),
+        client_id="nightly-job",
+        client_secret="its-secret",
+        issuer=mock_issued_server.issuer,
+    )
+    async with (
+        httpx2.AsyncClient(auth=provider, timeout=30) as http,
+        streamable_http_client(mock_issued_server.url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        me = await whoami(session)
+    assert (me["subject"], me["client_id"]) == ("nightly-job", "nightly-job")
+
+
+async def test_a_mock_token_for_another_resource_is_refused(mock_issued_server: ProtectedServer) -> None:
+    async with httpx2.AsyncClient() as http:
+
+        async def token_for(resource: str) -> str:
+            answer = await http.post(
+                f"{mock_issued_server.issuer}/token",
+                data={"grant_type": "client_credentials", "client_id": "c", "resource": resource},
+            )
+            token: str = answer.json()["access_token"]
+            return token
+
+        elsewhere, here = await token_for("http://127.0.0.1:1/mcp"), await token_for(mock_issued_server.url)
+    assert await bearer_initialize(mock_issued_server, elsewhere) == 401
+    assert await bearer_initialize(mock_issued_server, here) == 200
