@@ -24,6 +24,7 @@ import httpx2
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.auth.exceptions import OAuthFlowError, OAuthRegistrationError, OAuthTokenError
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.client.auth.oauth2 import OAuthContext
 from mcp.client.auth.utils import (
     create_client_info_from_metadata_url,
     is_valid_client_metadata_url,
@@ -61,6 +62,8 @@ PROBE = {
     },
 }
 REFUSED_STATUSES = (401, 403)
+# How a client with a secret can authenticate at the token endpoint.
+SECRET_METHODS = ("client_secret_basic", "client_secret_post")
 
 
 class SignInFailed(Exception):
@@ -135,9 +138,12 @@ class GatewayProvider(OAuthClientProvider):
     the authorization server takes one, else the entry's pre-registered client (handed over as
     stored client information, which skips registration), else dynamic registration."""
 
-    def __init__(self, *args: Any, metadata_document: str | None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, metadata_document: str | None, preregistered_id: str | None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._metadata_document = metadata_document
+        self._preregistered_id = preregistered_id
 
     async def _perform_authorization(self) -> httpx2.Request:
         check_metadata(self.context.oauth_metadata, self.context.server_url)
@@ -146,7 +152,38 @@ class GatewayProvider(OAuthClientProvider):
             self.context.client_info = create_client_info_from_metadata_url(
                 document, redirect_uris=self.context.client_metadata.redirect_uris
             )
+        info = self.context.client_info
+        if info is not None and info.client_id == self._preregistered_id:
+            authenticate_as_metadata_allows(self.context)
         return await super()._perform_authorization()
+
+
+class MachineProvider(ClientCredentialsOAuthProvider):
+    """The SDK's client_credentials provider, its secret sent the way the authorization server's
+    metadata says it takes one."""
+
+    async def _perform_authorization(self) -> httpx2.Request:
+        check_metadata(self.context.oauth_metadata, self.context.server_url)
+        authenticate_as_metadata_allows(self.context)
+        return await super()._perform_authorization()
+
+
+def authenticate_as_metadata_allows(context: OAuthContext) -> None:
+    """A client the gateway was given (pre-registered, or its client_credentials) sends its
+    secret the way the authorization server takes one: the first of its metadata's methods that
+    sends a secret, or HTTP Basic, the default of RFC 8414, when it names none. (A dynamically registered
+    client keeps the method its registration answer gave: callers apply this to given clients
+    only.)"""
+    info = context.client_info
+    if info is None or not info.client_secret or info.token_endpoint_auth_method not in SECRET_METHODS:
+        return
+    metadata = context.oauth_metadata
+    offered = (metadata.token_endpoint_auth_methods_supported if metadata is not None else None) or [
+        "client_secret_basic"
+    ]
+    chosen = next((method for method in offered if method in SECRET_METHODS), None)
+    if chosen is not None and chosen != info.token_endpoint_auth_method:
+        context.client_info = info.model_copy(update={"token_endpoint_auth_method": chosen})
 
 
 @dataclass(eq=False)
@@ -260,6 +297,7 @@ class AuthorizationCodeFlow:
             callback_handler=self._on_callback,
             client_metadata_url=self._metadata_document,
             metadata_document=self._metadata_document,
+            preregistered_id=self._preregistered.client_id if self._preregistered else None,
         )
         await probe(self.config, provider, self._ids)
         return self._signed_in(self._registration())
@@ -296,7 +334,7 @@ async def sign_in_machine(config: ServerConfig, *, now: Callable[[], float] = ti
     with warnings.catch_warnings():
         # Without an issuer the SDK uses the one discovery yields (and warns); the entry names none.
         warnings.simplefilter("ignore")
-        provider = ClientCredentialsOAuthProvider(
+        provider = MachineProvider(
             config.url or "",
             storage,
             settings.client_id,
@@ -324,6 +362,8 @@ async def probe(config: ServerConfig, provider: OAuthClientProvider, ids: IdToke
             response = await http.post(
                 config.url or "", content=jsonwire.encode(PROBE), headers=headers, auth=provider
             )
+            if response.status_code == 200 and provider.context.current_tokens is None:
+                response = await _probe_in_session(http, config.url or "", response, provider, headers)
             await _end_session(http, config.url or "", response, provider)
     except SignInFailed:
         raise
@@ -332,6 +372,28 @@ async def probe(config: ServerConfig, provider: OAuthClientProvider, ids: IdToke
         raise failed(name, config.redact(explain(exc))) from None
     if response.status_code in REFUSED_STATUSES:
         raise failed(name, f"the server refused the new token (HTTP {response.status_code})")
+
+
+async def _probe_in_session(
+    http: httpx2.AsyncClient,
+    url: str,
+    opened: httpx2.Response,
+    provider: OAuthClientProvider,
+    headers: dict[str, str],
+) -> httpx2.Response:
+    """The server let `initialize` through without a token: some ask for one only from the
+    session's first real request. Ask for its tools in that session, which starts the sign-in
+    where the server wants one."""
+    session = opened.headers.get("mcp-session-id")
+    asked = {**headers, "mcp-protocol-version": PROBE_PROTOCOL_VERSION}
+    if session:
+        asked["mcp-session-id"] = session
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    await http.post(url, content=jsonwire.encode(initialized), headers=asked, auth=provider)
+    if provider.context.current_tokens is not None:
+        return opened
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    return await http.post(url, content=jsonwire.encode(listing), headers=asked, auth=provider)
 
 
 async def _end_session(
@@ -360,6 +422,8 @@ def signed_in_from(
     now: float,
 ) -> SignedIn:
     tokens = storage.tokens
+    if tokens is None and provider.context.oauth_metadata is None:
+        raise failed(server, "the server answered without asking for a sign-in: it needs none")
     if tokens is None or not tokens.access_token.strip():
         raise failed(server, "the authorization server's answer held no access token")
     metadata = provider.context.oauth_metadata
