@@ -128,6 +128,10 @@ async def _login_in_browser(service: SignInService, name: str, account: str | No
         tg.start_soon(callback.serve)
         try:
             pending = await service.begin(name, account, callback.redirect_uri)
+        except ServiceError as exc:
+            # Kept out of the task group's exception group: the person gets the message alone.
+            waiting.failure = exc
+        else:
             _show_address(name, pending.url, browser)
             await _wait(pending, waiting)
         finally:
