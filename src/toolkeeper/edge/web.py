@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.config.model import Config
+from toolkeeper.downstreams.signin.links import SignInLinks
 from toolkeeper.edge.auth import credential_required, reachable_beyond_loopback
 from toolkeeper.edge.guard import HostGuard, same_origin
 from toolkeeper.edge.http_fastlane import respond
@@ -32,11 +33,15 @@ class Dashboard:
     token: str
     token_made_here: bool
     actions_need_token: bool = False
+    # The sign-in links callers are given, which begin at the dashboard's address.
+    links: SignInLinks | None = None
 
     def announce(self, host: str, port: int) -> None:
         """Where the dashboard is and how to sign in, on stderr (stdout may be a client's stdio
-        stream)."""
+        stream). From now on, sign-in links can be made: they begin at this address."""
         address = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+        if self.links is not None and self.links.base_url is None:
+            self.links.base_url = address
         if self.token_made_here:
             where = f"{address}?token={self.token} (a new token at each start; set {TOKEN_ENV} to keep one)"
         else:
@@ -67,7 +72,7 @@ def dashboard(
     )
     app = build_web_app(gateway, gateway.services, access)
     guarded = Guarded(app, guard, HostGuard((), config.settings.http_allowed_origins))
-    return Dashboard(guarded, token, made, access.actions_need_token)
+    return Dashboard(guarded, token, made, access.actions_need_token, gateway.sign_in_prompts.links)
 
 
 # Sent with every answer of the dashboard: no page of another site may frame it (and trick a

@@ -32,6 +32,7 @@ from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditAhead, AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, Target, ToolCall
+from toolkeeper.pipeline.signin_prompts import SignInPrompts
 from toolkeeper.pipeline.stages import Forward, Pipeline, standard_pipeline
 from toolkeeper.policy.decide import Policy
 from toolkeeper.relay.notify import ClientNotifier
@@ -87,6 +88,9 @@ class Gateway:
         # Tokens of remote servers that sign in: read from the store at start and at each of its
         # changes (`toolkeeper login` in another process), renewed in the background.
         self.sign_ins = sign_ins if sign_ins is not None else SignIns(token_shelf(store, config))
+        # What a caller whose own account needs a sign-in is told; the edge gives it the
+        # dashboard's address when it serves the dashboard, and sign-in links can then be made.
+        self.sign_in_prompts = SignInPrompts(self.sign_ins)
         self._warm_tokenizer = warm_tokenizer
         self.store = store
         self.notifier = ClientNotifier()
@@ -286,6 +290,7 @@ class Gateway:
             scope_toolsets=self.scope_toolsets,
             finder=self.finder,
             discovery=self.settings.discovery,
+            sign_in=self.sign_in_prompts,
         )
 
     @property

@@ -22,6 +22,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.display import first_line
+from toolkeeper.downstreams.signin.links import LINK_PATH
 from toolkeeper.errors import ServiceError
 from toolkeeper.faces.web.access import (
     CSRF_COOKIE,
@@ -115,9 +116,13 @@ class AccessGate:
             return
         request = Request(scope)
         path = request.url.path
-        if path.startswith(STATIC_PREFIX + "/") or (path == CALLBACK_PATH and request.method == "GET"):
+        if path.startswith(STATIC_PREFIX + "/") or (
+            request.method == "GET" and (path == CALLBACK_PATH or path.startswith(LINK_PATH))
+        ):
             # The sign-in callback comes from the authorization server's site, which sends no
-            # SameSite=Strict cookie: the state it carries, given out here, is its credential.
+            # SameSite=Strict cookie: the state it carries, given out here, is its credential. A
+            # sign-in link is opened by whoever was given it, who may hold only a client key: the
+            # link, good once for one account, is its own credential.
             await self.app(scope, receive, send)
             return
         is_api = path == API_PREFIX or path.startswith(API_PREFIX + "/")
