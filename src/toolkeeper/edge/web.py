@@ -71,8 +71,12 @@ def dashboard(
         max_body_bytes=config.settings.http_max_request_bytes,
     )
     app = build_web_app(gateway, gateway.services, access)
+    links = gateway.sign_in_prompts.links
+    if config.settings.http_public_url is not None:
+        # Callers reach the dashboard there, not at the address it listens on.
+        links.base_url = config.settings.http_public_url + "/"
     guarded = Guarded(app, guard, HostGuard((), config.settings.http_allowed_origins))
-    return Dashboard(guarded, token, made, access.actions_need_token, gateway.sign_in_prompts.links)
+    return Dashboard(guarded, token, made, access.actions_need_token, links)
 
 
 # Sent with every answer of the dashboard: no page of another site may frame it (and trick a

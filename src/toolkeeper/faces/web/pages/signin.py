@@ -15,15 +15,19 @@ import html
 from urllib.parse import urlencode
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from toolkeeper.downstreams.signin.client_document import (
+    CALLBACK_PATH,
+    DOCUMENT_PATH,
+    callback_url,
+    client_document,
+)
 from toolkeeper.downstreams.signin.links import LINK_PATH, SignInLinks
 from toolkeeper.errors import ServiceError
 from toolkeeper.faces.web.face import face_of
 from toolkeeper.services.signin import Refused, SignInService
-
-CALLBACK_PATH = "/oauth/callback"
 
 
 def service_of(request: Request) -> SignInService:
@@ -31,9 +35,22 @@ def service_of(request: Request) -> SignInService:
 
 
 def callback_uri(request: Request) -> str:
-    """The dashboard's own callback, at the scheme, host and port this request came to (the
-    Host guard has already checked the host)."""
+    """The dashboard's own callback: at the gateway's public address where it has one (the one
+    its client ID metadata document names), else at the scheme, host and port this request came
+    to (the Host guard has already checked the host)."""
+    public_url = face_of(request).gateway.config.settings.http_public_url
+    if public_url is not None:
+        return callback_url(public_url)
     return str(request.base_url).rstrip("/") + CALLBACK_PATH
+
+
+async def own_client_document(request: Request) -> Response:
+    """The gateway's client ID metadata document, fetched by authorization servers."""
+    public_url = face_of(request).gateway.config.settings.http_public_url
+    document = client_document(public_url) if public_url is not None else None
+    if document is None:
+        return Response("no client ID metadata document: http.publicUrl is not an https address", 404)
+    return JSONResponse(document, headers={"cache-control": "public, max-age=3600"})
 
 
 async def begin(request: Request) -> Response:
@@ -141,4 +158,5 @@ ROUTES: list[BaseRoute] = [
     Route("/servers/{name}/sign-out", sign_out, methods=["POST"], name="sign_out"),
     Route(CALLBACK_PATH, callback, methods=["GET"], name="oauth_callback"),
     Route(LINK_PATH + "{token}", begin_by_link, methods=["GET"], name="sign_in_link"),
+    Route(DOCUMENT_PATH, own_client_document, methods=["GET"], name="client_metadata_document"),
 ]
