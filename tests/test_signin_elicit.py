@@ -144,10 +144,15 @@ def text_of(result: Any) -> str:
     return "".join(getattr(part, "text", "") for part in result.content)
 
 
-async def open_in_browser(address: str) -> httpx2.Response:
-    """What a browser ends on after following `address` (no dashboard cookie, no token)."""
+async def open_in_browser(address: str, account: str | None = None, *, press: bool = True) -> httpx2.Response:
+    """What a browser ends on after following `address` (no dashboard cookie, no token); a
+    sign-in link's page is read (it names `account`) and its button pressed (unless not `press`)."""
     async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as browser:
-        return await browser.get(address)
+        page = await browser.get(address)
+        if page.status_code != 200 or "/sign-in/" not in address or not press:
+            return page
+        assert account is not None and f"<strong>{account}</strong>" in page.text, page.text
+        return await browser.post(address, headers={"Origin": address.split("/sign-in/")[0]})
 
 
 async def whoami(client: Client) -> str:
@@ -180,8 +185,11 @@ async def test_a_caller_not_signed_in_is_told_their_own_command_and_a_link_good_
             link = match.group(1)
             assert link.startswith(team.base + "/sign-in/")
 
+            # Opening it (as a link preview would) spends nothing and begins nothing.
+            preview = await open_in_browser(link, "key:carol", press=False)
+            assert preview.status_code == 200 and "Continue only if you are key:carol" in preview.text
             protected.next_sign_in_as("carol")
-            page = await open_in_browser(link)
+            page = await open_in_browser(link, "key:carol")
             assert page.status_code == 200, page.text
             assert "Signed in to remote as carol." in page.text
             # Good once: the same link again begins nothing.
@@ -194,7 +202,8 @@ async def test_a_caller_not_signed_in_is_told_their_own_command_and_a_link_good_
         # The link signed in carol's account, not alice's: hers is as it was.
         async with client_as(team, "alice", "legacy") as alice:
             assert await whoami(alice) == "alice"
-    assert protected.stats()["authorizations"] == 2  # alice's login and carol's link
+    stats = protected.stats()
+    assert stats["authorizations"] == 2, stats  # alice's login and carol's link
 
 
 # --- URL-mode elicitation -----------------------------------------------------------------------
@@ -224,7 +233,7 @@ class Browser:
         self.asked.append(params)
         if self.action == "accept":
             self.remote.next_sign_in_as(self.subject)
-            page = await open_in_browser(params.url)
+            page = await open_in_browser(params.url, f"key:{self.subject}")
             assert page.status_code == 200 and "Signed in" in page.text, page.text
         return types.ElicitResult(action=self.action)  # type: ignore[arg-type]
 
@@ -276,7 +285,7 @@ async def test_a_handshake_era_client_gets_the_url_elicitation_error_and_hears_w
             assert LINK.search("open " + elicitation["url"])
 
             protected.next_sign_in_as("carol")
-            page = await open_in_browser(elicitation["url"])
+            page = await open_in_browser(elicitation["url"], "key:carol")
             assert page.status_code == 200 and "Signed in to remote as carol." in page.text
             with anyio.fail_after(WAIT_SECONDS):
                 await heard.wait()

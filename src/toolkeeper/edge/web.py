@@ -21,6 +21,9 @@ from toolkeeper.faces.web.app import build_web_app
 from toolkeeper.runtime.gateway import Gateway
 
 WELL_KNOWN = "/.well-known/"
+# Listening on every address names none a caller could open: sign-in links then need
+# `http.publicUrl`.
+UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
 
 class CannotServeDashboard(Exception):
@@ -40,7 +43,7 @@ class Dashboard:
         """Where the dashboard is and how to sign in, on stderr (stdout may be a client's stdio
         stream). From now on, sign-in links can be made: they begin at this address."""
         address = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
-        if self.links is not None and self.links.base_url is None:
+        if self.links is not None and self.links.base_url is None and host not in UNSPECIFIED_HOSTS:
             self.links.base_url = address
         if self.token_made_here:
             where = f"{address}?token={self.token} (a new token at each start; set {TOKEN_ENV} to keep one)"

@@ -54,6 +54,11 @@ class SignInLinks:
         self._links[token] = Link(server, account, self._now() + self._seconds)
         return self.base_url.rstrip("/") + LINK_PATH + token
 
+    def peek(self, token: str) -> Link | None:
+        """The link `token` stands for, left unused; None for one unknown, used or expired."""
+        link = self._links.get(token)
+        return link if link is not None and link.expires_at > self._now() else None
+
     def redeem(self, token: str) -> Link | None:
         """The link `token` stands for, used up now; None for one unknown, used or expired."""
         link = self._links.pop(token, None)

@@ -116,8 +116,10 @@ class AccessGate:
             return
         request = Request(scope)
         path = request.url.path
-        if path.startswith(STATIC_PREFIX + "/") or (
-            request.method == "GET" and (path in (CALLBACK_PATH, DOCUMENT_PATH) or path.startswith(LINK_PATH))
+        if (
+            path.startswith(STATIC_PREFIX + "/")
+            or (request.method == "GET" and path in (CALLBACK_PATH, DOCUMENT_PATH))
+            or (request.method in ("GET", "POST") and path.startswith(LINK_PATH))
         ):
             # The sign-in callback comes from the authorization server's site, which sends no
             # SameSite=Strict cookie: the state it carries, given out here, is its credential. A

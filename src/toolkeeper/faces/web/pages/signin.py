@@ -68,23 +68,44 @@ def links_of(request: Request) -> SignInLinks:
     return face_of(request).gateway.sign_in_prompts.links
 
 
+async def link_page(request: Request) -> Response:
+    """A sign-in link opened: which account of which server it signs in, and a button that begins
+    it. Opening it uses nothing (a link preview does not spend it), and whoever was sent someone
+    else's link sees whose account they would be signing in before they do."""
+    link = links_of(request).peek(request.path_params["token"])
+    if link is None:
+        return _link_not_valid()
+    server, account = html.escape(link.server), html.escape(link.account)
+    body = (
+        f"<p>This signs in the toolkeeper account <strong>{account}</strong> to the server "
+        f"<strong>{server}</strong>: its calls to {server} will use the account you sign in to there. "
+        f"Continue only if you are {account}.</p>"
+        f'<form method="post"><button type="submit">Continue to sign in to {server}</button></form>'
+    )
+    return _standalone_page(f"Sign in to {link.server}", body, escaped=True)
+
+
 async def begin_by_link(request: Request) -> Response:
-    """A sign-in link: begin the sign-in of the one account it was made for, once."""
+    """A sign-in link's button: begin the sign-in of the one account it was made for, once."""
     links = links_of(request)
     link = links.redeem(request.path_params["token"])
     if link is None:
-        return _standalone_page(
-            "Sign-in link not valid",
-            "This sign-in link was used already, took too long, or was not made here. Call the "
-            "tool again for a new one.",
-            status=404,
-        )
+        return _link_not_valid()
     try:
         pending = await service_of(request).begin(link.server, link.account, callback_uri(request))
     except ServiceError as exc:
         return _standalone_page("Sign-in failed", str(exc), status=502)
     links.began(pending.state)
     return RedirectResponse(pending.url, status_code=303)
+
+
+def _link_not_valid() -> Response:
+    return _standalone_page(
+        "Sign-in link not valid",
+        "This sign-in link was used already, took too long, or was not made here. Call the "
+        "tool again for a new one.",
+        status=404,
+    )
 
 
 async def callback(request: Request) -> Response:
@@ -124,15 +145,17 @@ def _back_to_overview(request: Request, message: str, *, ok: bool) -> Response:
     return RedirectResponse("/?" + urlencode({"flash": key}), status_code=303)
 
 
-def _standalone_page(title: str, message: str, *, status: int = 200) -> Response:
-    """A page for a sign-in link's holder, who may not see the dashboard."""
+def _standalone_page(title: str, message: str, *, status: int = 200, escaped: bool = False) -> Response:
+    """A page for a sign-in link's holder, who may not see the dashboard. `escaped`: `message` is
+    HTML already, made of escaped parts."""
+    content = message if escaped else f"<p>{html.escape(message)}</p>"
     page = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>toolkeeper: {html.escape(title)}</title>"
         '<link rel="stylesheet" href="/static/style.css"></head>'
         f'<body class="login"><main><h1>{html.escape(title)}</h1>'
-        f"<p>{html.escape(message)}</p></main></body></html>"
+        f"{content}</main></body></html>"
     )
     return HTMLResponse(page, status_code=status)
 
@@ -157,6 +180,7 @@ ROUTES: list[BaseRoute] = [
     Route("/servers/{name}/sign-in", begin, methods=["POST"], name="sign_in"),
     Route("/servers/{name}/sign-out", sign_out, methods=["POST"], name="sign_out"),
     Route(CALLBACK_PATH, callback, methods=["GET"], name="oauth_callback"),
-    Route(LINK_PATH + "{token}", begin_by_link, methods=["GET"], name="sign_in_link"),
+    Route(LINK_PATH + "{token}", link_page, methods=["GET"], name="sign_in_link"),
+    Route(LINK_PATH + "{token}", begin_by_link, methods=["POST"], name="sign_in_link_begin"),
     Route(DOCUMENT_PATH, own_client_document, methods=["GET"], name="client_metadata_document"),
 ]
