@@ -33,6 +33,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from oauth_servers import ProtectedServer, running_protected_server
 
+from toolkeeper.downstreams.signin.links import Link, SignInLinks
+
 pytestmark = pytest.mark.anyio
 
 SERVE = [PY, "-m", "toolkeeper", "serve", "--transport", "http", "--ui"]
@@ -107,10 +109,15 @@ class Team:
 
 
 @contextmanager
-def team_gateway(tmp_path: Path, remote: ProtectedServer, *others: str) -> Iterator[Team]:
+def team_gateway(
+    tmp_path: Path, remote: ProtectedServer, *others: str, alice_first: bool = True
+) -> Iterator[Team]:
+    """`alice_first`: alice signs in before the gateway starts (its connection lists with her
+    account); else nobody has."""
     config = write_config(tmp_path, {"remote": {"type": "http", "url": remote.url, "signIn": "perPrincipal"}})
     tokens = {name: key_token(config, name) for name in ("alice", *others)}
-    login(config, "key:alice")
+    if alice_first:
+        login(config, "key:alice")
     port = free_port()
     with (tmp_path / "gateway.log").open("wb") as log:
         process = spawn(
@@ -204,6 +211,43 @@ async def test_a_caller_not_signed_in_is_told_their_own_command_and_a_link_good_
             assert await whoami(alice) == "alice"
     stats = protected.stats()
     assert stats["authorizations"] == 2, stats  # alice's login and carol's link
+
+
+async def test_before_anyone_signed_in_the_unknown_tool_error_gives_the_callers_own_link(
+    tmp_path: Path, protected: ProtectedServer
+) -> None:
+    with team_gateway(tmp_path, protected, alice_first=False) as team:
+        # The local user over loopback, who may hear why a tool is not known.
+        async with Client(team.mcp, mode="legacy") as local:
+            with pytest.raises(MCPError) as raised:
+                await local.call_tool("remote__whoami", {})
+            told = raised.value.error.message
+            assert "Unknown tool 'remote__whoami'" in told
+            assert "`toolkeeper login remote --account local:local`" in told
+            match = LINK.search(told)
+            assert match is not None, told
+            protected.next_sign_in_as("lee")
+            page = await open_in_browser(match.group(1), "local:local")
+            assert "Signed in to remote as lee." in page.text
+            await eventually(lambda: _lists_remote(local), timeout=WAIT_SECONDS)
+            assert await whoami(local) == "lee"
+
+
+def test_a_link_is_good_once_for_a_while_and_for_its_own_account() -> None:
+    clock = [1000.0]
+    links = SignInLinks(now=lambda: clock[0], seconds=600)
+    assert links.address("remote", "key:carol") is None  # no dashboard, no link
+    links.base_url = "http://127.0.0.1:8765/"
+    first = links.address("remote", "key:carol")
+    second = links.address("remote", "key:dave")
+    assert first is not None and second is not None and first != second
+    token = first.rsplit("/", 1)[1]
+    assert len(token) >= 40
+    assert links.peek(token) == links.peek(token) == Link("remote", "key:carol", 1600.0)
+    assert links.redeem(token) == Link("remote", "key:carol", 1600.0)
+    assert links.redeem(token) is None and links.peek(token) is None
+    clock[0] = 1600.0  # ten minutes on: dave's has expired unused
+    assert links.redeem(second.rsplit("/", 1)[1]) is None
 
 
 # --- URL-mode elicitation -----------------------------------------------------------------------

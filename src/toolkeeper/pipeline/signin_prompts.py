@@ -62,9 +62,7 @@ class SignInPrompts:
         """The call's answer: the plain error, or the URL-mode elicitation of the address
         (raised as `UrlElicitationRequiredError` for a handshake-era client). `retried`: the call
         is a modern client's retry that answered the elicitation already."""
-        address = needed.address
-        if address is None and needed.account != SHARED_ACCOUNT:
-            address = self.links.address(needed.server, needed.account)
+        address = needed.address or self._address(needed.server, needed.account)
         told = sign_in_needed(needed.server, needed.account, address)
         if address is None or retried or not declares_url_elicitation(call):
             return error_result(f"{exposed_name}: {told}")
@@ -82,6 +80,15 @@ class SignInPrompts:
             [types.ElicitRequestURLParams(message=message, url=address, elicitation_id=elicitation_id)],
             message,
         )
+
+    def told(self, server: str, account: str) -> str:
+        """What `account` is told to sign in to `server`: its command, and a new link where one
+        can be made."""
+        return str(sign_in_needed(server, account, self._address(server, account)))
+
+    def _address(self, server: str, account: str) -> str | None:
+        # The gateway's shared account is signed in by whoever runs the gateway, never by a link.
+        return None if account == SHARED_ACCOUNT else self.links.address(server, account)
 
     def _wait(self, elicitation_id: str, waiting: _Waiting) -> None:
         while len(self._waiting) >= MAX_WAITING:

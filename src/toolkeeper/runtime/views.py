@@ -404,7 +404,7 @@ class Views:
             )
         tool = self.catalog.by_exposed.get(name)
         if tool is None:
-            return unknown_tool(name) + self._waiting_for_sign_in(name)
+            return unknown_tool(name) + self._waiting_for_sign_in(name, principal)
         if not tool.available:
             return f"'{name}' is unavailable: its server '{tool.server}' is not connected."
         if self.toolset and self.toolset.contains(tool):
@@ -422,15 +422,21 @@ class Views:
             "build-toolset and equip that toolset."
         )
 
-    def _waiting_for_sign_in(self, name: str) -> str:
+    def _waiting_for_sign_in(self, name: str, principal: Principal) -> str:
         """For a name that would be a tool of a server whose tools are not known yet because it
-        needs a sign-in: why, and what to do (its tools come once signed in)."""
+        needs a sign-in: why, and what to do (its tools come once signed in). Where each principal
+        signs in as themselves, the caller's own way to sign in."""
         for downstream in self._pool:
             prefix = downstream.config.prefix
             if downstream.state is State.NEEDS_SIGN_IN and (
                 not prefix or name.startswith(f"{prefix}{SEPARATOR}")
             ):
-                return f" {downstream.describe_unavailable()}; its tools are listed once it is signed in."
+                sign_in = getattr(downstream.config, "sign_in", None)
+                if self._sign_in is not None and sign_in is not None and sign_in.mode == "perPrincipal":
+                    told = self._sign_in.told(downstream.name, principal.identity)
+                else:
+                    told = downstream.describe_unavailable()
+                return f" {told}; its tools are listed once it is signed in."
         return ""
 
     def _reaches(self, principal: Principal, tool: CatalogTool) -> bool:
