@@ -166,6 +166,14 @@ def test_http_hygiene_settings_from_file_and_environment():
             "toolkeeper.http.trustedProxies lists 'proxy.example', which is no IP address or network: "
             'write the address your reverse proxy connects from, like "10.0.0.5"',
         ),
+        (
+            {"publicUrl": "http://gateway.example.com"},
+            "toolkeeper.http.publicUrl must use https (http only for a loopback host",
+        ),
+        (
+            {"publicUrl": "https://gateway.example.com/?a=1"},
+            "toolkeeper.http.publicUrl must not hold a query",
+        ),
     ],
 )
 def test_bad_http_hygiene_settings(http, message):
@@ -183,6 +191,14 @@ def test_trusted_proxies_are_none_by_default_and_read_as_networks_from_the_file_
     )
     env = {"TOOLKEEPER_HTTP_TRUSTED_PROXIES": "127.0.0.1, ::1"}
     assert parse({}, env).settings.http_trusted_proxies == ("127.0.0.1/32", "::1/128")
+
+
+def test_the_public_url_is_none_by_default_and_read_from_the_file_or_environment() -> None:
+    assert parse({}).settings.http_public_url is None
+    public = {"http": {"publicUrl": "https://gateway.example.com/tk/"}}
+    assert parse({}, toolkeeper=public).settings.http_public_url == "https://gateway.example.com/tk"
+    env = {"TOOLKEEPER_HTTP_PUBLIC_URL": "https://other.example.com"}
+    assert parse({}, env, toolkeeper=public).settings.http_public_url == "https://other.example.com"
 
 
 def test_hint_settings_per_server_fall_back_to_the_gateways() -> None:
@@ -579,8 +595,8 @@ def test_schema_key_is_allowed():
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',
             '<config>: toolkeeper.http must look like {"host": "127.0.0.1", "port": 8765}, with optional '
-            '"allowedHosts", "allowedOrigins" and "trustedProxies" (lists of strings), "maxRequestBytes" '
-            'and "auth".',
+            '"allowedHosts", "allowedOrigins" and "trustedProxies" (lists of strings), "publicUrl", '
+            '"maxRequestBytes" and "auth".',
         ),
         (
             '{"toolkeeper": {"featureFlags": {"x": "yes"}}}',

@@ -19,6 +19,11 @@ with `?access=1` access tokens too, stop working), `POST /admin/subject?name=bob
 auto-approved sign-in is), `POST /admin/token-endpoint?down=1` (the token endpoint answers 503),
 `GET /admin/stats` (what the server has seen, as JSON). Each takes `?subject=` to pick whose
 tokens. Faults in the metadata come from `--lie`.
+
+With `--client-metadata-documents-from BASE` the authorization server also takes client ID
+metadata documents (it says `client_id_metadata_document_supported`): a client id that is an
+https URL is that client's document, fetched from BASE with the URL's path (BASE stands in for the
+https proxy in front of the client's host) and taken only if its `client_id` is that URL.
 """
 
 from __future__ import annotations
@@ -34,9 +39,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import anyio
+import httpx2
 import mcp_types as types
 import uvicorn
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -92,6 +98,8 @@ class Options:
     subject_per_client: bool
     subject: str
     lie: str | None
+    # Where the client ID metadata documents of https client ids are fetched (None: not taken).
+    documents_from: str | None = None
 
 
 @dataclass
@@ -120,7 +128,21 @@ class AuthorizationServer:
     # --- clients
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
-        return self.clients.get(client_id)
+        known = self.clients.get(client_id)
+        if known is None and client_id.startswith("https://") and self.options.documents_from:
+            return await self.client_from_document(client_id)
+        return known
+
+    async def client_from_document(self, url: str) -> OAuthClientInformationFull | None:
+        async with httpx2.AsyncClient(timeout=10) as http:
+            answer = await http.get(self.options.documents_from + urlsplit(url).path)
+        if answer.status_code != 200:
+            return None
+        document = answer.json()
+        if document.get("client_id") != url:
+            return None
+        self.seen["metadata_documents"] += 1
+        return OAuthClientInformationFull.model_validate({**document, "scope": SCOPE})
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         self.seen["registrations"] += 1
@@ -384,7 +406,8 @@ def admin_routes(server: AuthorizationServer) -> list[Route]:
 
 
 def lying_metadata(server: AuthorizationServer) -> dict[str, Any]:
-    """The authorization server's metadata as `--lie` has it misstate itself."""
+    """The authorization server's metadata as `--lie` has it misstate itself, and saying whether it
+    takes client ID metadata documents (which the SDK's own metadata cannot say)."""
     base = server.issuer
     metadata: dict[str, Any] = {
         "issuer": base,
@@ -398,6 +421,8 @@ def lying_metadata(server: AuthorizationServer) -> dict[str, Any]:
         "token_endpoint_auth_methods_supported": ["client_secret_post", "client_secret_basic", "none"],
         "code_challenge_methods_supported": ["S256"],
     }
+    if server.options.documents_from:
+        metadata["client_id_metadata_document_supported"] = True
     if server.options.lie == "issuer":
         metadata["issuer"] = "http://127.0.0.1:1/someone-else"
     elif server.options.lie == "token-origin":
@@ -417,7 +442,8 @@ class Lies:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lie = self.server.options.lie
         path = scope.get("path", "")
-        if scope["type"] == "http" and lie and path == "/.well-known/oauth-authorization-server":
+        own_metadata = lie or self.server.options.documents_from
+        if scope["type"] == "http" and own_metadata and path == "/.well-known/oauth-authorization-server":
             await JSONResponse(lying_metadata(self.server))(scope, receive, send)
         elif scope["type"] == "http" and lie == "token-not-json" and path == "/token":
             await Response("<html>not a token</html>", media_type="text/html")(scope, receive, send)
@@ -548,6 +574,11 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument("--lie", choices=LIES, help="misstate the metadata or the token answer")
     parser.add_argument(
+        "--client-metadata-documents-from",
+        metavar="BASE",
+        help="take client ID metadata documents, fetching an https client id's path from BASE",
+    )
+    parser.add_argument(
         "--lying-issuer", action="store_const", const="issuer", dest="lie", help="--lie issuer"
     )
     return parser.parse_args()
@@ -562,6 +593,7 @@ def main() -> None:
         subject_per_client=args.subject_per_client,
         subject=args.subject,
         lie=args.lie,
+        documents_from=args.client_metadata_documents_from,
     )
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -350,6 +350,12 @@ def _string_list(setting: Setting, found: Found) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _public_url(setting: Setting, found: Found) -> str:
+    """Where clients reach the gateway from outside (behind a reverse proxy): an absolute https URL
+    (http only for a loopback host), without a query; kept without its trailing slash."""
+    return _web_url(found.source, found.value, "https://gateway.example.com", query=False).rstrip("/")
+
+
 def _networks(setting: Setting, found: Found) -> tuple[str, ...]:
     """Addresses and networks (`10.0.0.5`, `10.0.0.0/8`, `fd00::/8`), each as a CIDR network."""
     networks = []
@@ -468,6 +474,10 @@ SETTINGS = (
     Setting(
         key="http.trustedProxies", field="http_trusted_proxies", read=_networks, default=(),
         env=("TOOLKEEPER_HTTP_TRUSTED_PROXIES",),
+    ),
+    Setting(
+        key="http.publicUrl", field="http_public_url", read=_public_url, default=None,
+        env=("TOOLKEEPER_HTTP_PUBLIC_URL",),
     ),
     Setting(
         key="http.maxRequestBytes", field="http_max_request_bytes", read=_number, kind=int,
@@ -636,7 +646,8 @@ SETTINGS_KEYS = frozenset(setting.key.partition(".")[0] for setting in SETTINGS)
 # `featureFlags` holds any flag names.
 SECTION_SHAPES = {
     "http": '{where}: toolkeeper.http must look like {{"host": "127.0.0.1", "port": 8765}}, with optional '
-    '"allowedHosts", "allowedOrigins" and "trustedProxies" (lists of strings), "maxRequestBytes" and "auth".',
+    '"allowedHosts", "allowedOrigins" and "trustedProxies" (lists of strings), "publicUrl", '
+    '"maxRequestBytes" and "auth".',
     "http.auth": '{where}: toolkeeper.http.auth must look like {{"mode": "oauth", "oauth": {{"issuer": '
     '"https://auth.example.com", "audience": "https://gateway.example.com/mcp"}}}}, with the mode one of '
     + ", ".join(HTTP_AUTH_MODES)

@@ -234,6 +234,9 @@ class GatewaySettings:
     # Reverse proxies (addresses and networks, normalised as CIDRs) whose X-Forwarded-For and
     # X-Forwarded-Proto are believed; no other peer's are, loopback included.
     http_trusted_proxies: tuple[str, ...] = ()
+    # Where clients reach the gateway from outside (a reverse proxy's https address), without a
+    # trailing slash: its sign-in callback and its client ID metadata document are published there.
+    http_public_url: str | None = None
     http_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     http_auth_mode: HttpAuthMode = "auto"
     http_auth_oauth: OAuthSettings | None = None

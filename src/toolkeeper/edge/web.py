@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.config.model import Config
+from toolkeeper.downstreams.signin.links import SignInLinks
 from toolkeeper.edge.auth import credential_required, reachable_beyond_loopback
 from toolkeeper.edge.guard import HostGuard, same_origin
 from toolkeeper.edge.http_fastlane import respond
@@ -20,6 +21,9 @@ from toolkeeper.faces.web.app import build_web_app
 from toolkeeper.runtime.gateway import Gateway
 
 WELL_KNOWN = "/.well-known/"
+# Listening on every address names none a caller could open: sign-in links then need
+# `http.publicUrl`.
+UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
 
 class CannotServeDashboard(Exception):
@@ -32,11 +36,15 @@ class Dashboard:
     token: str
     token_made_here: bool
     actions_need_token: bool = False
+    # The sign-in links callers are given, which begin at the dashboard's address.
+    links: SignInLinks | None = None
 
     def announce(self, host: str, port: int) -> None:
         """Where the dashboard is and how to sign in, on stderr (stdout may be a client's stdio
-        stream)."""
+        stream). From now on, sign-in links can be made: they begin at this address."""
         address = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+        if self.links is not None and self.links.base_url is None and host not in UNSPECIFIED_HOSTS:
+            self.links.base_url = address
         if self.token_made_here:
             where = f"{address}?token={self.token} (a new token at each start; set {TOKEN_ENV} to keep one)"
         else:
@@ -66,8 +74,12 @@ def dashboard(
         max_body_bytes=config.settings.http_max_request_bytes,
     )
     app = build_web_app(gateway, gateway.services, access)
+    links = gateway.sign_in_prompts.links
+    if config.settings.http_public_url is not None:
+        # Callers reach the dashboard there, not at the address it listens on.
+        links.base_url = config.settings.http_public_url + "/"
     guarded = Guarded(app, guard, HostGuard((), config.settings.http_allowed_origins))
-    return Dashboard(guarded, token, made, access.actions_need_token)
+    return Dashboard(guarded, token, made, access.actions_need_token, links)
 
 
 # Sent with every answer of the dashboard: no page of another site may frame it (and trick a

@@ -8,8 +8,9 @@ from typing import Any
 
 from toolkeeper.catalog import CatalogTool
 from toolkeeper.downstreams.base import CallTimedOut, Downstream, Era, Unavailable
-from toolkeeper.downstreams.signin.tokens import calling_account
+from toolkeeper.downstreams.signin.tokens import SignInNeeded, calling_account
 from toolkeeper.pipeline.call import ToolCall
+from toolkeeper.pipeline.signin_prompts import SignInPrompts, answers_sign_in, without_sign_in_answer
 from toolkeeper.protocol import CAPABILITY_FOR_REQUEST, check_input_requests, declares, error_result
 from toolkeeper.relay.relay import Relay
 
@@ -23,6 +24,8 @@ class DownstreamTool:
     downstream: Downstream
     relay: Relay
     toolset: str | None = None  # the toolset it is listed under
+    # What a caller whose account needs a sign-in is told (None: the plain error, no address).
+    sign_in: SignInPrompts | None = None
     # Whether each principal calls with an account of their own (`"signIn": "perPrincipal"`).
     per_principal: bool = field(init=False)
 
@@ -49,9 +52,15 @@ class DownstreamTool:
     async def forward(self, call: ToolCall) -> dict[str, Any]:
         if not self.per_principal:
             return await self._forward(call)
+        retried = answers_sign_in(call.params)
+        call.params = without_sign_in_answer(call.params)
         account = calling_account.set(call.client.principal.identity)
         try:
             return await self._forward(call)
+        except SignInNeeded as needed:
+            if self.sign_in is None:
+                return error_result(f"{self.tool.exposed_name}: {needed}")
+            return self.sign_in.answer(call, self.tool.exposed_name, needed, retried=retried)
         finally:
             calling_account.reset(account)
 
@@ -69,6 +78,8 @@ class DownstreamTool:
                     name, call.params.get("arguments"), meta=call.params.get("_meta")
                 )
         except (Unavailable, CallTimedOut) as exc:
+            if isinstance(exc, SignInNeeded) and self.per_principal:
+                raise  # `forward` answers with the caller's own way to sign in
             if isinstance(exc, CallTimedOut):
                 call.extra["timed_out"] = True  # the audit log tells a timeout from a tool's error
             return error_result(f"{self.tool.exposed_name}: {exc}")

@@ -26,12 +26,14 @@ from toolkeeper.catalog.offerings import Offerings, ServerOfferings, build_offer
 from toolkeeper.config.model import Config, GatewaySettings
 from toolkeeper.downstreams.base import Downstream
 from toolkeeper.downstreams.pool import CALLS_ENDED_POLL_SECONDS, Connect, DownstreamPool
+from toolkeeper.downstreams.signin.client_document import document_url
 from toolkeeper.downstreams.signin.keeper import SignIns
 from toolkeeper.downstreams.signin.tokens import TokenShelf
 from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditAhead, AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, Target, ToolCall
+from toolkeeper.pipeline.signin_prompts import SignInPrompts
 from toolkeeper.pipeline.stages import Forward, Pipeline, standard_pipeline
 from toolkeeper.policy.decide import Policy
 from toolkeeper.relay.notify import ClientNotifier
@@ -86,7 +88,17 @@ class Gateway:
         self.config = config
         # Tokens of remote servers that sign in: read from the store at start and at each of its
         # changes (`toolkeeper login` in another process), renewed in the background.
-        self.sign_ins = sign_ins if sign_ins is not None else SignIns(token_shelf(store, config))
+        self.sign_ins = (
+            sign_ins
+            if sign_ins is not None
+            else SignIns(
+                token_shelf(store, config),
+                client_metadata_url=document_url(config.settings.http_public_url),
+            )
+        )
+        # What a caller whose own account needs a sign-in is told; the edge gives it the
+        # dashboard's address when it serves the dashboard, and sign-in links can then be made.
+        self.sign_in_prompts = SignInPrompts(self.sign_ins)
         self._warm_tokenizer = warm_tokenizer
         self.store = store
         self.notifier = ClientNotifier()
@@ -286,6 +298,7 @@ class Gateway:
             scope_toolsets=self.scope_toolsets,
             finder=self.finder,
             discovery=self.settings.discovery,
+            sign_in=self.sign_in_prompts,
         )
 
     @property

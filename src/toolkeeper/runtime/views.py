@@ -57,6 +57,7 @@ from toolkeeper.config.model import Discovery
 from toolkeeper.downstreams.base import State
 from toolkeeper.downstreams.pool import DownstreamPool
 from toolkeeper.pipeline.call import LOCAL_USER, Principal, Target
+from toolkeeper.pipeline.signin_prompts import SignInPrompts
 from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.protocol import RESOLUTION_EXTENSION
 from toolkeeper.relay.relay import Relay
@@ -108,6 +109,7 @@ class Views:
         scope_toolsets: Mapping[str, Toolset],
         finder: OwnTool | None = None,
         discovery: Discovery = "off",
+        sign_in: SignInPrompts | None = None,
     ) -> None:
         """`menu_lists`: whether the menu's modes choose what is listed (a gateway with a store);
         otherwise every tool is listed, and the menu's names still shadow. `mode`: the mode the
@@ -120,6 +122,7 @@ class Views:
         self._server_offerings = server_offerings
         self._pool = pool
         self._relay = relay
+        self._sign_in = sign_in
         self._menu = menu
         self._mode = mode
         self._annotator = annotator
@@ -185,7 +188,9 @@ class Views:
         """A route for every tool that may be listed to anyone (none left out by the check or
         shadowed), under no toolset: made once per `Views`, only where tool search is on."""
         return {
-            tool.exposed_name: DownstreamTool(tool, self._pool[tool.server], self._relay)
+            tool.exposed_name: DownstreamTool(
+                tool, self._pool[tool.server], self._relay, sign_in=self._sign_in
+            )
             for tool in self.catalog.tools
             if tool.problem is None and tool.exposed_name not in self._own_names
         }
@@ -231,7 +236,9 @@ class Views:
                     )
                 continue
             # Routed even while its server is away, so a call says so instead of "unknown tool".
-            routes[tool.exposed_name] = DownstreamTool(tool, self._pool[tool.server], self._relay, scope)
+            routes[tool.exposed_name] = DownstreamTool(
+                tool, self._pool[tool.server], self._relay, scope, sign_in=self._sign_in
+            )
             if not tool.available:
                 continue
             entry = self._annotator.listed(tool, scope)
@@ -397,7 +404,7 @@ class Views:
             )
         tool = self.catalog.by_exposed.get(name)
         if tool is None:
-            return unknown_tool(name) + self._waiting_for_sign_in(name)
+            return unknown_tool(name) + self._waiting_for_sign_in(name, principal)
         if not tool.available:
             return f"'{name}' is unavailable: its server '{tool.server}' is not connected."
         if self.toolset and self.toolset.contains(tool):
@@ -415,15 +422,21 @@ class Views:
             "build-toolset and equip that toolset."
         )
 
-    def _waiting_for_sign_in(self, name: str) -> str:
+    def _waiting_for_sign_in(self, name: str, principal: Principal) -> str:
         """For a name that would be a tool of a server whose tools are not known yet because it
-        needs a sign-in: why, and what to do (its tools come once signed in)."""
+        needs a sign-in: why, and what to do (its tools come once signed in). Where each principal
+        signs in as themselves, the caller's own way to sign in."""
         for downstream in self._pool:
             prefix = downstream.config.prefix
             if downstream.state is State.NEEDS_SIGN_IN and (
                 not prefix or name.startswith(f"{prefix}{SEPARATOR}")
             ):
-                return f" {downstream.describe_unavailable()}; its tools are listed once it is signed in."
+                sign_in = getattr(downstream.config, "sign_in", None)
+                if self._sign_in is not None and sign_in is not None and sign_in.mode == "perPrincipal":
+                    told = self._sign_in.told(downstream.name, principal.identity)
+                else:
+                    told = downstream.describe_unavailable()
+                return f" {told}; its tools are listed once it is signed in."
         return ""
 
     def _reaches(self, principal: Principal, tool: CatalogTool) -> bool:

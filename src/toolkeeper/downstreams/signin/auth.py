@@ -15,16 +15,21 @@ import httpx2
 
 from toolkeeper.config.model import ServerConfig
 from toolkeeper.downstreams.signin.keeper import SignIns
-from toolkeeper.downstreams.signin.tokens import SignInNeeded
+from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignInNeeded
 
 UNAUTHORIZED = 401
 
 
 def sign_in_needed(server: str, account: str, address: str | None = None) -> SignInNeeded:
-    """What a call to a server whose account is not signed in gets at once."""
+    """What a call to a server whose account is not signed in gets at once: the command that signs
+    in that very account, and `address` (a sign-in link of the gateway's) where there is one."""
+    if account == SHARED_ACCOUNT:
+        whose, how = "", f"run `toolkeeper login {server}`, or press Sign in on the dashboard's overview"
+    else:
+        whose, how = f" for {account}", f"run `toolkeeper login {server} --account {account}`"
+        how += f", or open {address}" if address else ""
     return SignInNeeded(
-        f"server '{server}' needs a sign-in: run `toolkeeper login {server}`, or press Sign in on the "
-        "dashboard's overview",
+        f"server '{server}' needs a sign-in{whose}: {how}",
         server=server,
         account=account,
         address=address,

@@ -22,6 +22,8 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.display import first_line
+from toolkeeper.downstreams.signin.client_document import CALLBACK_PATH, DOCUMENT_PATH
+from toolkeeper.downstreams.signin.links import LINK_PATH
 from toolkeeper.errors import ServiceError
 from toolkeeper.faces.web.access import (
     CSRF_COOKIE,
@@ -45,7 +47,6 @@ from toolkeeper.faces.web.face import (
     render,
     service_refusal,
 )
-from toolkeeper.faces.web.pages.signin import CALLBACK_PATH
 from toolkeeper.faces.web.shown import tally, visible_in_page
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services import Services
@@ -115,9 +116,16 @@ class AccessGate:
             return
         request = Request(scope)
         path = request.url.path
-        if path.startswith(STATIC_PREFIX + "/") or (path == CALLBACK_PATH and request.method == "GET"):
+        if (
+            path.startswith(STATIC_PREFIX + "/")
+            or (request.method == "GET" and path in (CALLBACK_PATH, DOCUMENT_PATH))
+            or (request.method in ("GET", "POST") and path.startswith(LINK_PATH))
+        ):
             # The sign-in callback comes from the authorization server's site, which sends no
-            # SameSite=Strict cookie: the state it carries, given out here, is its credential.
+            # SameSite=Strict cookie: the state it carries, given out here, is its credential. A
+            # sign-in link is opened by whoever was given it, who may hold only a client key: the
+            # link, good once for one account, is its own credential. The client ID metadata
+            # document is public: authorization servers fetch it.
             await self.app(scope, receive, send)
             return
         is_api = path == API_PREFIX or path.startswith(API_PREFIX + "/")
