@@ -13,6 +13,7 @@ import pytest
 
 from toolkeeper.config import Config, ConfigError, GatewaySettings, ServerConfig, load_config
 from toolkeeper.config.loader import demo_config_path, find_config, parse_config_file, parse_config_text
+from toolkeeper.config.model import SignInSettings
 from toolkeeper.config.openapi import OpenApiConfig
 from toolkeeper.downstreams.kinds import KINDS
 
@@ -89,6 +90,8 @@ def test_streamable_http_entries(entry):
         url="https://mcp.example.com/mcp",
         headers={"X-Team": "a"},
         prefix="remote",
+        # Every remote entry signs in when its server asks, one account for the gateway.
+        sign_in=SignInSettings(),
     )
     assert server.command is None and server.args == ()
     assert server.describe() == "http https://mcp.example.com/mcp"
@@ -846,3 +849,55 @@ def test_config_tools_menu_flag_precedence(file_flag, environ, expected):
 def test_config_tools_menu_flag_bad_value_names_the_variable():
     with pytest.raises(ConfigError, match="TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU"):
         parse_config_text("{}", environ={"TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU": "maybe"})
+
+
+@pytest.mark.parametrize(
+    ("extra", "sign_in"),
+    [
+        ({"headers": {"Authorization": "Bearer abc"}}, None),
+        ({"oauth": False}, None),
+        (
+            {"signIn": "perPrincipal", "oauth": {"scope": "read"}},
+            SignInSettings(mode="perPrincipal", scope="read"),
+        ),
+        (
+            {"oauth": {"grant": "client_credentials", "clientId": "svc", "clientSecret": "${SECRET}"}},
+            SignInSettings(grant="client_credentials", client_id="svc", client_secret="s3cret-value"),
+        ),
+    ],
+    ids=["own-authorization-header", "oauth-false", "per-principal", "client-credentials"],
+)
+def test_how_a_remote_entry_signs_in(extra, sign_in):
+    text = json.dumps({"mcpServers": {"remote": {"url": "https://mcp.example.com/mcp", **extra}}})
+    server = only(parse_config_text(text, environ={"SECRET": "s3cret-value"}))
+    assert server.sign_in == sign_in
+    if sign_in is not None and sign_in.client_secret:
+        assert "s3cret-value" not in server.redact("the secret is s3cret-value")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"signIn": "everyone"}, "'signIn' must be one of 'shared', 'perPrincipal'"),
+        ({"oauth": False, "signIn": "shared"}, "'signIn' needs OAuth"),
+        (
+            {"oauth": {"grant": "client_credentials"}},
+            "client_credentials needs 'clientId' and 'clientSecret'",
+        ),
+        ({"oauth": {"clientID": "x"}}, "'oauth' has unknown keys 'clientID'"),
+        ({"oauth": {"clientMetadataUrl": "http://x.example/doc"}}, "must be an https:// URL"),
+        ({"headers": {"authorization": "Bearer x"}, "signIn": "perPrincipal"}, "does not sign in"),
+        (
+            {
+                "signIn": "perPrincipal",
+                "oauth": {"grant": "client_credentials", "clientId": "a", "clientSecret": "b"},
+            },
+            "client_credentials signs the gateway in",
+        ),
+    ],
+)
+def test_a_remote_entry_that_cannot_sign_in_as_written_is_skipped_with_the_reason(extra, message):
+    text = json.dumps({"mcpServers": {"remote": {"url": "https://mcp.example.com/mcp", **extra}}})
+    config = parse_config_text(text, environ={})
+    assert config.servers == ()
+    assert message in config.skipped["remote"]
