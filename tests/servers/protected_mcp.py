@@ -92,6 +92,7 @@ class Options:
     subject_per_client: bool
     subject: str
     lie: str | None
+    json_response: bool = False
 
 
 @dataclass
@@ -495,6 +496,7 @@ def build_app(
     )
     app: Starlette = mcp_server(server.seen).streamable_http_app(
         streamable_http_path="/mcp",
+        json_response=options.json_response,
         host="127.0.0.1",
         auth=auth,
         auth_server_provider=server,
@@ -546,6 +548,11 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--client", action="append", default=[], type=parse_client, help="pre-register CLIENT_ID[:SECRET]"
     )
+    parser.add_argument(
+        "--json-response",
+        action="store_true",
+        help="answer a request with one JSON body instead of an event stream (less work per call)",
+    )
     parser.add_argument("--lie", choices=LIES, help="misstate the metadata or the token answer")
     parser.add_argument(
         "--lying-issuer", action="store_const", const="issuer", dest="lie", help="--lie issuer"
@@ -562,6 +569,7 @@ def main() -> None:
         subject_per_client=args.subject_per_client,
         subject=args.subject,
         lie=args.lie,
+        json_response=args.json_response,
     )
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
