@@ -18,10 +18,10 @@ store's shelf. Then, per client era and repeat, three sessions are opened togeth
                 gateway is started after the sign-in, so it reads the tokens from the shelf at
                 start-up, and never again while it runs unless the store changes.
 
-Their calls of the server's `echo` take turns call by call, so the machine's noise falls on all
-three alike. Each figure is the median over the repeats of a session's median or p99; the ratios
-are against (a), and (c)/(b). Entries have `"confirm": "never"`: the approval gate stays on the
-path, deciding allow, without asking. See bench/README.md.
+Their calls of the server's `echo` take turns call by call, in every order of the three in turn,
+so the machine's noise falls on all three alike. Each figure is the median over the repeats of a
+session's median or p99; the ratios are against (a), and (c)/(b). Entries have `"confirm":
+"never"`: the approval gate stays on the path, deciding allow, without asking. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from io import StringIO
+from itertools import permutations
 from pathlib import Path
 from typing import Any
 
@@ -202,12 +203,13 @@ async def opened(transport: Any, mode: str, tool: str, errlog: Any) -> AsyncIter
 
 
 async def interleaved(clients: dict[str, Client], calls: int) -> dict[str, list[float]]:
-    """`calls` calls on each session, taking turns call by call, the order turning each round."""
+    """`calls` calls on each session, taking turns call by call. The rounds go through every order
+    of the arms in turn, so each arm follows each other as often: a client's work after its answer
+    (the SDK's HTTP client has some) would otherwise fall on the arm after it more than on another."""
     latencies: dict[str, list[float]] = {arm: [] for arm in clients}
-    order = list(clients)
+    orders = list(permutations(clients))
     for i in range(calls):
-        shift = i % len(order)
-        for arm in order[shift:] + order[:shift]:
+        for arm in orders[i % len(orders)]:
             start = now()
             result = await clients[arm].call_tool(TOOL[arm], {"text": TEXT})
             latencies[arm].append(now() - start)
@@ -245,7 +247,7 @@ async def one_round(
         errlog.close()
     figures = {arm: summary(values) for arm, values in latencies.items()}
     statements = {arm: per_call(before[arm], after[arm], args.calls) for arm in marks}
-    return {"figures": figures, "versions": versions, "statements": statements}
+    return {"figures": figures, "versions": versions, "statements": statements, "at_start": before}
 
 
 def profile_file(args: argparse.Namespace, arm: str) -> Path | None:
@@ -297,6 +299,9 @@ def report(mode_rounds: dict[str, list[dict[str, Any]]], args: argparse.Namespac
         print(f"(c)/(b) median per repeat: {', '.join(f'{v:.2f}' for v in per_repeat)}")
         out[mode] = {"table": table, "signed_over_static": signed_static, "rounds": rounds}
         for r in rounds:
+            for arm, counts in r["at_start"].items():
+                shown = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
+                print(f"store statements from start to the warm-up's end, {arm}: {shown}")
             for arm, kinds in r["statements"].items():
                 shown = ", ".join(f"{kind} {n:.3f}" for kind, n in kinds.items() if n) or "none"
                 print(f"store statements per call, {arm}: {shown}")
