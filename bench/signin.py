@@ -58,6 +58,7 @@ INSTRUMENTED = HERE / "instrumented_gateway.py"
 ARMS = ("direct", "static", "signed")
 TOOL = {"direct": "echo", "static": "remote__echo", "signed": "remote__echo"}
 START_SECONDS = 60.0
+SHELF = "signin_tokens"  # the store's table of signed-in accounts
 MARK_SECONDS = 30.0
 
 
@@ -300,8 +301,11 @@ def report(mode_rounds: dict[str, list[dict[str, Any]]], args: argparse.Namespac
         out[mode] = {"table": table, "signed_over_static": signed_static, "rounds": rounds}
         for r in rounds:
             for arm, counts in r["at_start"].items():
-                shown = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
-                print(f"store statements from start to the warm-up's end, {arm}: {shown}")
+                shelf = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()) if SHELF in kind)
+                print(
+                    f"store statements from start-up to the warm-up's end, {arm}: {sum(counts.values())}, "
+                    f"on the shelf: {shelf or 'none'}"
+                )
             for arm, kinds in r["statements"].items():
                 shown = ", ".join(f"{kind} {n:.3f}" for kind, n in kinds.items() if n) or "none"
                 print(f"store statements per call, {arm}: {shown}")
