@@ -329,6 +329,29 @@ async def test_an_expired_token_is_renewed_on_the_servers_refusal_and_the_call_g
     assert protected.stats()["refreshes"] == 1
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_raw_lane_carries_the_token_of_the_moment(protected: ProtectedServer, mode: str) -> None:
+    # The server still takes the renewed token's predecessor, so only whose fingerprint comes back
+    # tells a header kept from before the renewal from the one of the moment.
+    keeper = SignIns(MemoryShelf())
+    config = remote(protected.url)
+    first = await sign_in(keeper, config)
+    async with running_gateway(protected.url, keeper) as gateway:
+        await state_becomes(gateway, State.READY)
+        async with Client(build_server(gateway, client_of), mode=mode) as client:
+
+            async def carried() -> str:
+                answer = await client.call_tool("remote__whoami", {})
+                assert not answer.is_error, text_of(answer)
+                return str(json.loads(text_of(answer))["token"])
+
+            assert await carried() == fingerprint(first.access_token)
+            assert await carried() == fingerprint(first.access_token)
+            renewed = await keeper.renew_after_refusal(config, SHARED_ACCOUNT, first.access_token)
+            assert renewed is not None and renewed.access_token != first.access_token
+            assert await carried() == fingerprint(renewed.access_token)
+
+
 async def test_a_revoked_refresh_token_puts_the_server_in_needs_sign_in(protected: ProtectedServer) -> None:
     shelf = MemoryShelf()
     keeper = SignIns(shelf)

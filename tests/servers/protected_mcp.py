@@ -100,6 +100,7 @@ class Options:
     lie: str | None
     # Where the client ID metadata documents of https client ids are fetched (None: not taken).
     documents_from: str | None = None
+    json_response: bool = False
 
 
 @dataclass
@@ -521,6 +522,7 @@ def build_app(
     )
     app: Starlette = mcp_server(server.seen).streamable_http_app(
         streamable_http_path="/mcp",
+        json_response=options.json_response,
         host="127.0.0.1",
         auth=auth,
         auth_server_provider=server,
@@ -572,6 +574,11 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--client", action="append", default=[], type=parse_client, help="pre-register CLIENT_ID[:SECRET]"
     )
+    parser.add_argument(
+        "--json-response",
+        action="store_true",
+        help="answer a request with one JSON body instead of an event stream (less work per call)",
+    )
     parser.add_argument("--lie", choices=LIES, help="misstate the metadata or the token answer")
     parser.add_argument(
         "--client-metadata-documents-from",
@@ -594,6 +601,7 @@ def main() -> None:
         subject=args.subject,
         lie=args.lie,
         documents_from=args.client_metadata_documents_from,
+        json_response=args.json_response,
     )
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -111,6 +111,9 @@ class HttpLink:
         fixed.update({"content-type": "application/json", "accept": "application/json, text/event-stream"})
         self._head = f"POST {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
         self._authorization = authorization
+        # The last `Authorization` value sent, and its header line.
+        self._authorized: str | None = None
+        self._authorization_head = ""
         self.stamp: dict[str, Any] = {}
         self.on_notification: OnNotification | None = None
         self.on_request: OnServerRequest | None = None
@@ -175,10 +178,16 @@ class HttpLink:
 
     def _authorization_line(self) -> str:
         """The token's header line; none for a value that is not plain text (the server's 401 then
-        sends the call the SDK's way)."""
+        sends the call the SDK's way). Made again only when the value is another string: a token
+        is a few hundred characters to check, on every request."""
         assert self._authorization is not None
         value = self._authorization()
-        return f"authorization: {value}\r\n" if value is not None and _plain_header(value) else ""
+        if value is not self._authorized:
+            self._authorized = value
+            self._authorization_head = (
+                f"authorization: {value}\r\n" if value is not None and _plain_header(value) else ""
+            )
+        return self._authorization_head
 
     def _cancel_in_session(self, request_id: int, reason: str) -> None:
         """Tell a handshake-era server that a call was given up: its session outlives the POST.

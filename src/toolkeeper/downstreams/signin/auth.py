@@ -15,7 +15,7 @@ import httpx2
 
 from toolkeeper.config.model import ServerConfig
 from toolkeeper.downstreams.signin.keeper import SignIns
-from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignInNeeded
+from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignedIn, SignInNeeded
 
 UNAUTHORIZED = 401
 
@@ -74,11 +74,17 @@ class SignedInAuth(httpx2.Auth):
 
 
 def bearer_header(sign_ins: SignIns, server: str, account: str) -> Callable[[], str | None]:
-    """The `Authorization` value the raw lane sends now (None: no token)."""
+    """The `Authorization` value the raw lane sends now (None: no token). The same string object
+    while the account's tokens stay the same, so the lane can keep the header line it made."""
     current = sign_ins.current
+    # `SignedIn` is frozen: a renewal or a new sign-in is a new object, never this one changed.
+    made: tuple[SignedIn | None, str | None] = (None, None)
 
     def header() -> str | None:
+        nonlocal made
         signed_in = current(server, account)
-        return None if signed_in is None else f"Bearer {signed_in.access_token}"
+        if signed_in is not made[0]:
+            made = (signed_in, None if signed_in is None else f"Bearer {signed_in.access_token}")
+        return made[1]
 
     return header
