@@ -275,6 +275,38 @@ async def test_a_record_already_in_the_store_is_not_added_twice(tmp_path: Path) 
     assert len(calls) == 1 and not list(folder.glob("*.journal"))
 
 
+async def test_a_recovered_call_still_names_the_remote_account_it_was_made_with(tmp_path: Path) -> None:
+    config = gated_config(tmp_path)
+    account = {"remote_account": {"account": "key:alice", "subject": "alice@example"}}
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        from test_audit import a_record
+        from toolkeeper.store.audit_journal import AuditJournal
+        journal = AuditJournal.open(__import__("pathlib").Path(sys.argv[1]), sys.argv[2])
+        journal.keep({{**a_record(), "id": "f" * 32, "facts": {account!r}}})
+        os._exit(0)  # as a killed gateway: nothing freed, nothing closed
+        """
+    )
+    async with Store(f"sqlite:///{store_file(tmp_path)}") as store:  # a chain and its key
+        writer = AuditWriter(store, 30, home=home_of(tmp_path))
+        writer.add({**a_record(), "id": "e" * 32})
+        assert await writer.flush() is True
+        await writer.stop()
+        label = store.label
+    env: dict[str, Any] = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT / 'tests'}"}
+    folder = home_of(tmp_path) / audit_journal.JOURNAL_FOLDER
+    subprocess.run([PY, "-c", script, str(folder), label], check=True, env=env, timeout=60)
+    done = audit(config, "--json")
+    assert done.returncode == 0, done.stderr
+    (call,) = [json.loads(line) for line in done.stdout.splitlines() if json.loads(line)["id"] == "f" * 32]
+    assert call["outcome"] == "started"
+    assert call["remoteAccount"] == {"account": "key:alice", "subject": "alice@example"}
+    verified = audit(config, "verify")
+    assert verified.returncode == 0 and "is whole" in verified.stdout, verified.stdout + verified.stderr
+
+
 async def test_without_a_journal_a_call_waits_for_its_commit_and_the_reason_is_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

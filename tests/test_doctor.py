@@ -16,13 +16,15 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import ROOT, controllable, free_port, write_config
+from oauth_servers import running_protected_server
+from test_signin_faces import UNHEARD_CALLBACK, opened_service, redirect_of
 
-from tests.conftest import ROOT, controllable, free_port, write_config
 from toolkeeper.cli.common import running_gateway
 from toolkeeper.config import load_config
 from toolkeeper.config.loader import demo_config_path
 from toolkeeper.downstreams.kinds import KINDS
-from toolkeeper.services.doctor import Finding, Level, check_sign_ins, check_store, clients_pointing_nowhere
+from toolkeeper.services.doctor import Finding, Level, check_store, clients_pointing_nowhere
 from toolkeeper.store import Store
 
 
@@ -297,20 +299,48 @@ async def test_counting_without_arguments_decides_as_policy_explain_does(
     assert {v["decision"] for v in counted} == {"ask", "allow"}
 
 
-def test_each_remote_server_that_signs_in_is_named_with_its_login_command(tmp_path: Path) -> None:
-    config = write_config(
-        tmp_path,
-        {
-            "tracker": {"url": "https://tracker.example/mcp", "oauth": {"clientId": "app"}},
-            "wiki": {"type": "sse", "url": "https://wiki.example/sse"},
-            "keyed": {"url": "https://keyed.example/mcp", "headers": {"Authorization": "Bearer abc"}},
-            "off": {"url": "https://off.example/mcp", "oauth": False},
-            "local": controllable(),
-        },
-    )
-    findings = check_sign_ins(load_config(config, kinds=KINDS.entries))
-    assert [(f.subject, f.level, f.next) for f in findings] == [
-        ("tracker", Level.OK, "toolkeeper login tracker"),
-        ("wiki", Level.OK, "toolkeeper login wiki"),
+async def signed_in(config: Path, server: str, account: str | None = None) -> None:
+    """`account` of `server` signed in through the service, its tokens kept in the store."""
+    service, store = await opened_service(config)
+    try:
+        pending = await service.begin(server, account, UNHEARD_CALLBACK)
+        answer = redirect_of(pending.url)
+        await service.complete(answer["state"], code=answer["code"], iss=answer.get("iss"), error=None)
+    finally:
+        await store.close()
+
+
+@pytest.mark.anyio
+async def test_each_remote_server_that_signs_in_is_named_with_its_accounts_live_state(tmp_path: Path) -> None:
+    with running_protected_server(tmp_path, "--auto-approve", "--jwt") as protected:
+        config = write_config(
+            tmp_path,
+            {
+                "tracker": {"url": protected.url},
+                "wiki": {"url": protected.url},
+                "team": {"url": protected.url, "signIn": "perPrincipal"},
+                "local": controllable(),
+            },
+        )
+        await signed_in(config, "tracker")
+        protected.next_sign_in_as("ci-bot")
+        await signed_in(config, "team", "key:ci")
+        # A sign-in still needed is a warning: the command exits 0.
+        findings = doctor("--config", str(config))
+        shown = tk("doctor", "--config", str(config)).stdout
+
+    login = f"toolkeeper login wiki --config {shlex.quote(str(config))}"
+    assert [(f["subject"], f["level"], f["message"], f["next"]) for f in of(findings, "sign-in")] == [
+        ("tracker", "ok", "signed in as alice", None),
+        ("wiki", "warning", "needs a sign-in: its tools are not served until then", login),
+        (
+            "team",
+            "warning",
+            "account local:local: needs a sign-in: its tools are not served until then; "
+            "also signed in: key:ci",
+            login.replace("wiki", "team"),
+        ),
     ]
-    assert findings[0].message == "signs in when the server asks: `toolkeeper login tracker`"
+    # A server waiting for its sign-in is the sign-in check's, not a server that does not answer.
+    assert {f["subject"] for f in of(findings, "server")} == {"tracker", "team", "local"}
+    assert "wiki: needs a sign-in" in shown and f"fix: {login}" in shown

@@ -164,7 +164,7 @@ def servers(
     def rows_of(gateway: Gateway) -> list[dict[str, Any]]:
         return with_sign_in(server_rows(gateway), sign_in_service(gateway))
 
-    rows = with_gateway(load(config, demo), wait, rows_of)
+    rows = with_gateway(load(config, demo), wait, rows_of, tells_sign_ins=True)
     if as_json:
         print(json.dumps(rows, indent=2))
         return

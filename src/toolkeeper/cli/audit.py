@@ -32,7 +32,14 @@ from toolkeeper.cli.common import (
 )
 from toolkeeper.display import visible_line
 from toolkeeper.errors import ServiceError
-from toolkeeper.services.audit import AuditService, Verdict, Verification, marker_sentence, outcome_label
+from toolkeeper.services.audit import (
+    AuditService,
+    Verdict,
+    Verification,
+    marker_sentence,
+    outcome_label,
+    remote_account_label,
+)
 from toolkeeper.store import Store
 from toolkeeper.store.db import store_url
 
@@ -285,6 +292,12 @@ def _who(record: dict[str, Any]) -> Text:
     return styled(principal, "\n", (client, "dim")) if principal else styled(client)
 
 
+def _tool(record: dict[str, Any]) -> Text:
+    """The tool called, and below it the remote account the call was made with."""
+    account = remote_account_label(record)
+    return styled(record["exposedName"], "\n", (account, "dim")) if account else styled(record["exposedName"])
+
+
 def _print_table(records: list[dict[str, Any]]) -> None:
     table = new_table(title="Audit log, newest first")
     table.add_column("time", no_wrap=True)
@@ -320,7 +333,7 @@ def _rows(records: list[dict[str, Any]], *, detailed: bool) -> Iterator[tuple[An
         yield (
             time,
             _who(record),
-            styled(record["exposedName"]),
+            _tool(record),
             styled((record["decision"], DECISION_STYLES.get(record["decision"], "yellow"))),
             styled(record["decidedBy"] or ""),
             shown_outcome,

@@ -120,11 +120,17 @@ async def open_store(config: Config) -> Store:
 
 @asynccontextmanager
 async def running_gateway(
-    config: Config, wait: float, store: Store | None = None, *, costs: bool = False
+    config: Config,
+    wait: float,
+    store: Store | None = None,
+    *,
+    costs: bool = False,
+    tells_sign_ins: bool = False,
 ) -> AsyncIterator[Gateway]:
     """Connect every server (as `serve` would), wait up to `wait` seconds for them (a source still
     loading, such as a large OpenAPI spec, is given the rest of that time), stop on exit. With
-    `costs` (a command that shows token costs), the tokenizer's tables load meanwhile."""
+    `costs` (a command that shows token costs), the tokenizer's tables load meanwhile; with
+    `tells_sign_ins`, the command's answer names each server that needs a sign-in itself."""
     gateway = Gateway(config, store, menu=ConfigMenu, warm_tokenizer=costs)
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
@@ -137,7 +143,7 @@ async def running_gateway(
             await gateway.started.wait()
             while not settled(list(gateway.pool)):
                 await anyio.sleep(STATUS_INTERVAL)
-        hint_when_not_ready(err, list(gateway.pool))
+        hint_when_not_ready(err, list(gateway.pool), tells_sign_ins=tells_sign_ins)
         try:
             yield gateway
         finally:
@@ -147,7 +153,14 @@ async def running_gateway(
 T = TypeVar("T")
 
 
-def with_gateway(config: Config, wait: float, use: Callable[[Gateway], T], *, costs: bool = False) -> T:
+def with_gateway(
+    config: Config,
+    wait: float,
+    use: Callable[[Gateway], T],
+    *,
+    costs: bool = False,
+    tells_sign_ins: bool = False,
+) -> T:
     """`use` on the gateway running for a moment: with the store open where a remote server
     signs in, so its accounts (kept there) are used and shown; without, as no store is needed."""
 
@@ -157,7 +170,7 @@ def with_gateway(config: Config, wait: float, use: Callable[[Gateway], T], *, co
                 return use(gateway)
         async with (
             await open_store(config) as store,
-            running_gateway(config, wait, store, costs=costs) as gateway,
+            running_gateway(config, wait, store, costs=costs, tells_sign_ins=tells_sign_ins) as gateway,
         ):
             return use(gateway)
 

@@ -51,7 +51,7 @@ def doctor(
     how = Examination(
         explicit=config,
         demo=demo,
-        connect=partial(running_gateway, wait=wait),
+        connect=partial(running_gateway, wait=wait, tells_sign_ins=True),
         command_options=options,
     )
     findings = anyio.run(examine, how)

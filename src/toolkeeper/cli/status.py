@@ -76,10 +76,14 @@ class ConnectingStatus:
         if tried:
             ready = sum(d.state is State.READY for d in tried)
             loading = [d for d in tried if d.state is State.LOADING]
+            # Waiting for a person's sign-in, not failing.
+            signing_in = sum(d.state is State.NEEDS_SIGN_IN for d in tried)
             text += f" {ready} of {total} ready"
             for downstream in loading:
                 text += f", {downstream.name} loading: {describe_progress(downstream.load_progress)}"
-            failed = len(tried) - ready - len(loading)
+            if signing_in:
+                text += f", {signing_in} {'needs' if signing_in == 1 else 'need'} a sign-in"
+            failed = len(tried) - ready - len(loading) - signing_in
             if failed:
                 text += f", {failed} failed"
         return text
@@ -119,10 +123,23 @@ NOT_READY_HINT = (
 )
 
 
-def hint_when_not_ready(console: Any, downstreams: list[Downstream]) -> None:
+def hint_when_not_ready(console: Any, downstreams: list[Downstream], *, tells_sign_ins: bool = False) -> None:
     """Without -v a server's own stderr (where it says why it stopped) is not shown: when one is
-    not ready, say once how to see it."""
+    not ready, say once how to see it. A server waiting for a sign-in is named with the command
+    that signs in instead (its log has nothing more to say), unless the command's own answer
+    (`tells_sign_ins`) says so per server."""
+    signing_in = [d.name for d in downstreams if d.state is State.NEEDS_SIGN_IN]
+    if signing_in and not tells_sign_ins:
+        console.print(sign_in_hint(signing_in), markup=False, highlight=False)
     # One still loading (a large spec) is on its way, not failing: its row says how far it is.
-    waiting = (State.READY, State.LOADING)
+    waiting = (State.READY, State.LOADING, State.NEEDS_SIGN_IN)
     if COMMAND_LINE.verbose == 0 and any(downstream.state not in waiting for downstream in downstreams):
         console.print(NOT_READY_HINT, markup=False, highlight=False)
+
+
+def sign_in_hint(names: list[str]) -> str:
+    """ "2 servers need a sign-in (tracker, wiki): `toolkeeper login SERVER`" """
+    count = len(names)
+    who = f"{count} server{' needs' if count == 1 else 's need'} a sign-in ({', '.join(names)})"
+    command = f"toolkeeper login {names[0]}" if count == 1 else "toolkeeper login SERVER"
+    return f"{who}: `{command}`"

@@ -138,6 +138,11 @@ class McpConnection(SourceStatus):
 
     # ------------------------------------------------------------------ status
     @property
+    def sign_ins(self) -> SignIns | None:
+        """The gateway's signed-in accounts where this server signs in; None where it does not."""
+        return self._sign_ins
+
+    @property
     def era(self) -> Era | None:
         if self.protocol_version is None:
             return None

@@ -15,7 +15,7 @@ import logging
 import signal
 import sys
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +26,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkeeper.config.model import Config
-from toolkeeper.downstreams.base import State
+from toolkeeper.downstreams.base import Downstream, State
 from toolkeeper.downstreams.cancellation import OwnCancellation
 from toolkeeper.edge.auth import Authenticator, AuthPlan
 from toolkeeper.edge.clients import client_of
@@ -104,7 +104,7 @@ async def _serving(gateway: Gateway) -> str:
     # Counted in a worker thread: tools counted before (by any toolkeeper process) are known at
     # once; only a tool new to this machine loads the tokenizer, which holds the interpreter.
     counted = await anyio.to_thread.run_sync(serving_line, costs, abandon_on_cancel=True)
-    return f"{counted} from {len(gateway.config.servers)} servers{_not_serving_yet(gateway)}"
+    return f"{counted} from {len(gateway.config.servers)} servers{not_serving_yet(gateway.pool)}"
 
 
 async def _announce_serving_stdio(gateway: Gateway) -> None:
@@ -366,13 +366,23 @@ async def _announce_when_listening(
     )
 
 
-def _not_serving_yet(gateway: Gateway) -> str:
-    """ " (1 still loading, 2 stopped: see toolkeeper servers)", or nothing when every server
-    serves: a count of tools alone hides a large spec that has not arrived yet."""
-    states = Counter(downstream.state for downstream in gateway.pool)
+# The states of a server that does not serve its tools yet, as the start-up line counts them
+# (one, then several).
+NOT_SERVING = (
+    (State.LOADING, "still loading", "still loading"),
+    (State.NEEDS_SIGN_IN, "needs a sign-in", "need a sign-in"),
+    (State.STOPPED, "stopped", "stopped"),
+)
+
+
+def not_serving_yet(pool: Iterable[Downstream]) -> str:
+    """ " (1 still loading, 2 need a sign-in: see toolkeeper servers)", or nothing when every
+    server serves: a count of tools alone hides a large spec that has not arrived yet, or a
+    remote server waiting for a person to sign in."""
+    states = Counter(downstream.state for downstream in pool)
     parts = [
-        f"{states[state]} {words}"
-        for state, words in ((State.LOADING, "still loading"), (State.STOPPED, "stopped"))
+        f"{states[state]} {one if states[state] == 1 else several}"
+        for state, one, several in NOT_SERVING
         if states[state]
     ]
     return f" ({', '.join(parts)}: see toolkeeper servers)" if parts else ""

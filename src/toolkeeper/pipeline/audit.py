@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 
 from toolkeeper.pipeline.audit_writer import AuditWriter, HintsHeld, Record, Started, UnreadArguments
 from toolkeeper.pipeline.call import ToolCall
+from toolkeeper.pipeline.targets import REMOTE_ACCOUNT
 from toolkeeper.policy.model import Decision
 from toolkeeper.protocol import error_result
 
@@ -165,7 +166,16 @@ class AuditLog:
             "latency_ms": round(elapsed * 1000),
             "principal": principal.name,
             "principal_client": principal.client_id,
+            "facts": _facts(call),
         }
+
+
+def _facts(call: ToolCall) -> dict[str, Any] | None:
+    """What a call's record says beyond its columns: the remote account it was made with, where
+    its server signs in (never the token)."""
+    target = call.target
+    remote_account = target.remote_account(call) if target is not None else None
+    return {REMOTE_ACCOUNT: remote_account} if remote_account is not None else None
 
 
 def _hints(call: ToolCall) -> HintsHeld | None:

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from toolkeeper.policy.model import DecisionRecord
 
 
+# A call's remote account as the audit log keeps it: {"account": ..., "subject": ... or None}.
+RemoteAccount = dict[str, str | None]
+
+
 class Target(Protocol):
     """What an exposed name stands for in the view: a downstream's tool, or one of the gateway's
     own (a face's configuration tools). The stages read these members; none asks which kind of
@@ -39,6 +43,12 @@ class Target(Protocol):
     def needs_client(self, call: ToolCall) -> bool:
         """Whether something may have to reach the client during this call (a question from a
         handshake-era server), so that only a driver with a request context can run it."""
+        ...
+
+    def remote_account(self, call: ToolCall) -> RemoteAccount | None:
+        """The account of the remote server this call is made with (`account`: the gateway's or
+        the principal's; `subject`: the token's, where it names one), for the audit log. None
+        where the server signs in nowhere, and for the gateway's own tools."""
         ...
 
     async def forward(self, call: ToolCall) -> dict[str, Any]:

@@ -7,12 +7,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkeeper.catalog import CatalogTool
+from toolkeeper.config.model import ServerConfig
 from toolkeeper.downstreams.base import CallTimedOut, Downstream, Era, Unavailable
-from toolkeeper.downstreams.signin.tokens import SignInNeeded, calling_account
-from toolkeeper.pipeline.call import ToolCall
+from toolkeeper.downstreams.signin.keeper import SignIns
+from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignInNeeded, calling_account
+from toolkeeper.pipeline.call import RemoteAccount, ToolCall
 from toolkeeper.pipeline.signin_prompts import SignInPrompts, answers_sign_in, without_sign_in_answer
 from toolkeeper.protocol import CAPABILITY_FOR_REQUEST, check_input_requests, declares, error_result
 from toolkeeper.relay.relay import Relay
+
+# Where a call keeps the remote account it is made with (`ToolCall.extra`), so that its record
+# made before it runs and the one made after it ended name the same.
+REMOTE_ACCOUNT = "remote_account"
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +34,20 @@ class DownstreamTool:
     sign_in: SignInPrompts | None = None
     # Whether each principal calls with an account of their own (`"signIn": "perPrincipal"`).
     per_principal: bool = field(init=False)
+    # Where the downstream signs in (a remote MCP server): its entry and the gateway's accounts.
+    signs_in: tuple[ServerConfig, SignIns] | None = field(init=False)
 
     def __post_init__(self) -> None:
-        sign_in = getattr(getattr(self.downstream, "config", None), "sign_in", None)
+        config = getattr(self.downstream, "config", None)
+        sign_in = getattr(config, "sign_in", None)
         object.__setattr__(self, "per_principal", sign_in is not None and sign_in.mode == "perPrincipal")
+        sign_ins = getattr(self.downstream, "sign_ins", None)
+        signs_in = (
+            (config, sign_ins)
+            if isinstance(config, ServerConfig) and sign_in is not None and isinstance(sign_ins, SignIns)
+            else None
+        )
+        object.__setattr__(self, "signs_in", signs_in)
 
     @property
     def exposed_name(self) -> str:
@@ -49,7 +65,22 @@ class DownstreamTool:
             return False
         return any(declares(capabilities, method) for method in CAPABILITY_FOR_REQUEST)
 
+    def remote_account(self, call: ToolCall) -> RemoteAccount | None:
+        # Memory only (a dict lookup), never the store: this is on every call's path.
+        known: RemoteAccount | None = call.extra.get(REMOTE_ACCOUNT)
+        if known is not None or self.signs_in is None:
+            return known
+        config, sign_ins = self.signs_in
+        account = call.client.principal.identity if self.per_principal else SHARED_ACCOUNT
+        signed_in = sign_ins.current(config.name, account)
+        if signed_in is None and not sign_ins.needs_sign_in(config, account):
+            return None  # the server took requests without a token: no account was used
+        named: RemoteAccount = {"account": account, "subject": signed_in.subject if signed_in else None}
+        call.extra[REMOTE_ACCOUNT] = named
+        return named
+
     async def forward(self, call: ToolCall) -> dict[str, Any]:
+        self.remote_account(call)
         if not self.per_principal:
             return await self._forward(call)
         retried = answers_sign_in(call.params)

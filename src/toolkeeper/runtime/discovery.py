@@ -17,7 +17,7 @@ import anyio
 from toolkeeper.catalog import tokens
 from toolkeeper.catalog.search import MAX_QUERY_CHARS
 from toolkeeper.errors import ServiceError
-from toolkeeper.pipeline.call import Principal, ToolCall
+from toolkeeper.pipeline.call import Principal, RemoteAccount, ToolCall
 from toolkeeper.protocol import error_result
 from toolkeeper.runtime.working_sets import Caller, Equipped, Limits, WorkingSets
 from toolkeeper.services.search import DEFAULT_LIMIT, MAX_LIMIT, Ranking, SearchAnswer, search_tools
@@ -109,6 +109,9 @@ class FindTools:
 
     def needs_client(self, call: ToolCall) -> bool:
         return False
+
+    def remote_account(self, call: ToolCall) -> RemoteAccount | None:
+        return None
 
     def listed(self) -> dict[str, Any]:
         return LISTED

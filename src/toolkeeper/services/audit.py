@@ -425,6 +425,10 @@ def _record_json(values: Mapping[str, Any]) -> dict[str, Any]:
         # A call; a gap (records that had to be dropped); an anchor (records retention removed).
         "kind": v("kind") or chain.CALL,
         "facts": chain.facts_of(values) if v("facts") is not None else None,
+        # The remote server's account a call was made with: `account` (`gateway`, or the
+        # principal's `kind:name`) and the token's `subject` where it names one; None for a call
+        # to a server that signs in nowhere, and for gaps and anchors.
+        "remoteAccount": _remote_account(values),
         "seq": v("seq"),
         "client": {"name": v("client_name"), "version": v("client_version"), "session": v("client_session")},
         # Who the gateway let in, and the OAuth client it came through; None before it recorded them.
@@ -445,6 +449,26 @@ def _record_json(values: Mapping[str, Any]) -> dict[str, Any]:
         "detail": v("detail"),
         "latencyMs": v("latency_ms"),
     }
+
+
+def _remote_account(values: Mapping[str, Any]) -> dict[str, Any] | None:
+    if (values.get("kind") or chain.CALL) != chain.CALL:
+        return None  # a gap's or an anchor's facts are of another shape
+    found = chain.facts_of(values).get("remote_account")
+    if not isinstance(found, dict) or not isinstance(found.get("account"), str):
+        return None
+    subject = found.get("subject")
+    return {"account": found["account"], "subject": subject if isinstance(subject, str) else None}
+
+
+def remote_account_label(record: Mapping[str, Any]) -> str:
+    """The remote account a call was made with, as people read it: `as alice (gateway)`, or
+    `as key:bob` when the token names no subject; empty when none was used."""
+    found = record.get("remoteAccount")
+    if not found:
+        return ""
+    subject = found.get("subject")
+    return f"as {subject} ({found['account']})" if subject else f"as {found['account']}"
 
 
 STARTED_LABEL = "started, outcome unknown"

@@ -6,12 +6,13 @@ skipped; what it is about; what is wrong; what to run or edit next):
 1. the configuration file: where it was found and whether it reads;
 2. every `${VAR}` the file uses that is not set and has no default;
 3. each stdio server's command: on PATH, or a file that exists and can be run;
-4. each remote server that signs in when it asks, with the command that signs in;
-5. the clients whose toolkeeper entry starts a program that does not exist (read by
+4. the clients whose toolkeeper entry starts a program that does not exist (read by
    `toolkeeper.services.clients`);
-6. the store: reachable and writable;
-7. the HTTP port: free on the configured host;
-8. each server: starts and answers (else its last error and stderr lines);
+5. the store: reachable and writable;
+6. the HTTP port: free on the configured host;
+7. each server: starts and answers (else its last error and stderr lines);
+8. each remote server that signs in: the account's live state, from the tokens kept in the store
+   (signed in as whom, or needs a sign-in, with the command that signs in);
 9. per server, how many of its tools the approval policy would ask about, with the command
    that explains one.
 
@@ -44,10 +45,12 @@ from toolkeeper.config.loader import demo_config_path, find_config
 from toolkeeper.config.model import ServerConfig
 from toolkeeper.downstreams.base import Downstream, State
 from toolkeeper.downstreams.kinds import KINDS
+from toolkeeper.downstreams.signin.keeper import SignIns
 from toolkeeper.downstreams.status import describe_progress
 from toolkeeper.downstreams.stdio import child_environment, recent_stderr
 from toolkeeper.services import Services
 from toolkeeper.services.clients import toolkeeper_entries
+from toolkeeper.services.signin import AccountState, SignInService, SignInState
 from toolkeeper.store import Store, StoreError
 from toolkeeper.store.db import store_url
 from toolkeeper.store.tables import store_revision
@@ -95,6 +98,9 @@ class Live(Protocol):
     @property
     def services(self) -> Services | None: ...
 
+    @property
+    def sign_ins(self) -> SignIns: ...
+
 
 class Connect(Protocol):
     """Connects the configuration's servers (over `store`) until the context ends."""
@@ -123,7 +129,6 @@ async def examine(how: Examination) -> list[Finding]:
         return findings
     findings += check_variables(config.path, how.environ)
     findings += check_commands(config)
-    findings += check_sign_ins(config)
     findings += check_clients()
     store, store_findings = await check_store(config)
     findings += store_findings
@@ -137,6 +142,7 @@ async def examine(how: Examination) -> list[Finding]:
         try:
             async with how.connect(config, store=store) as live:
                 findings += await check_servers_answer(live)
+                findings += check_sign_ins(config, live, how.command_options)
                 findings += await check_asked(live, how.command_options, stored_policy=stored_policy)
         finally:
             await store.close()
@@ -261,26 +267,7 @@ def command_path(command: str, path: str | None, cwd: str | None = None) -> str 
     return shutil.which(command, path=path)
 
 
-# -- 4. sign-ins -----------------------------------------------------------------------------
-
-
-def check_sign_ins(config: Config) -> list[Finding]:
-    """Each remote server that signs in (OAuth) when it asks, named with the command that does it.
-    Whether it is signed in now is the sign-in keeper's to tell; this names who may ask."""
-    return [
-        Finding(
-            "sign-in",
-            Level.OK,
-            server.name,
-            f"signs in when the server asks: `toolkeeper login {server.name}`",
-            f"toolkeeper login {server.name}",
-        )
-        for server in config.servers
-        if isinstance(server, ServerConfig) and server.sign_in is not None
-    ]
-
-
-# -- 5. clients ------------------------------------------------------------------------------
+# -- 4. clients ------------------------------------------------------------------------------
 
 
 ClientEntry = tuple[str, Path, str]  # the client's name, its configuration file, the command
@@ -323,7 +310,7 @@ def clients_pointing_nowhere(entries: Iterable[ClientEntry]) -> list[Finding]:
     return findings
 
 
-# -- 6. the store ----------------------------------------------------------------------------
+# -- 5. the store ----------------------------------------------------------------------------
 
 
 class _RolledBack(Exception):
@@ -369,7 +356,7 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
-# -- 7. the HTTP port ------------------------------------------------------------------------
+# -- 6. the HTTP port ------------------------------------------------------------------------
 
 
 def check_port(config: Config) -> list[Finding]:
@@ -396,15 +383,15 @@ def check_port(config: Config) -> list[Finding]:
     return [Finding("port", Level.OK, address, "free for `toolkeeper serve --transport http`")]
 
 
-# -- 8. servers start and answer -------------------------------------------------------------
+# -- 7. servers start and answer -------------------------------------------------------------
 
 
 async def check_servers_answer(live: Live) -> list[Finding]:
     """Each server whose command was found: ready, or its last error and stderr lines."""
     findings: list[Finding] = []
     for downstream in live.pool:
-        if _command_missing(downstream.config):
-            continue  # the command check said so, with its fix
+        if _command_missing(downstream.config) or downstream.state is State.NEEDS_SIGN_IN:
+            continue  # the command check or the sign-in check says so, with its fix
         if downstream.state is State.READY:
             findings.append(
                 Finding("server", Level.OK, downstream.name, f"answers: {len(downstream.tools)} tool(s)")
@@ -428,6 +415,33 @@ async def check_servers_answer(live: Live) -> list[Finding]:
             )
         )
     return findings
+
+
+# -- 8. sign-ins -----------------------------------------------------------------------------
+
+
+def check_sign_ins(config: Config, live: Live, command_options: str = "") -> list[Finding]:
+    """Each remote server that signs in, with its account's state as the running gateway has it
+    from the store's tokens: signed in as whom, needs a sign-in (its tools wait for it), or not
+    asked for yet; named with the command that signs in. Where each principal signs in as
+    themselves, the local user's account, and who else is signed in."""
+    service = SignInService(config, live.sign_ins, lambda: live.pool)
+    return [_sign_in_finding(state, live.sign_ins, command_options) for state in service.states()]
+
+
+def _sign_in_finding(state: AccountState, sign_ins: SignIns, command_options: str) -> Finding:
+    login = f"toolkeeper login {state.server}" + (f" {command_options}" if command_options else "")
+    others = [account for account in sign_ins.accounts_of(state.server) if account != state.account]
+    also = f"; also signed in: {', '.join(others)}" if state.mode == "perPrincipal" and others else ""
+    whose = f"account {state.account}: " if state.mode == "perPrincipal" else ""
+    if state.state is SignInState.SIGNED_IN:
+        who = state.subject or "an unnamed account"
+        return Finding("sign-in", Level.OK, state.server, f"{whose}signed in as {who}{also}")
+    if state.state is SignInState.NEEDS_SIGN_IN:
+        message = f"{whose}needs a sign-in: its tools are not served until then{also}"
+        return Finding("sign-in", Level.WARNING, state.server, message, login)
+    message = f"{whose}not signed in; the server has not asked for it (it answered without){also}"
+    return Finding("sign-in", Level.OK, state.server, message, login)
 
 
 def _command_missing(config: object) -> bool:

@@ -692,7 +692,8 @@ class Walk:
 
 
 def facts_of(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A gap's or an anchor's facts; empty when there are none or they are not an object."""
+    """A record's facts (a gap's or an anchor's; a call's name its remote account), each kind's of
+    its own shape; empty when there are none or they are not an object."""
     raw = values.get("facts")
     if not isinstance(raw, str):
         return {}

@@ -65,13 +65,12 @@ _SLOT_HEAD = struct.Struct("<BxxxII")  # state, payload length, CRC-32
 _PAYLOAD_BYTES = SLOT_BYTES - _SLOT_HEAD.size
 _CUT = 200  # characters a text keeps when a record does not fit its slot otherwise
 
-# What a record keeps in the journal: everything its started entry in the chain covers, except
-# its arguments, which are only digested on the writer's thread (a call's arguments can be large),
-# and the facts only gaps and anchors have.
+# What a record keeps in the journal: everything its started entry in the chain covers (a call's
+# facts name its remote account), except its arguments, which are only digested on the writer's
+# thread (a call's arguments can be large). The header names the columns, so a journal written
+# before a column was kept is still read.
 JOURNALED = tuple(
-    column
-    for column in audit_chain.STARTED_COLUMNS
-    if column not in ("arguments_sha256", "arguments", "facts")
+    column for column in audit_chain.STARTED_COLUMNS if column not in ("arguments_sha256", "arguments")
 )
 RECOVERED = (
     "the gateway ended (killed, or crashed) while the call ran, before its record reached the "

@@ -30,7 +30,7 @@ from toolkeeper.toolsets.model import (
 
 if TYPE_CHECKING:
     from toolkeeper.catalog import CatalogTool
-    from toolkeeper.pipeline.call import ToolCall
+    from toolkeeper.pipeline.call import RemoteAccount, ToolCall
     from toolkeeper.services import Services
 
 logger = logging.getLogger(__name__)
@@ -736,6 +736,9 @@ class BoundConfigTool:
 
     def needs_client(self, call: ToolCall) -> bool:
         return False  # runs in-process
+
+    def remote_account(self, call: ToolCall) -> RemoteAccount | None:
+        return None
 
     async def forward(self, call: ToolCall) -> dict[str, Any]:
         return await self.spec.call(self.host, call.params.get("arguments"))

@@ -31,7 +31,9 @@ async def list_records(request: Request) -> Response:
       Newest first, `limit` of them from the `offset`th on, narrowed by the filters given. Gaps
       (records that had to be dropped) stay in whatever the filters of calls, since a gap may
       hide calls that match them; `since` and `until` narrow them too. `nextOffset` is where
-      the next page starts (null on the last page).
+      the next page starts (null on the last page). A call to a remote server that signs in has
+      `remoteAccount`: the `account` it was made with (`gateway`, or the principal's `kind:name`)
+      and the token's `subject` where it names one (else null); other records have null.
     parameters:
       - name: tool
         in: query

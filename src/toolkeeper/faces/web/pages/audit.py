@@ -14,7 +14,13 @@ from starlette.routing import BaseRoute, Route
 from toolkeeper.display import visible, visible_line
 from toolkeeper.faces.web.face import face_of, render
 from toolkeeper.faces.web.shown import NAME_MAX, json_block, utc_time, who
-from toolkeeper.services.audit import RECORDED_DECISIONS, FilterError, marker_sentence, outcome_label
+from toolkeeper.services.audit import (
+    RECORDED_DECISIONS,
+    FilterError,
+    marker_sentence,
+    outcome_label,
+    remote_account_label,
+)
 
 PER_PAGE = 50
 FILTERS = ("tool", "server", "decision", "client", "since", "until")
@@ -34,6 +40,8 @@ def shown_record(record: dict[str, Any]) -> dict[str, Any]:
         "detailShown": visible(str(record["detail"])) if record.get("detail") else "",
         "who": who(record.get("principal"), record.get("client"), record.get("principalClient")),
         "outcomeShown": outcome_label(record),
+        # The remote server's account the call was made with (a subject the server chose).
+        "remoteAccountShown": visible_line(remote_account_label(record), NAME_MAX),
         "duration": f"{latency:,} ms" if isinstance(latency, int) else "",
         "waited": f"{wait / 1000:,.1f} s" if isinstance(wait, int) else "",
         "marker": marker_sentence(record, utc_time),
