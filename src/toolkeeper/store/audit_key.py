@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import hmac
 import logging
-import os
 import secrets
-import stat
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from toolkeeper.config.model import GatewaySettings
 from toolkeeper.store.db import StoreError, default_home
+from toolkeeper.store.key_files import make_key_file_once, warn_if_others_read
 
 logger = logging.getLogger(__name__)
 
@@ -66,20 +65,8 @@ def load_chain_key(home: Path, signed_by: str | None = None, label: str = "this 
 
 
 def _make_key_file(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Written aside, then linked into place: two gateways starting at once on a new home agree
-    # on one key, and nobody reads a half-written file.
-    draft = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
-    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(secrets.token_hex(32) + "\n")
-    try:
-        os.link(draft, path)
+    if make_key_file_once(path, (secrets.token_hex(32) + "\n").encode()):
         logger.info("audit log: made the audit key %s; a gateway sharing this store needs the same key", path)
-    except FileExistsError:
-        pass
-    finally:
-        draft.unlink()
 
 
 def read_key_file(path: Path) -> ChainKey | None:
@@ -97,14 +84,7 @@ def read_key_file(path: Path) -> ChainKey | None:
             f"The audit key {path} is empty. Put back the key the store's chain was made with "
             "(another gateway's audit.key), or move the file away to make a new one."
         )
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        logger.warning(
-            "audit log: the audit key %s can be read by other users (mode %o), who could then rewrite "
-            "the audit log unnoticed; run `chmod 600 %s`",
-            path,
-            stat.S_IMODE(info.st_mode),
-            path,
-        )
+    warn_if_others_read(path, info, "audit log", "audit key", "rewrite the audit log unnoticed")
     return ChainKey(content.encode(), str(path))
 
 

@@ -10,9 +10,6 @@ key file to use the tokens any of them saved.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from cryptography.fernet import Fernet, InvalidToken
 
 from toolkeeper.config.model import GatewaySettings
 from toolkeeper.store.db import StoreError, default_home
+from toolkeeper.store.key_files import make_key_file_once, warn_if_others_read
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +67,9 @@ def find_signin_key(path: Path) -> SignInKey | None:
             "Put back the signin.key of this store, or move the file away: a new one is made at the next "
             "sign-in, and every account then signs in again."
         ) from None
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        logger.warning(
-            "sign-in: the sign-in key %s can be read by other users (mode %o), who could then use the "
-            "remote servers' tokens kept in the store; run `chmod 600 %s`",
-            path,
-            stat.S_IMODE(info.st_mode),
-            path,
-        )
+    warn_if_others_read(
+        path, info, "sign-in", "sign-in key", "use the remote servers' tokens kept in the store"
+    )
     return SignInKey(fernet, path)
 
 
@@ -98,21 +91,9 @@ def signin_key(path: Path) -> SignInKey:
 
 
 def _make_key_file(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Written aside, then linked into place: two processes signing in at once on a new home agree
-    # on one key, and nobody reads a half-written file.
-    draft = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
-    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(Fernet.generate_key() + b"\n")
-    try:
-        os.link(draft, path)
+    if make_key_file_once(path, Fernet.generate_key() + b"\n"):
         logger.info(
             "sign-in: made the sign-in key %s; a gateway sharing this store needs the same key to use "
             "its tokens",
             path,
         )
-    except FileExistsError:
-        pass
-    finally:
-        draft.unlink()
