@@ -2,8 +2,10 @@
 and out again. Thin faces over services/signin.py.
 
 `login` prints the address to open (alone on its line on stdout, for a program that drives it),
-opens a browser where there is one, and waits on a loopback port of its own for the browser to
-come back (signin_callback.py). The tokens go to the store, where a running gateway picks them up.
+opens a browser where there is one, and waits for the browser to come back: to the dashboard of
+a running gateway on this store where one answers (signin_gateway.py), else to a loopback port of
+its own (signin_callback.py). The tokens go to the store, where every running gateway picks them
+up.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import typer
 
 from toolkeeper.cli.common import ConfigOption, DemoOption, app, err, load, open_store, out, refuse, styled
 from toolkeeper.cli.signin_callback import LoopbackCallback, Outcome
+from toolkeeper.cli.signin_gateway import POLL_SECONDS, running_dashboard
 from toolkeeper.config.model import Config
-from toolkeeper.downstreams.signin.flow import PendingSignIn
+from toolkeeper.downstreams.signin.flow import SIGN_IN_TIMEOUT_SECONDS, PendingSignIn
 from toolkeeper.downstreams.signin.keeper import SignIns
 from toolkeeper.downstreams.signin.tokens import SignedIn, TokenShelf
 from toolkeeper.errors import ErrorKind, ServiceError
-from toolkeeper.services.signin import Refused, SignInService, signed_in_message
+from toolkeeper.services.signin import Refused, SignInHandoffs, SignInService, signed_in_message
 from toolkeeper.store import Store
 from toolkeeper.store.signin_tokens import StoreTokenShelf
 
@@ -103,6 +106,9 @@ async def _login(config: Config, name: str, account: str | None, browser: bool) 
         assert target.sign_in is not None
         if target.sign_in.grant == "client_credentials":
             return signed_in_message(name, await service.sign_in_machine(name))
+        dashboard = await running_dashboard(store)
+        if dashboard is not None:
+            return await _login_at_gateway(service, SignInHandoffs(store), name, account, dashboard, browser)
         return await _login_in_browser(service, name, account, browser)
 
 
@@ -136,6 +142,43 @@ async def _login_in_browser(service: SignInService, name: str, account: str | No
             await _wait(pending, waiting)
         finally:
             callback.close()
+    return _outcome(name, waiting)
+
+
+async def _login_at_gateway(
+    service: SignInService,
+    handoffs: SignInHandoffs,
+    name: str,
+    account: str | None,
+    dashboard: str,
+    browser: bool,
+) -> str:
+    """The browser comes back to a running gateway's callback, which hands the answer over
+    through the store; this command, which began the sign-in, completes it."""
+    pending = await service.begin(name, account, dashboard + "oauth/callback")
+    await handoffs.expect(pending.state, SIGN_IN_TIMEOUT_SECONDS)
+    err.print(styled((f"The browser comes back to the gateway's dashboard at {dashboard}", "dim")))
+    _show_address(name, pending.url, browser)
+    waiting = _Waiting()
+
+    async def answered() -> None:
+        while (answer := await handoffs.take(pending.state)) is None:
+            await anyio.sleep(POLL_SECONDS)
+        given = {key: value for key, value in answer.items() if value is not None}
+        await _complete(service, waiting, {**given, "state": pending.state})
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(answered)
+            await _wait(pending, waiting)
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await handoffs.forget(pending.state)
+    return _outcome(name, waiting)
+
+
+def _outcome(name: str, waiting: _Waiting) -> str:
     if waiting.failure is not None:
         raise waiting.failure
     if waiting.signed_in is None:

@@ -458,6 +458,7 @@ async def _announce_dashboard(web: uvicorn.Server, board: Dashboard, host: str, 
     while not web.started:
         await anyio.sleep(0.05)
     board.announce(host, port)
+    await board.publish(host, port)
 
 
 async def serve_ui(config: Config, store: Store, host: str, port: int) -> None:

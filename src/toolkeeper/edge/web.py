@@ -5,6 +5,7 @@ sniff its types or be told its addresses."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from dataclasses import dataclass
 
@@ -19,10 +20,15 @@ from toolkeeper.edge.throttle import FailureThrottle
 from toolkeeper.faces.web.access import TOKEN_ENV, Access, ui_token
 from toolkeeper.faces.web.app import build_web_app
 from toolkeeper.runtime.gateway import Gateway
+from toolkeeper.store import Store
+from toolkeeper.store.dashboard_address import publish_dashboard
+from toolkeeper.store.db import StoreError
 
 WELL_KNOWN = "/.well-known/"
 # Listening on every address names none a caller could open: sign-in links then need
 # `http.publicUrl`.
+logger = logging.getLogger(__name__)
+
 UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
 
@@ -38,11 +44,25 @@ class Dashboard:
     actions_need_token: bool = False
     # The sign-in links callers are given, which begin at the dashboard's address.
     links: SignInLinks | None = None
+    # Where `toolkeeper login` learns the dashboard's address (None: nowhere, no store).
+    store: Store | None = None
+
+    async def publish(self, host: str, port: int) -> None:
+        """Tell `toolkeeper login` where this dashboard is, so its sign-ins come back to this
+        gateway's `/oauth/callback` as the Sign in button's do (the store keeps the last one)."""
+        if self.store is None or host in UNSPECIFIED_HOSTS:
+            return
+        address = self.links.base_url if self.links is not None and self.links.base_url else None
+        try:
+            async with self.store.write() as conn:
+                await publish_dashboard(conn, address or _address(host, port))
+        except StoreError as exc:
+            logger.warning("the dashboard's address was not kept for toolkeeper login: %s", exc)
 
     def announce(self, host: str, port: int) -> None:
         """Where the dashboard is and how to sign in, on stderr (stdout may be a client's stdio
         stream). From now on, sign-in links can be made: they begin at this address."""
-        address = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+        address = _address(host, port)
         if self.links is not None and self.links.base_url is None and host not in UNSPECIFIED_HOSTS:
             self.links.base_url = address
         if self.token_made_here:
@@ -79,7 +99,11 @@ def dashboard(
         # Callers reach the dashboard there, not at the address it listens on.
         links.base_url = config.settings.http_public_url + "/"
     guarded = Guarded(app, guard, HostGuard((), config.settings.http_allowed_origins))
-    return Dashboard(guarded, token, made, access.actions_need_token, links)
+    return Dashboard(guarded, token, made, access.actions_need_token, links, gateway.store)
+
+
+def _address(host: str, port: int) -> str:
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
 
 
 # Sent with every answer of the dashboard: no page of another site may frame it (and trick a

@@ -23,6 +23,7 @@ from toolkeeper.services.listing import ListingService
 from toolkeeper.services.policy import PolicyService
 from toolkeeper.services.reloads import ReloadService
 from toolkeeper.services.rules import Resolver, RuleService
+from toolkeeper.services.signin import SignInHandoffs
 from toolkeeper.services.toolsets import Change, ToolsetService
 from toolkeeper.store import Store
 
@@ -38,6 +39,7 @@ class Services:
     backup: BackupService
     keys: KeyService
     reloads: ReloadService
+    sign_in_handoffs: SignInHandoffs
     listing: ListingService
     costs: CostService
 
@@ -86,6 +88,7 @@ def build_services(
         backup=BackupService(store),
         keys=KeyService(store, config),
         reloads=ReloadService(store),
+        sign_in_handoffs=SignInHandoffs(store),
         listing=ListingService(
             store, catalog, annotator, toolsets=toolsets, hints=hints, policy=policy, costs=counted
         ),

@@ -9,6 +9,7 @@ what to do next. It never returns a token.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -20,6 +21,8 @@ from toolkeeper.downstreams.signin.flow import PendingSignIn, SignInFailed
 from toolkeeper.downstreams.signin.keeper import SignIns
 from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignedIn
 from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.store import Store
+from toolkeeper.store import signin_handoffs as handoff_rows
 
 # The local user's principal identity (`kind:name`): whose account a person at this machine signs
 # in to a server whose accounts are each principal's own, unless they name another.
@@ -301,3 +304,32 @@ def signed_in_message(name: str, signed_in: SignedIn) -> str:
     """What every face says once a sign-in is done."""
     who = signed_in.subject or "an account the server does not name"
     return f"Signed in to {name} as {who}."
+
+
+class SignInHandoffs:
+    """`toolkeeper login`'s sign-ins whose browser comes back to a running gateway's callback (see
+    store/signin_handoffs.py): the command expects the answer, the gateway hands it over."""
+
+    def __init__(self, store: Store, now: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self._now = now
+
+    async def expect(self, state: str, within: float) -> None:
+        async with self.store.write() as conn:
+            await handoff_rows.expect_answer(conn, state, self._now() + within)
+
+    async def hand_over(self, state: str, *, code: str | None, iss: str | None, error: str | None) -> bool:
+        """Whether a command expected this answer (then it has it now)."""
+        if not state:
+            return False
+        answer = {"code": code, "iss": iss, "error": error}
+        async with self.store.write() as conn:
+            return await handoff_rows.hand_over(conn, state, answer, self._now())
+
+    async def take(self, state: str) -> dict[str, str | None] | None:
+        async with self.store.write() as conn:
+            return await handoff_rows.take_answer(conn, state)
+
+    async def forget(self, state: str) -> None:
+        async with self.store.write() as conn:
+            await handoff_rows.forget(conn, state)

@@ -110,7 +110,8 @@ def _link_not_valid() -> Response:
 
 async def callback(request: Request) -> Response:
     """The authorization server's answer: complete the sign-in it belongs to, then back to the
-    overview with its outcome (a page of its own for a sign-in begun by a link). A state this
+    overview with its outcome (a page of its own for a sign-in begun by a link). A state that
+    `toolkeeper login` expects is handed over to it through the store; any other state this
     gateway did not give out gets a page of its own."""
     params = request.query_params
     state = params.get("state", "")
@@ -120,6 +121,14 @@ async def callback(request: Request) -> Response:
             state, code=params.get("code"), iss=params.get("iss"), error=params.get("error")
         )
     except Refused as exc:
+        handoffs = face_of(request).services.sign_in_handoffs
+        if await handoffs.hand_over(
+            state, code=params.get("code"), iss=params.get("iss"), error=params.get("error")
+        ):
+            return _standalone_page(
+                "Back to your terminal",
+                "toolkeeper login finishes this sign-in now: see your terminal. You can close this page.",
+            )
         return _refused_page(str(exc))
     except ServiceError as exc:
         if by_link:
