@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import socket
@@ -73,6 +74,18 @@ def _isolated_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLKEEPER_CONFIRM", "never")
     monkeypatch.delenv("TOOLKEEPER_DATABASE_URL", raising=False)
     monkeypatch.delenv("HYPERTOOL_ENABLE_CONFIG_TOOLS_MENU", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _log_levels_restored() -> Iterator[None]:
+    """A command run in the test's process (a CLI test) sets the levels of the root and the
+    `toolkeeper` loggers for itself; the next test on this worker starts from the levels before,
+    so what it logs reaches `caplog` whichever test ran first."""
+    loggers = [logging.getLogger(), logging.getLogger("toolkeeper")]
+    levels = [logger.level for logger in loggers]
+    yield
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
 
 
 def controllable(**options: Any) -> dict[str, Any]:

@@ -137,7 +137,7 @@ async def test_a_replayed_or_foreign_state_is_refused_and_logged(
     query = await follow_to_callback(pending.url)
 
     with (
-        caplog.at_level(logging.WARNING),
+        caplog.at_level(logging.WARNING, logger="toolkeeper.downstreams.signin.keeper"),
         pytest.raises(SignInFailed, match="not one toolkeeper is waiting for"),
     ):
         await keeper.complete("forged-state", code=query["code"], iss=query.get("iss"), error=None)
