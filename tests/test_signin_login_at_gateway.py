@@ -99,9 +99,18 @@ def test_login_comes_back_to_the_running_gateways_dashboard(
             assert "Signed in to remote as alice." in stdout
             assert f"comes back to the gateway's dashboard at {dashboard}/" in stderr
 
-            # The answer was handed over once: the same redirect again is refused.
+            # Handed over, not refused: the gateway logs no foreign state for it.
+            refusal = "refused a sign-in callback"
+            assert refusal not in (tmp_path / "gateway.log").read_text()
+
+            # The answer was handed over once: the same redirect again is refused, and logged.
             replayed = httpx2.get(page.url, timeout=20)
             assert replayed.status_code == 400 and "Sign-in refused" in replayed.text
+            for _ in range(WAIT_SECONDS * 4):
+                if refusal in (tmp_path / "gateway.log").read_text():
+                    break
+                time.sleep(0.25)
+            assert refusal in (tmp_path / "gateway.log").read_text()
 
             # The running gateway took the tokens from the store and serves the server.
             overview = ""

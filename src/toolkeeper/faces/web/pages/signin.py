@@ -115,20 +115,20 @@ async def callback(request: Request) -> Response:
     gateway did not give out gets a page of its own."""
     params = request.query_params
     state = params.get("state", "")
+    answer = {"code": params.get("code"), "iss": params.get("iss"), "error": params.get("error")}
+    service = service_of(request)
+    # Asked before the keeper, which refuses (and logs as foreign) any state it did not give out.
+    if service.begun(state) is None and await face_of(request).services.sign_in_handoffs.hand_over(
+        state, **answer
+    ):
+        return _standalone_page(
+            "Back to your terminal",
+            "toolkeeper login finishes this sign-in now: see your terminal. You can close this page.",
+        )
     by_link = links_of(request).begun_here(state)
     try:
-        done = await service_of(request).complete(
-            state, code=params.get("code"), iss=params.get("iss"), error=params.get("error")
-        )
+        done = await service.complete(state, **answer)
     except Refused as exc:
-        handoffs = face_of(request).services.sign_in_handoffs
-        if await handoffs.hand_over(
-            state, code=params.get("code"), iss=params.get("iss"), error=params.get("error")
-        ):
-            return _standalone_page(
-                "Back to your terminal",
-                "toolkeeper login finishes this sign-in now: see your terminal. You can close this page.",
-            )
         return _refused_page(str(exc))
     except ServiceError as exc:
         if by_link:
