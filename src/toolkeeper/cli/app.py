@@ -202,12 +202,14 @@ def servers(
 def _state_cell(row: dict[str, Any], colours: dict[str, str]) -> Any:
     """The state a person reads: a connection's, or where its account is the point, the sign-in's
     ("needs sign-in", "signed in as alice")."""
+    from toolkeeper.services.signin import SignInState  # loaded already by `servers`
+
     sign_in = row.get("signIn") or {}
-    if sign_in.get("state") == "needs sign-in":
-        return styled(("needs sign-in", "yellow"))
+    if sign_in.get("state") == SignInState.NEEDS_SIGN_IN:
+        return styled((SignInState.NEEDS_SIGN_IN.value, "yellow"))
     state = row["state"]
     shown = styled((row.get("progress") or state, colours.get(state, "dim")))
-    if sign_in.get("state") == "signed in":
+    if sign_in.get("state") == SignInState.SIGNED_IN:
         shown.append(f"\nsigned in as {sign_in.get('subject') or 'an unnamed account'}", style="dim")
     return shown
 

@@ -104,7 +104,7 @@ async def _login(config: Config, name: str, account: str | None, browser: bool) 
         service = await _service(config, store)
         target = service.server(name)
         assert target.sign_in is not None
-        if target.sign_in.grant == "client_credentials":
+        if target.sign_in.machine:
             return signed_in_message(name, await service.sign_in_machine(name))
         dashboard = await running_dashboard(store)
         if dashboard is not None:

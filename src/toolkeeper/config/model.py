@@ -201,6 +201,11 @@ class SignInSettings:
     # reachable over https.
     client_metadata_url: str | None = None
 
+    @property
+    def machine(self) -> bool:
+        """Whether the gateway signs itself in with its client's credentials, no person."""
+        return self.grant == "client_credentials"
+
 
 @dataclass(frozen=True, kw_only=True)
 class OAuthSettings:

@@ -221,7 +221,7 @@ class SignInService:
         server = self.server(name)
         chosen = self.account_of(server, account)
         assert server.sign_in is not None
-        if server.sign_in.grant == "client_credentials":
+        if server.sign_in.machine:
             raise ServiceError(
                 f"Server '{name}' signs in as a machine with its client id and secret: no person "
                 "signs in. Sign it in as the machine instead.",
@@ -257,7 +257,7 @@ class SignInService:
         """Sign a server configured with a client id and secret in as the gateway itself."""
         server = self.server(name)
         assert server.sign_in is not None
-        if server.sign_in.grant != "client_credentials":
+        if not server.sign_in.machine:
             raise ServiceError(
                 f"Server '{name}' signs in a person in a browser, not a machine: its entry has no "
                 '"grant": "client_credentials".',

@@ -212,7 +212,7 @@ class SignIns:
                 return await self._renewal.refresh(config.url, current, self._now())
             except (RefreshRefused, AuthServerUnreachable) as exc:
                 logger.warning("server %r: renewing account %r's token failed: %s", config.name, account, exc)
-        if config.sign_in is not None and config.sign_in.grant == "client_credentials":
+        if config.sign_in is not None and config.sign_in.machine:
             try:
                 return await sign_in_machine(config, now=self._now)
             except SignInFailed as exc:
@@ -252,9 +252,7 @@ class SignIns:
 
     def _machine(self, server: str) -> bool:
         config = self._configs.get(server)
-        return (
-            config is not None and config.sign_in is not None and config.sign_in.grant == "client_credentials"
-        )
+        return config is not None and config.sign_in is not None and config.sign_in.machine
 
     async def _renew_in_background(self, key: Key) -> None:
         server, account = key
