@@ -6,20 +6,16 @@ answered; the command then signs in on a loopback port of its own."""
 
 from __future__ import annotations
 
-from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from toolkeeper.store.tables import gateway_state
+from toolkeeper.store.gateway_values import put_value, read_value
 
 DASHBOARD_ADDRESS = "dashboard_address"
 
 
 async def published_dashboard(conn: AsyncConnection) -> str | None:
-    return (
-        await conn.execute(select(gateway_state.c.value).where(gateway_state.c.key == DASHBOARD_ADDRESS))
-    ).scalar_one_or_none()
+    return await read_value(conn, DASHBOARD_ADDRESS)
 
 
 async def publish_dashboard(conn: AsyncConnection, address: str) -> None:
-    await conn.execute(delete(gateway_state).where(gateway_state.c.key == DASHBOARD_ADDRESS))
-    await conn.execute(insert(gateway_state).values(key=DASHBOARD_ADDRESS, value=address))
+    await put_value(conn, DASHBOARD_ADDRESS, address)

@@ -6,24 +6,20 @@ from __future__ import annotations
 
 import secrets
 
-from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from toolkeeper.store.tables import gateway_state
+from toolkeeper.store.gateway_values import put_value, read_value
 
 RELOAD_REQUEST = "reload_request"
 
 
 async def reload_request(conn: AsyncConnection) -> str | None:
     """The token of the latest request, or None when nobody asked yet."""
-    return (
-        await conn.execute(select(gateway_state.c.value).where(gateway_state.c.key == RELOAD_REQUEST))
-    ).scalar_one_or_none()
+    return await read_value(conn, RELOAD_REQUEST)
 
 
 async def request_reload(conn: AsyncConnection) -> str:
     """A new request; its token."""
     token = secrets.token_hex(8)
-    await conn.execute(delete(gateway_state).where(gateway_state.c.key == RELOAD_REQUEST))
-    await conn.execute(insert(gateway_state).values(key=RELOAD_REQUEST, value=token))
+    await put_value(conn, RELOAD_REQUEST, token)
     return token

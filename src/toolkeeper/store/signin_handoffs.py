@@ -12,10 +12,9 @@ import hashlib
 import json
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from toolkeeper.store.tables import gateway_state
+from toolkeeper.store.gateway_values import put_value, read_value
 
 PREFIX = "signin_handoff:"
 
@@ -25,7 +24,7 @@ def _key(state: str) -> str:
 
 
 async def expect_answer(conn: AsyncConnection, state: str, until: float) -> None:
-    await conn.execute(insert(gateway_state).values(key=_key(state), value=json.dumps({"until": until})))
+    await put_value(conn, _key(state), json.dumps({"until": until}))
 
 
 async def hand_over(conn: AsyncConnection, state: str, answer: dict[str, str | None], now: float) -> bool:
@@ -34,10 +33,7 @@ async def hand_over(conn: AsyncConnection, state: str, answer: dict[str, str | N
     row = await _row(conn, state)
     if row is None or "answer" in row or row.get("until", 0) < now:
         return False
-    row["answer"] = answer
-    await conn.execute(
-        update(gateway_state).where(gateway_state.c.key == _key(state)).values(value=json.dumps(row))
-    )
+    await put_value(conn, _key(state), json.dumps({**row, "answer": answer}))
     return True
 
 
@@ -46,19 +42,17 @@ async def take_answer(conn: AsyncConnection, state: str) -> dict[str, str | None
     row = await _row(conn, state)
     if row is None or "answer" not in row:
         return None
-    await conn.execute(delete(gateway_state).where(gateway_state.c.key == _key(state)))
+    await forget(conn, state)
     answer: dict[str, str | None] = row["answer"]
     return answer
 
 
 async def forget(conn: AsyncConnection, state: str) -> None:
-    await conn.execute(delete(gateway_state).where(gateway_state.c.key == _key(state)))
+    await put_value(conn, _key(state), None)
 
 
 async def _row(conn: AsyncConnection, state: str) -> dict[str, Any] | None:
-    value = (
-        await conn.execute(select(gateway_state.c.value).where(gateway_state.c.key == _key(state)))
-    ).scalar_one_or_none()
+    value = await read_value(conn, _key(state))
     if value is None:
         return None
     found = json.loads(value)

@@ -10,7 +10,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.config.model import Discovery
-from toolkeeper.store.tables import gateway_state, tool_notes, toolset_tools, toolsets
+from toolkeeper.store.gateway_values import put_value, read_value
+from toolkeeper.store.tables import tool_notes, toolset_tools, toolsets
 from toolkeeper.toolsets.model import Note, ToolNotes, ToolRef, Toolset, ToolsetError, check_discovery
 
 EQUIPPED = "equipped_toolset"
@@ -262,12 +263,8 @@ async def remove_note(conn: AsyncConnection, toolset_id: int, ref: ToolRef, name
 
 
 async def get_equipped(conn: AsyncConnection) -> str | None:
-    return (
-        await conn.execute(select(gateway_state.c.value).where(gateway_state.c.key == EQUIPPED))
-    ).scalar_one_or_none()
+    return await read_value(conn, EQUIPPED)
 
 
 async def set_equipped(conn: AsyncConnection, name: str | None) -> None:
-    await conn.execute(delete(gateway_state).where(gateway_state.c.key == EQUIPPED))
-    if name is not None:
-        await conn.execute(insert(gateway_state).values(key=EQUIPPED, value=name))
+    await put_value(conn, EQUIPPED, name)
