@@ -23,8 +23,6 @@ import anyio
 import httpx2
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.auth.exceptions import OAuthFlowError, OAuthRegistrationError, OAuthTokenError
-from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
-from mcp.client.auth.oauth2 import OAuthContext
 from mcp.client.auth.utils import (
     create_client_info_from_metadata_url,
     is_valid_client_metadata_url,
@@ -40,6 +38,7 @@ from pydantic import AnyUrl, ValidationError
 
 from toolkeeper import jsonwire
 from toolkeeper.config.model import ServerConfig, SignInSettings
+from toolkeeper.downstreams.signin.client_secret import authenticate_as_metadata_allows
 from toolkeeper.downstreams.signin.guard import EndpointGuard, UnsafeEndpoint, check_metadata
 from toolkeeper.downstreams.signin.subject import account_subject
 from toolkeeper.downstreams.signin.tokens import Registration, SignedIn
@@ -62,8 +61,6 @@ PROBE = {
     },
 }
 REFUSED_STATUSES = (401, 403)
-# How a client with a secret can authenticate at the token endpoint.
-SECRET_METHODS = ("client_secret_basic", "client_secret_post")
 
 
 class SignInFailed(Exception):
@@ -156,34 +153,6 @@ class GatewayProvider(OAuthClientProvider):
         if info is not None and info.client_id == self._preregistered_id:
             authenticate_as_metadata_allows(self.context)
         return await super()._perform_authorization()
-
-
-class MachineProvider(ClientCredentialsOAuthProvider):
-    """The SDK's client_credentials provider, its secret sent the way the authorization server's
-    metadata says it takes one."""
-
-    async def _perform_authorization(self) -> httpx2.Request:
-        check_metadata(self.context.oauth_metadata, self.context.server_url)
-        authenticate_as_metadata_allows(self.context)
-        return await super()._perform_authorization()
-
-
-def authenticate_as_metadata_allows(context: OAuthContext) -> None:
-    """A client the gateway was given (pre-registered, or its client_credentials) sends its
-    secret the way the authorization server takes one: the first of its metadata's methods that
-    sends a secret, or HTTP Basic, the default of RFC 8414, when it names none. (A dynamically registered
-    client keeps the method its registration answer gave: callers apply this to given clients
-    only.)"""
-    info = context.client_info
-    if info is None or not info.client_secret or info.token_endpoint_auth_method not in SECRET_METHODS:
-        return
-    metadata = context.oauth_metadata
-    offered = (metadata.token_endpoint_auth_methods_supported if metadata is not None else None) or [
-        "client_secret_basic"
-    ]
-    chosen = next((method for method in offered if method in SECRET_METHODS), None)
-    if chosen is not None and chosen != info.token_endpoint_auth_method:
-        context.client_info = info.model_copy(update={"token_endpoint_auth_method": chosen})
 
 
 @dataclass(eq=False)
@@ -330,6 +299,10 @@ async def sign_in_machine(config: ServerConfig, *, now: Callable[[], float] = ti
         raise failed(
             config.name, "the client_credentials grant needs the entry's oauth clientId and clientSecret"
         )
+    # Imported here: the SDK's client_credentials provider loads PyJWT and cryptography's X.509
+    # (some 20 ms), which only a gateway that signs a machine in needs.
+    from toolkeeper.downstreams.signin.machine import MachineProvider
+
     storage = CapturedTokens()
     with warnings.catch_warnings():
         # Without an issuer the SDK uses the one discovery yields (and warns); the entry names none.
