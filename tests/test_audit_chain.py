@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from conftest import ROOT, write_config
 from hypothesis import HealthCheck, given, settings
@@ -27,8 +28,10 @@ from sqlalchemy import create_engine, insert, text
 
 from toolkeeper.config.loader import ConfigError, load_config
 from toolkeeper.config.model import GatewaySettings
+from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.store import Store, audit_key
 from toolkeeper.store import audit_chain as chain
+from toolkeeper.store.db import ThreadConnection
 from toolkeeper.store.tables import audit_log
 
 pytestmark = pytest.mark.anyio
@@ -586,3 +589,43 @@ def test_any_single_change_is_caught(
         assert found.broken is not None, (column, place_index)
     else:
         assert found.broken is None
+
+
+async def test_each_row_is_made_as_sqlites_driver_inserts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The writer's thread shares the interpreter with the event loop, and the driver lets go of
+    # it while it inserts: rows made all before the first insert would hold it for the batch.
+    home = Path(os.environ["TOOLKEEPER_HOME"])
+    key = chain.load_chain_key(home)
+    events: list[str] = []
+    mac = chain.entry_mac
+
+    def noted_mac(*args: Any) -> str:
+        events.append("made")
+        return mac(*args)
+
+    def traced_append(conn: Any) -> None:
+        conn.connection.driver_connection.set_trace_callback(
+            lambda sql: events.append("inserted") if sql.startswith("INSERT INTO audit_log") else None
+        )
+        chain.append(conn, key, [call_row(number) for number in range(3)])
+
+    monkeypatch.setattr(chain, "entry_mac", noted_mac)
+    async with Store(f"sqlite:///{home / 'toolkeeper.db'}") as store:
+        connection = ThreadConnection(store)  # the audit writer's
+        try:
+            connection.transaction(traced_append)  # the first append: the chain's anchor, then 3 rows
+        finally:
+            connection.close()
+    assert events == ["made", "inserted"] * 4
+
+
+async def test_the_writer_compiles_its_statements_before_the_first_record() -> None:
+    home = Path(os.environ["TOOLKEEPER_HOME"])
+    chain._statements.clear()
+    async with Store(f"sqlite:///{home / 'toolkeeper.db'}") as store:
+        writer = AuditWriter(store, 30, home=home)
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            assert await writer.checked()
+            assert chain._statements  # compiled as the writer started, before any record
+            tg.cancel_scope.cancel()

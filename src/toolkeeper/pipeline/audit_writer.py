@@ -471,7 +471,7 @@ class AuditWriter:
         with self._writing:
             try:
                 key = self._key_now()
-                self._connection_now().transaction(lambda conn: audit_chain.check_writable(conn, key))
+                self._connection_now().transaction(lambda conn: _checked_and_prepared(conn, key))
             except Exception as exc:  # whatever it is, the gateway runs on: read-only calls go on
                 self._refused(exc)
                 return False
@@ -795,6 +795,13 @@ class _Batch:
         names += [row.get("exposed_name") for row in self.rows]
         names += [done.started.record.get("exposed_name") for done in self.completions]
         return "a call of " + ", ".join(repr(name) for name in names)
+
+
+def _checked_and_prepared(conn: Any, key: audit_chain.ChainKey) -> None:
+    """Whether an append would be taken (raises if not), and its statements ready: the thread
+    checks as the gateway starts, so the first calls' records need no compiling."""
+    audit_chain.check_writable(conn, key)
+    audit_chain.prepare(conn)
 
 
 def _popped(items: deque[Any], count: int) -> list[Any]:

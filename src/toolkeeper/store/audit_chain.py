@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import heapq
 import hmac
+import itertools
 import json
 import logging
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -209,7 +210,6 @@ class _Head:
     seq: int
     mac: str
     fingerprint: str | None
-    made: list[Any] = field(default_factory=list)  # rows for the insert, as the driver takes them
 
 
 _LOCK_HEAD = text("UPDATE audit_chain SET seq = seq WHERE name = :name RETURNING seq, mac, key_fingerprint")
@@ -268,13 +268,20 @@ def _move_head(conn: Connection, head: _Head, key: ChainKey) -> None:
     conn.execute(_MOVE_HEAD, {"seq": head.seq, "mac": head.mac, "fingerprint": key.fingerprint, "name": HEAD})
 
 
-def _execute_many(conn: Connection, sql: str, rows: list[Any]) -> None:
-    """A statement compiled for this database, once per row given as its driver takes it."""
+def _execute_many(conn: Connection, sql: str, rows: Iterable[Any]) -> None:
+    """A statement compiled for this database, once per row given as its driver takes it.
+
+    SQLite's driver takes the rows one at a time as it inserts them, and lets go of the
+    interpreter while it does: rows made as they are asked for (an iterator) leave the event
+    loop's thread, which shares the interpreter with the writer's, waiting for the making of
+    one row at most, not of a whole batch."""
     driver = _sqlite_driver(conn)
     if driver is not None:
         driver.executemany(sql, rows)
-    else:
-        conn.exec_driver_sql(sql, rows)
+        return
+    listed = list(rows)
+    if listed:
+        conn.exec_driver_sql(sql, listed)
 
 
 def newest_entry(conn: Connection) -> tuple[int, str]:
@@ -332,6 +339,12 @@ SEE_AND_REPAIR = (
 )
 
 
+def prepare(conn: Connection) -> None:
+    """Compile the statements an append runs on this database: a few milliseconds that hold the
+    interpreter, better spent before calls arrive than in the first append."""
+    _statements_for(conn.dialect)
+
+
 def check_writable(conn: Connection, key: ChainKey) -> _Head:
     """What an append checks before it writes: the head locked, the key the chain's, the head
     its newest entry; the head. Raises as `append` would; writes nothing but the lock."""
@@ -383,15 +396,17 @@ def write_entries(
 ) -> dict[str, dict[str, Any]]:
     """Append under the locked head, then move it; the values of the rows left started, by id."""
     statements = _statements_for(conn.dialect)
-    if head.seq == 0:
-        _add_row(head, key, statements, _start_anchor(conn, rows))
+    anchor = [_start_anchor(conn, rows)] if head.seq == 0 else []
     started: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        values = _add_row(head, key, statements, row)
-        if values["outcome"] == STARTED:
-            started[values["id"]] = values
-    if head.made:
-        _execute_many(conn, statements.rows.sql, head.made)
+
+    def driver_rows() -> Iterator[Any]:
+        for row in itertools.chain(anchor, rows):
+            values = _add_row(head, key, row)
+            if values["outcome"] == STARTED:
+                started[values["id"]] = values
+            yield statements.driver_row(values)
+
+    _execute_many(conn, statements.rows.sql, driver_rows())
     if completions:
         _complete(conn, head, key, statements, completions, started)
     _move_head(conn, head, key)
@@ -427,13 +442,13 @@ def _result_values(done: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _add_row(head: _Head, key: ChainKey, statements: _Statements, row: Mapping[str, Any]) -> dict[str, Any]:
+def _add_row(head: _Head, key: ChainKey, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's values as stored, in the head's next place (the head moved on)."""
     values = _storable(row)
     phase = STARTED if values["outcome"] == STARTED else RECORD
     head.seq += 1
     head.mac = entry_mac(key.secret, head.mac, head.seq, phase, content(values, phase))
     values["seq"], values["mac"], values["done_seq"], values["done_mac"] = head.seq, head.mac, None, None
-    head.made.append(statements.driver_row(values))
     return values
 
 
@@ -462,33 +477,33 @@ def _complete(
         )
         for row in found:
             started[row.id] = dict(row._mapping)
-    updates: list[Any] = []
-    for done in completions:
-        values = started.pop(done["id"], None)
-        if values is None:
-            logger.warning(
-                "audit log: the outcome of call %s (%s) was not recorded: its record is not there as started "
-                "(deleted by retention, or completed already)",
-                done["id"],
-                done.get("outcome"),
-            )
-            continue
-        result = {**values, **_result_values(done)}
-        head.seq += 1
-        head.mac = entry_mac(key.secret, head.mac, head.seq, DONE, content(result, DONE))
-        bound = {
-            "w_id": done["id"],
-            "v_outcome": result["outcome"],
-            "v_detail": result["detail"],
-            "v_latency_ms": result["latency_ms"],
-            "v_done_seq": head.seq,
-            "v_done_mac": head.mac,
-        }
-        updates.append(
-            tuple(bound[name] for name in statements.complete_columns) if statements.positional else bound
-        )
-    if updates:
-        _execute_many(conn, statements.complete_sql, updates)
+
+    def updates() -> Iterator[Any]:
+        for done in completions:
+            values = started.pop(done["id"], None)
+            if values is None:
+                logger.warning(
+                    "audit log: the outcome of call %s (%s) was not recorded: its record is not there as "
+                    "started (deleted by retention, or completed already)",
+                    done["id"],
+                    done.get("outcome"),
+                )
+                continue
+            result = {**values, **_result_values(done)}
+            head.seq += 1
+            head.mac = entry_mac(key.secret, head.mac, head.seq, DONE, content(result, DONE))
+            bound = {
+                "w_id": done["id"],
+                "v_outcome": result["outcome"],
+                "v_detail": result["detail"],
+                "v_latency_ms": result["latency_ms"],
+                "v_done_seq": head.seq,
+                "v_done_mac": head.mac,
+            }
+            positional = statements.positional
+            yield tuple(bound[name] for name in statements.complete_columns) if positional else bound
+
+    _execute_many(conn, statements.complete_sql, updates())
 
 
 def _still_started(conn: Connection, ids: list[str]) -> list[str]:
