@@ -21,7 +21,7 @@ import json, sys
 src, out = sys.argv[1], sys.argv[2]
 if "broken" in src:
     sys.exit(3)
-seconds = 0.9 if "old" in src else 0.2
+seconds = 0.9 if "old" in src or "old" in sys.executable else 0.2
 metric = {"label": "toolkeeper --help", "unit": "s", "figure": "cli", "value": seconds}
 json.dump({"metrics": {"help_s": metric}}, open(out, "w"))
 """
@@ -34,23 +34,31 @@ def source_tree(root: Path, name: str) -> Path:
     return src
 
 
-def run_rounds(tmp_path: Path, before: Path, after: Path, rounds: int) -> subprocess.CompletedProcess[str]:
+def run_rounds(tmp_path: Path, *sides: str, rounds: int) -> subprocess.CompletedProcess[str]:
     fake = tmp_path / "fake_bench.py"
     fake.write_text(FAKE_BENCH)
     argv = [
-        sys.executable, str(ROUNDS), "--before-src", str(before), "--after-src", str(after),
-        "--rounds", str(rounds), "--only", "", "--out", str(tmp_path / "out"),
-        "--bench", f"cli={{python}} {fake} {{src}} {{json}}",
+        sys.executable, str(ROUNDS), *sides, "--rounds", str(rounds), "--only", "",
+        "--out", str(tmp_path / "out"), "--bench", f"cli={{python}} {fake} {{src}} {{json}}",
     ]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
 
 
+def trees(before: Path, after: Path) -> tuple[str, ...]:
+    return ("--before-src", str(before), "--after-src", str(after))
+
+
+def sides_in_order(table: str) -> list[str]:
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "round" not in line]
+    return [row.split(" | ")[1] for row in rows]
+
+
 def test_rounds_alternate_which_side_goes_first_and_make_one_table(tmp_path: Path) -> None:
-    done = run_rounds(tmp_path, source_tree(tmp_path, "old"), source_tree(tmp_path, "new"), rounds=3)
+    done = run_rounds(tmp_path, *trees(source_tree(tmp_path, "old"), source_tree(tmp_path, "new")), rounds=3)
 
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "round" not in line]
-    sides = [row.split(" | ")[1] for row in rows]
+    sides = sides_in_order(done.stdout)
     assert sides == ["before", "after", "after", "before", "before", "after"]
     assert all(
         ("0.9 s" if side == "before" else "0.2 s") in row for side, row in zip(sides, rows, strict=True)
@@ -60,7 +68,9 @@ def test_rounds_alternate_which_side_goes_first_and_make_one_table(tmp_path: Pat
 
 
 def test_a_run_that_writes_no_figures_shows_as_failed(tmp_path: Path) -> None:
-    done = run_rounds(tmp_path, source_tree(tmp_path, "broken"), source_tree(tmp_path, "new"), rounds=1)
+    done = run_rounds(
+        tmp_path, *trees(source_tree(tmp_path, "broken"), source_tree(tmp_path, "new")), rounds=1
+    )
 
     assert done.returncode == 1
     assert "| before | failed |" in done.stdout
@@ -70,10 +80,36 @@ def test_a_run_that_writes_no_figures_shows_as_failed(tmp_path: Path) -> None:
 
 def test_rounds_refuses_a_tree_without_toolkeeper(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    done = run_rounds(tmp_path, tmp_path / "empty", source_tree(tmp_path, "new"), rounds=1)
+    done = run_rounds(tmp_path, *trees(tmp_path / "empty", source_tree(tmp_path, "new")), rounds=1)
 
     assert done.returncode == 2
     assert "no toolkeeper package there" in done.stderr
+
+
+def test_interpreters_take_turns_each_running_the_same_tree(tmp_path: Path) -> None:
+    old_python = tmp_path / "old-python"
+    old_python.symlink_to(sys.executable)
+    pythons = ("--python", f"3.11={old_python}", "--python", f"3.12={sys.executable}")
+    three = (*pythons, "--python", f"3.13={sys.executable}")
+    tree = ("--after-src", str(source_tree(tmp_path, "new")))
+
+    done = run_rounds(tmp_path, *three, *tree, rounds=3)
+
+    assert done.returncode == 0, done.stderr
+    assert sides_in_order(done.stdout) == [
+        "3.11",
+        "3.12",
+        "3.13",
+        "3.12",
+        "3.13",
+        "3.11",
+        "3.13",
+        "3.11",
+        "3.12",
+    ]
+    assert "| 3.11 | 0.9 s |" in done.stdout and "| 3.13 | 0.2 s |" in done.stdout
+    refused = run_rounds(tmp_path, *pythons, *tree, "--before-src", str(tmp_path), rounds=1)
+    assert refused.returncode == 2 and "one or the other" in refused.stderr
 
 
 def bench_run_module() -> ModuleType:
