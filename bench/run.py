@@ -540,6 +540,7 @@ def calls_body(args, *, c8: bool = True, lists: int = 0, calls: int | None = Non
                     await time_calls(sess.client, tools[kind], warmup, 1)
         lat = await interleaved_calls({k: (sessions[k].client, tools[k]) for k in sessions}, calls)
         for kind, values in lat.items():
+            res[kind]["slowest_calls"] = slowest_calls(values)
             values.sort()
             res[kind]["call_us_median"] = statistics.median(values) * 1e6
             res[kind]["call_us_p99"] = pct(values, 0.99) * 1e6
@@ -551,6 +552,13 @@ def calls_body(args, *, c8: bool = True, lists: int = 0, calls: int | None = Non
         return res
 
     return body
+
+
+def slowest_calls(in_order: list[float], count: int = 12) -> list[list[float]]:
+    """The slowest calls as [the call's index, µs], slowest first: in the JSON's job details, to tell
+    the first calls' lazy work (low indices) from periodic work (spread over the run)."""
+    ranked = sorted(range(len(in_order)), key=in_order.__getitem__, reverse=True)[:count]
+    return [[index, round(in_order[index] * 1e6)] for index in ranked]
 
 
 async def median_listing(sess: Session, lists: int) -> float:
@@ -1186,7 +1194,7 @@ async def run_all(args) -> int:
                     shown = ", ".join(
                         f"{k}={fmt(v) if isinstance(v, float) else v}"
                         for k, v in res.items()
-                        if k not in ("protocol", "tool", "list_attempts")
+                        if k not in ("protocol", "tool", "list_attempts", "slowest_calls")
                     )
                     log(f"[{rep + 1}/{args.repeat}] {name:<19} {took:5.1f} s  {shown}")
                 await anyio.sleep(args.settle)
