@@ -3,7 +3,7 @@
     python bench/rounds.py --before-src /tmp/before/src --rounds 3 --only 1,6,9,10 -- --repeat 1 --calls 500
     python bench/rounds.py --before-src /tmp/before/src --only '' \\
         --bench 'cli={python} bench/cli_start.py --src {src} --json {json}'
-    python bench/rounds.py --python 3.11=.venv/bin/python --python 3.13=/work/venv313/bin/python --values
+    python bench/rounds.py --python 3.11=.venv/bin/python --python 3.13=venv313/bin/python --values
 
 Per round, each side runs once: `bench/run.py` of THIS tree with `--src` set to that side's tree
 (so both sides are measured by the same benchmark, and only the gateway's source differs), then
@@ -12,7 +12,7 @@ each running this tree (`--after-src`). The order of the sides turns between rou
 after, before; …), so that a drift in the machine's load does not fall on one side only. The
 1-minute load average is noted before each run. Each run's full report and JSON are kept in `--out`.
 
-A `--bench` command is a template: `{python}` (this interpreter), `{src}` (the side's source
+A `--bench` command is a template: `{python}` (the side's interpreter), `{src}` (the side's source
 tree) and `{json}` (the file to write) are replaced. The file it writes must hold
 `{"metrics": {KEY: {"label": ..., "unit": ..., "figure": ..., VALUE}}}`, VALUE being one of
 `"ratio"` (shown as 1.23×), `"difference"` (+583 ms, with the `"direct"` value beside it) or
