@@ -33,9 +33,9 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
@@ -47,7 +47,8 @@ from mcp_types import CONNECTION_CLOSED
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 ECHO = HERE / "echo_server.py"
-SRC = ROOT / "src"
+# The toolkeeper source tree the gateway runs: this tree's, or another's with --src.
+GATEWAY_SRC = ROOT / "src"
 TOOL = "echo_0"
 TEXT = "hello world"
 BIG_SERVERS, BIG_TOOLS_EACH = 10, 50
@@ -57,7 +58,7 @@ BODY_TIMEOUT_S = 180.0
 TEARDOWN_TIMEOUT_S = 15.0
 STOP_GRACE_S = 5.0  # SIGTERM → this long → SIGKILL, for the processes the HTTP jobs spawn
 LOCALHOST = "127.0.0.1"
-FIGURES = (1, 2, 3, 4, 5, 6, 7, 8)
+FIGURES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 now = time.perf_counter
 
 
@@ -219,7 +220,7 @@ def create_client_key(config: Path) -> str:
 
 def src_env() -> dict[str, str]:
     """Run the working tree's toolkeeper even when it is not installed into this interpreter."""
-    pythonpath = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+    pythonpath = os.pathsep.join(p for p in (str(GATEWAY_SRC), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": pythonpath}
 
 
@@ -520,9 +521,12 @@ def side(kind: str) -> Iterator[None]:
         raise SideFailed(kind, describe(e)) from e
 
 
-def calls_body(args, *, c8: bool = True, lists: int = 0):
+def calls_body(args, *, c8: bool = True, lists: int = 0, calls: int | None = None, warmup: int | None = None):
     """The measurements over the sessions open together, keyed by kind (direct, gateway): listings,
-    then c=1 calls interleaved between the sessions, then throughput one session at a time."""
+    then c=1 calls interleaved between the sessions, then throughput one session at a time.
+    `calls` and `warmup` default to --calls and --warmup."""
+    calls = args.calls if calls is None else calls
+    warmup = args.warmup if warmup is None else warmup
 
     async def body(sessions: dict[str, Session]) -> dict[str, dict[str, Any]]:
         res: dict[str, dict[str, Any]] = {kind: {} for kind in sessions}
@@ -532,9 +536,11 @@ def calls_body(args, *, c8: bool = True, lists: int = 0):
                 if lists:
                     res[kind]["list_ms"] = await median_listing(sess, lists) * 1e3
                 tools[kind] = res[kind]["tool"] = pick_tool([t.name for t in sess.tools], TOOL)
-                await time_calls(sess.client, tools[kind], args.warmup, 1)
-        lat = await interleaved_calls({k: (sessions[k].client, tools[k]) for k in sessions}, args.calls)
+                if warmup:
+                    await time_calls(sess.client, tools[kind], warmup, 1)
+        lat = await interleaved_calls({k: (sessions[k].client, tools[k]) for k in sessions}, calls)
         for kind, values in lat.items():
+            res[kind]["slowest_calls"] = slowest_calls(values)
             values.sort()
             res[kind]["call_us_median"] = statistics.median(values) * 1e6
             res[kind]["call_us_p99"] = pct(values, 0.99) * 1e6
@@ -546,6 +552,13 @@ def calls_body(args, *, c8: bool = True, lists: int = 0):
         return res
 
     return body
+
+
+def slowest_calls(in_order: list[float], count: int = 12) -> list[list[float]]:
+    """The slowest calls as [the call's index, µs], slowest first: in the JSON's job details, to tell
+    the first calls' lazy work (low indices) from periodic work (spread over the run)."""
+    ranked = sorted(range(len(in_order)), key=in_order.__getitem__, reverse=True)[:count]
+    return [[index, round(in_order[index] * 1e6)] for index in ranked]
 
 
 async def median_listing(sess: Session, lists: int) -> float:
@@ -614,6 +627,45 @@ async def direct_many(args) -> dict[str, Any]:
     except Exception as e:
         raise JobError(describe(e)) from e
     return {"startup_ms": (max(finished) - t0) * 1e3}
+
+
+async def alternating_starts(
+    args: argparse.Namespace, targets: dict[str, Target], kinds: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    """Figure 10: `--starts` start-ups of each side, one process at a time, taking turns (direct,
+    gateway, gateway, direct, …) so that a drift in the machine's load falls on both sides alike;
+    each session is closed before the next process is spawned. Per kind: the medians of the time to
+    connect and to the first complete listing."""
+    samples: dict[str, dict[str, list[float]]] = {
+        kind: {"connect_ms": [], "startup_ms": []} for kind in kinds
+    }
+    protocols: dict[str, str] = {}
+    for i in range(args.starts):
+        for kind in kinds if i % 2 == 0 else reversed(kinds):
+            with side(kind):
+                res = await run_session(targets[kind], args.mode, args.timeout)
+            for key, values in samples[kind].items():
+                values.append(res[key])
+            protocols[kind] = res.get("protocol", "")
+            await anyio.sleep(args.settle)
+    return {
+        kind: {
+            **{key: statistics.median(values) for key, values in by_key.items()},
+            "starts": len(by_key["connect_ms"]),
+            "protocol": protocols[kind],
+        }
+        for kind, by_key in samples.items()
+    }
+
+
+async def prepare_store(args: argparse.Namespace, target: Target) -> None:
+    """One untimed start of the gateway, so that every timed start finds its store made and
+    migrated, as every start after a person's first does. A failure here is left for the jobs
+    to report."""
+    try:
+        await run_session(target, args.mode, args.timeout)
+    except Exception as e:
+        log(f"preparing the gateway's store failed: {describe(e)}")
 
 
 async def http_session(args, kind: str, workdir: Path, body, *, keyed: bool | None = None) -> dict[str, Any]:
@@ -705,24 +757,38 @@ async def http_downstream_session(args, kind: str, workdir: Path, body) -> dict[
 
 # --------------------------------------------------------------------------- jobs
 
-# metric key -> (label, unit, higher_is_better, figure group)
-METRICS: dict[str, tuple[str, str, bool, int]] = {
-    "call_median": ("1. call latency, c=1, median", "µs", False, 1),
-    "call_p99": ("   call latency, c=1, p99", "µs", False, 1),
-    "calls_per_s": ("2. throughput, c={conc}", "calls/s", True, 2),
-    "list_ms": ("3. tools/list, 500 tools, median of {lists}", "ms", False, 3),
-    "startup_1": ("4. start-up to first tools/list, 1 server", "ms", False, 4),
-    "startup_10": ("   start-up to first tools/list, 10 servers", "ms", False, 4),
-    "call_median_many": ("5. call latency, c=1, median, 500 tools", "µs", False, 5),
-    "http_call_median": ("6. HTTP call latency, c=1, median", "µs", False, 6),
-    "http_call_p99": ("   HTTP call latency, c=1, p99", "µs", False, 6),
-    "http_calls_per_s": ("6. HTTP throughput, c={conc}", "calls/s", True, 6),
-    "downstream_call_median": ("7. HTTP downstream call, c=1, median", "µs", False, 7),
-    "downstream_call_p99": ("   HTTP downstream call, c=1, p99", "µs", False, 7),
-    "downstream_calls_per_s": ("7. HTTP downstream throughput, c={conc}", "calls/s", True, 7),
-    "keyed_call_median": ("8. HTTP call with a client key, c=1, median", "µs", False, 8),
-    "keyed_call_p99": ("   HTTP call with a client key, c=1, p99", "µs", False, 8),
-    "keyed_calls_per_s": ("8. HTTP throughput with a client key, c={conc}", "calls/s", True, 8),
+
+class Metric(NamedTuple):
+    label: str
+    unit: str
+    higher_is_better: bool
+    figure: int
+    # "ratio": toolkeeper / direct; "difference": toolkeeper - direct, for times that are mostly a
+    # fixed cost (a start-up), where a ratio would change with the direct side's own start-up.
+    compare: str = "ratio"
+
+
+METRICS: dict[str, Metric] = {
+    "call_median": Metric("1. call latency, c=1, median", "µs", False, 1),
+    "call_p99": Metric("   call latency, c=1, p99", "µs", False, 1),
+    "calls_per_s": Metric("2. throughput, c={conc}", "calls/s", True, 2),
+    "list_ms": Metric("3. tools/list, 500 tools, median of {lists}", "ms", False, 3),
+    "startup_1": Metric("4. start-up to first tools/list, 1 server", "ms", False, 4),
+    "startup_10": Metric("   start-up to first tools/list, 10 servers", "ms", False, 4),
+    "call_median_many": Metric("5. call latency, c=1, median, 500 tools", "µs", False, 5),
+    "http_call_median": Metric("6. HTTP call latency, c=1, median", "µs", False, 6),
+    "http_call_p99": Metric("   HTTP call latency, c=1, p99", "µs", False, 6),
+    "http_calls_per_s": Metric("6. HTTP throughput, c={conc}", "calls/s", True, 6),
+    "downstream_call_median": Metric("7. HTTP downstream call, c=1, median", "µs", False, 7),
+    "downstream_call_p99": Metric("   HTTP downstream call, c=1, p99", "µs", False, 7),
+    "downstream_calls_per_s": Metric("7. HTTP downstream throughput, c={conc}", "calls/s", True, 7),
+    "keyed_call_median": Metric("8. HTTP call with a client key, c=1, median", "µs", False, 8),
+    "keyed_call_p99": Metric("   HTTP call with a client key, c=1, p99", "µs", False, 8),
+    "keyed_calls_per_s": Metric("8. HTTP throughput with a client key, c={conc}", "calls/s", True, 8),
+    "fresh_call_median": Metric("9. call right after connect, c=1, median", "µs", False, 9),
+    "fresh_call_p99": Metric("   call right after connect, c=1, p99", "µs", False, 9),
+    "connect_ms": Metric("10. connect, 1 server", "ms", False, 10, "difference"),
+    "first_list_ms": Metric("    start-up to first tools/list, 1 server", "ms", False, 10, "difference"),
 }
 
 # (figure groups the line is about, text); the first line is always shown.
@@ -775,6 +841,18 @@ DEFINITIONS: list[tuple[set[int], str]] = [
         " in every request's Authorization header, so ratio = with a key / without. Same warm-up, calls,"
         " c={conc}.",
     ),
+    (
+        {9},
+        "9. as 1, but what a person's first minute meets: {fresh_calls} calls with no warm-up, started"
+        " as soon as the gateway's first complete tools/list has returned (the direct session is opened"
+        " first and waits idle), taking turns with the direct session call by call.",
+    ),
+    (
+        {10},
+        "10. connect = spawn → mcp.Client connected (mode {mode}: the client's first handshake answered);"
+        " start-up = spawn → first complete tools/list. {starts} start-ups per side and repeat, one process"
+        " at a time, taking turns; the gateway's store already exists. Shown as toolkeeper − direct.",
+    ),
 ]
 
 
@@ -786,19 +864,24 @@ class Job:
     produces: dict[str, dict[str, str]]  # kind -> (result key -> metric key)
     transport: str = "stdio"
     figures: set[int] = field(default_factory=set)  # figure groups this job feeds
+    # Every other repeat the other side opens first; off where the order is part of the figure.
+    alternate_opening: bool = True
+
+
+def small_targets(args: argparse.Namespace, workdir: Path) -> dict[str, Target]:
+    """One echo server with 3 tools, direct and behind the gateway."""
+    config = gateway_config({"echo": SMALL_TOOLS}, workdir, args.downstream_protocol)
+    return {
+        "direct": Target("direct 1×3", "direct", echo_params(SMALL_TOOLS), SMALL_TOOLS),
+        "gateway": Target("toolkeeper 1×3", "gateway", gateway_params(config, args.gateway_cmd), SMALL_TOOLS),
+    }
 
 
 def make_jobs(args, workdir: Path) -> list[Job]:
-    gw_small_cfg = gateway_config({"echo": SMALL_TOOLS}, workdir, args.downstream_protocol)
     gw_big_cfg = gateway_config(
         {f"echo{i}": BIG_TOOLS_EACH for i in range(BIG_SERVERS)}, workdir, args.downstream_protocol
     )
-    small = {
-        "direct": Target("direct 1×3", "direct", echo_params(SMALL_TOOLS), SMALL_TOOLS),
-        "gateway": Target(
-            "toolkeeper 1×3", "gateway", gateway_params(gw_small_cfg, args.gateway_cmd), SMALL_TOOLS
-        ),
-    }
+    small = small_targets(args, workdir)
     big = {
         "direct": Target("direct 1×500", "direct", echo_params(BIG_TOTAL), BIG_TOTAL),
         "gateway": Target(
@@ -806,7 +889,7 @@ def make_jobs(args, workdir: Path) -> list[Job]:
         ),
     }
 
-    def stdio_job(targets: dict[str, Target], body, produces, figures) -> Job:
+    def stdio_job(targets: dict[str, Target], body, produces, figures, *, alternate_opening=True) -> Job:
         def open_session(kind: str, inside) -> Awaitable[dict[str, Any]]:
             return run_session(targets[kind], args.mode, args.timeout, inside)
 
@@ -815,6 +898,7 @@ def make_jobs(args, workdir: Path) -> list[Job]:
             lambda kinds: run_together(open_session, kinds, body),
             produces,
             figures=figures,
+            alternate_opening=alternate_opening,
         )
 
     calls = {"call_us_median": "call_median", "call_us_p99": "call_p99", "calls_per_s": "calls_per_s"}
@@ -890,7 +974,25 @@ def make_jobs(args, workdir: Path) -> list[Job]:
         transport="http keyed",
         figures={8},
     )
-    jobs = (small_job, big_job, many_job, http_job, downstream_job, keyed_job)
+    # The gateway opens last, so that its first calls follow its start-up with no pause in between.
+    fresh_job = stdio_job(
+        {
+            kind: replace(target, label=target.label.replace(" ", " fresh ", 1))
+            for kind, target in small.items()
+        },
+        calls_body(args, c8=False, calls=args.fresh_calls, warmup=0),
+        {kind: {"call_us_median": "fresh_call_median", "call_us_p99": "fresh_call_p99"} for kind in small},
+        {9},
+        alternate_opening=False,
+    )
+    starts = {"connect_ms": "connect_ms", "startup_ms": "first_list_ms"}
+    starts_job = Job(
+        {"direct": "direct starts 1×3", "gateway": "toolkeeper starts 1×3"},
+        lambda kinds: alternating_starts(args, small, kinds),
+        {"direct": starts, "gateway": starts},
+        figures={10},
+    )
+    jobs = (small_job, big_job, many_job, http_job, downstream_job, keyed_job, fresh_job, starts_job)
     return [job for job in jobs if job.figures & args.only]
 
 
@@ -926,10 +1028,13 @@ def summarize(runs: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, An
         out[key] = {
             "direct": dm,
             "toolkeeper": gm,
-            "ratio": (gm / dm) if (dm and gm is not None) else None,
             "direct_runs": d,
             "toolkeeper_runs": g,
         }
+        if METRICS[key].compare == "difference":
+            out[key]["difference"] = gm - dm if dm is not None and gm is not None else None
+        else:
+            out[key]["ratio"] = gm / dm if dm and gm is not None else None
     g_many = runs["gateway"].get("call_median_many", [])
     g_small = runs["gateway"].get("call_median", [])
     out["gateway_call_growth"] = {
@@ -940,14 +1045,30 @@ def summarize(runs: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, An
     return out
 
 
-def print_report(args, meta, summary, errors) -> None:
-    subs = {
+def label_values(args: argparse.Namespace) -> dict[str, Any]:
+    """What the labels and definitions name: the run's settings."""
+    return {
         "conc": args.concurrency,
         "lists": args.lists,
         "calls": args.calls,
         "warmup": args.warmup,
         "timeout": args.timeout,
+        "fresh_calls": args.fresh_calls,
+        "starts": args.starts,
+        "mode": args.mode,
     }
+
+
+def compared(metric: Metric, summary: dict[str, Any]) -> str:
+    """The comparison column: '1.23×', or '+583' for a difference (in the metric's unit)."""
+    value = summary.get(metric.compare)
+    if value is None:
+        return "—"
+    return f"{value:+.0f}" if metric.compare == "difference" else f"{value:.2f}×"
+
+
+def print_report(args, meta, summary, errors) -> None:
+    subs = label_values(args)
     print()
     print(f"toolkeeper benchmark — {meta['when']}")
     proto = meta["protocol"]
@@ -961,20 +1082,23 @@ def print_report(args, meta, summary, errors) -> None:
         f"python {meta['python']}, mcp {meta['mcp']}, {meta['cpus']} CPUs, mode={args.mode} "
         f"(negotiated: {negotiated or '?'}), repeats={args.repeat}, calls={args.calls}{only}"
     )
+    print(f"gateway source: {meta['src']}")
     print()
     w = 47
     head = f"{'metric':<{w}} {'unit':>7} {'direct':>9} {'toolkeeper':>11} {'ratio':>7}  spread d / t"
     print(head)
     print("-" * len(head))
     gw_cell = "unavail." if errors.get("gateway") else "—"
-    for key, (label, unit, _, fig) in METRICS.items():
-        if fig not in args.only:
+    for key, metric in METRICS.items():
+        if metric.figure not in args.only:
             continue
         s = summary[key]
         t = fmt(s["toolkeeper"]) if s["toolkeeper"] is not None else gw_cell
-        r = f"{s['ratio']:.2f}×" if s["ratio"] is not None else "—"
+        r = compared(metric, s)
         sp = f"{spread(s['direct_runs']) or '-'} / {spread(s['toolkeeper_runs']) or '-'}"
-        print(f"{label.format(**subs):<{w}} {unit:>7} {fmt(s['direct']):>9} {t:>11} {r:>7}  {sp}")
+        print(
+            f"{metric.label.format(**subs):<{w}} {metric.unit:>7} {fmt(s['direct']):>9} {t:>11} {r:>7}  {sp}"
+        )
     g = summary["gateway_call_growth"]
     if 5 not in args.only:
         pass
@@ -1034,11 +1158,12 @@ async def run_all(args) -> int:
     t_start = now()
     with tempfile.TemporaryDirectory(prefix="toolkeeper-bench-") as tmp:
         jobs = make_jobs(args, Path(tmp))
+        await prepare_store(args, small_targets(args, Path(tmp))["gateway"])
         for rep in range(args.repeat):
             for job in jobs:
                 # Every other repeat the other side opens first, so neither always starts alone.
                 kinds = [kind for kind, name in job.names.items() if name not in failed]
-                if rep % 2:
+                if rep % 2 and job.alternate_opening:
                     kinds.reverse()
                 t = now()
                 results: dict[str, dict[str, Any]] = {}
@@ -1069,7 +1194,7 @@ async def run_all(args) -> int:
                     shown = ", ".join(
                         f"{k}={fmt(v) if isinstance(v, float) else v}"
                         for k, v in res.items()
-                        if k not in ("protocol", "tool", "list_attempts")
+                        if k not in ("protocol", "tool", "list_attempts", "slowest_calls")
                     )
                     log(f"[{rep + 1}/{args.repeat}] {name:<19} {took:5.1f} s  {shown}")
                 await anyio.sleep(args.settle)
@@ -1082,30 +1207,26 @@ async def run_all(args) -> int:
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "protocol": protocol,
+        "src": str(GATEWAY_SRC),
         "wall_s": round(now() - t_start, 1),
-        "args": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items() if k != "json"},
+        "args": {k: json_value(v) for k, v in vars(args).items() if k != "json"},
     }
     summary = summarize(runs)
     print_report(args, meta, summary, errors)
     if args.json:
-        subs = {
-            "conc": args.concurrency,
-            "lists": args.lists,
-            "calls": args.calls,
-            "warmup": args.warmup,
-            "timeout": args.timeout,
-        }
+        subs = label_values(args)
         doc = {
             "meta": meta,
             "metrics": {
                 k: {
-                    "label": METRICS[k][0].strip().format(**subs),
-                    "unit": METRICS[k][1],
-                    "figure": METRICS[k][3],
+                    "label": METRICS[k].label.strip().format(**subs),
+                    "unit": METRICS[k].unit,
+                    "figure": METRICS[k].figure,
+                    "compare": METRICS[k].compare,
                     **summary[k],
                 }
                 for k in METRICS
-                if METRICS[k][3] in args.only
+                if METRICS[k].figure in args.only
             },
             "gateway_call_growth": summary["gateway_call_growth"] if 5 in args.only else None,
             "definitions": [d.format(**subs) for figs, d in DEFINITIONS if figs & args.only],
@@ -1115,6 +1236,15 @@ async def run_all(args) -> int:
         Path(args.json).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
         log(f"wrote {args.json}")
     return 1 if "direct" in errors else 0
+
+
+def json_value(value: Any) -> Any:
+    """An option's value as JSON can hold it."""
+    if isinstance(value, set):
+        return sorted(value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
 
 
 def _dist_version(name: str) -> str | None:
@@ -1131,6 +1261,7 @@ def log(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global TRUST_ECHO, GATEWAY_SRC
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
@@ -1160,7 +1291,7 @@ def main(argv: list[str] | None = None) -> int:
         "--gateway-cmd",
         default=None,
         help="gateway command line to run instead of 'python -m toolkeeper serve --config {config}' "
-        "(stdio jobs, figures 1-5); '{config}' is replaced by the generated config path",
+        "(stdio jobs: figures 1-5, 7, 9, 10); '{config}' is replaced by the generated config path",
     )
     p.add_argument(
         "--gateway-http-cmd",
@@ -1182,12 +1313,29 @@ def main(argv: list[str] | None = None) -> int:
         help="trust the echo servers, so their read-only claim is relied on: calls are not recorded "
         "before they run (the audit log's write-ahead), as for a trusted or pinned read-only tool",
     )
+    p.add_argument(
+        "--fresh-calls", type=int, default=1000, help="timed calls right after connect, per side (figure 9)"
+    )
+    p.add_argument(
+        "--starts", type=int, default=5, help="start-ups per side and repeat, taking turns (figure 10)"
+    )
+    p.add_argument(
+        "--src",
+        type=Path,
+        default=GATEWAY_SRC,
+        metavar="DIR",
+        help="the toolkeeper source tree the gateway runs (put first on its PYTHONPATH), e.g. the src/ "
+        "of an older commit's checkout; the benchmark itself is always this tree's",
+    )
     p.add_argument("--json", metavar="FILE", help="also write all figures and per-repeat values as JSON")
     args = p.parse_args(argv)
-    global TRUST_ECHO
     TRUST_ECHO = args.trust_echo
-    if args.calls < 1 or args.repeat < 1 or args.concurrency < 1 or args.lists < 1 or args.warmup < 0:
-        p.error("--calls, --repeat, --concurrency and --lists must be >= 1, --warmup >= 0")
+    GATEWAY_SRC = args.src.resolve()
+    if not (GATEWAY_SRC / "toolkeeper" / "__main__.py").is_file():
+        p.error(f"--src {args.src}: no toolkeeper package there (expected toolkeeper/__main__.py)")
+    counts = (args.calls, args.repeat, args.concurrency, args.lists, args.fresh_calls, args.starts)
+    if min(counts) < 1 or args.warmup < 0:
+        p.error("--calls, --repeat, --concurrency, --lists, --fresh-calls, --starts: >= 1; --warmup: >= 0")
     try:
         args.only = {int(x) for x in args.only.split(",") if x.strip()}
     except ValueError:
