@@ -471,6 +471,25 @@ async def test_approval_rules_stored_listed_scoped_and_revoked(store: Store) -> 
 
 
 @pytest.mark.anyio
+async def test_session_rules_are_removed_as_gateways_start_and_stop_with_no_write_when_none_ended(
+    store: Store,
+) -> None:
+    policies = service(store)
+    await policies.add_rule({"decision": "allow"})
+    await policies.add_rule({"decision": "ask"}, scope="session:abc")  # held by this process
+    revision = await store.revision()
+    assert await policies.drop_ended_sessions() == 0  # its process still runs
+    # Nothing written: no other running gateway is sent to reload its state by a start.
+    assert await store.revision() == revision
+    assert await policies.end_sessions() == 1
+    assert await store.revision() > revision
+    assert [r["scope"] for r in await policies.rules()] == ["global"]
+    revision = await store.revision()
+    assert await policies.end_sessions() == 0
+    assert await store.revision() == revision
+
+
+@pytest.mark.anyio
 async def test_confirm_modes_only_tighten_without_a_person(store: Store) -> None:
     policies = service(store)
     catalog = live_catalog()

@@ -33,7 +33,6 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, get_args
 
-import jsonschema  # type: ignore[import-untyped]
 import orjson
 from mcp_types import methods
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -96,11 +95,11 @@ def _schema_problem(listed: Mapping[str, Any]) -> str | None:
         schema = listed.get(field)
         if schema is None:
             continue
-        draft = _draft_of(schema)
-        if draft is jsonschema.Draft202012Validator and _plainly_valid(schema, 0):
+        if _plainly_valid_2020_12(schema):
             continue
+        draft = _draft_of(schema)
         try:
-            error = jsonschema.exceptions.best_match(_metaschema_validator(draft).iter_errors(schema))
+            error = _jsonschema().exceptions.best_match(_metaschema_validator(draft).iter_errors(schema))
         except RecursionError:
             return f"{field} nests too deep to check"
         if error is not None:
@@ -237,9 +236,27 @@ def _tool_adapters() -> tuple[tuple[str, TypeAdapter[Any]], ...]:
     return tuple((", ".join(versions), TypeAdapter(model)) for model, versions in versions_of.items())
 
 
+def _jsonschema() -> Any:
+    """jsonschema, imported for the first schema the direct check cannot judge: with the
+    packages its format checks load, it is a tenth of a gateway's start-up, and most servers'
+    schemas never need it."""
+    import jsonschema  # type: ignore[import-untyped]
+
+    return jsonschema
+
+
+def _plainly_valid_2020_12(schema: Mapping[str, Any]) -> bool:
+    """Whether `schema` is of draft 2020-12 and plainly valid in it (see `_plainly_valid`); a
+    schema that names no draft is of 2020-12 without asking jsonschema."""
+    if isinstance(schema.get("$schema"), str) and _draft_of(schema) is not _jsonschema().Draft202012Validator:
+        return False
+    return _plainly_valid(schema, 0)
+
+
 def _draft_of(schema: Mapping[str, Any]) -> Any:
     """The draft `$schema` names; 2020-12 (MCP's default) when it names none jsonschema knows
     (a `$schema` that is not text is itself reported by the 2020-12 metaschema)."""
+    jsonschema = _jsonschema()
     if not isinstance(schema.get("$schema"), str):
         return jsonschema.Draft202012Validator
     return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)

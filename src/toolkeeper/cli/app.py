@@ -96,9 +96,8 @@ def serve(
     from toolkeeper.downstreams.stdio import spawn_early, stop_early
 
     spawn_early(loaded)
-    from toolkeeper.edge.auth import CannotStart
+    from toolkeeper.edge.cannot_serve import CannotServeDashboard, CannotStart
     from toolkeeper.edge.serve import serve_http, serve_stdio
-    from toolkeeper.edge.web import CannotServeDashboard
     from toolkeeper.errors import ServiceError
     from toolkeeper.services.audit import AuditService
 
@@ -132,8 +131,8 @@ def serve_dashboard(
     """Serve the web dashboard alone: the servers are connected to show their tools, no client
     is served. Approvals asked by other toolkeeper processes on the same store show up here."""
     loaded = load(config, demo, serving=True)
+    from toolkeeper.edge.cannot_serve import CannotServeDashboard
     from toolkeeper.edge.serve import serve_ui
-    from toolkeeper.edge.web import CannotServeDashboard
 
     settings = loaded.settings
 

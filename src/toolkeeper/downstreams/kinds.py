@@ -19,7 +19,6 @@ from toolkeeper.config.model import ServerConfig, SourceConfig
 from toolkeeper.config.openapi import OPENAPI_ENTRIES, OpenApiConfig
 from toolkeeper.downstreams.base import Downstream, DownstreamListener
 from toolkeeper.downstreams.connection import McpConnection
-from toolkeeper.downstreams.openapi.source import OpenApiSource
 
 if TYPE_CHECKING:
     from toolkeeper.downstreams.signin.keeper import SignIns
@@ -75,6 +74,14 @@ class Kinds:
         return kind.connect(config, listener)
 
 
+def open_api_source(config: OpenApiConfig, listener: DownstreamListener) -> Downstream:
+    # Imported when a spec is configured: its parsers (YAML, the schema inliner) are a tenth of
+    # a gateway's start-up, which a gateway of MCP servers alone need not pay.
+    from toolkeeper.downstreams.openapi.source import OpenApiSource
+
+    return OpenApiSource(config, listener)
+
+
 MCP = Kind(entries=MCP_ENTRIES, config_type=ServerConfig, connect=McpConnection, signs_in=True)
-OPENAPI = Kind(entries=OPENAPI_ENTRIES, config_type=OpenApiConfig, connect=OpenApiSource)
+OPENAPI = Kind(entries=OPENAPI_ENTRIES, config_type=OpenApiConfig, connect=open_api_source)
 KINDS = Kinds(MCP, OPENAPI)

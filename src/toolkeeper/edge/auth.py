@@ -26,15 +26,15 @@ from functools import lru_cache
 from typing import Any
 
 import anyio
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.routes import build_resource_metadata_url
 from pydantic import AnyHttpUrl
 from starlette.authentication import AuthCredentials
 from starlette.types import Scope, Send
 
 from toolkeeper.config.model import OAUTH_MODES, Config, OAuthSettings, is_loopback_host
+from toolkeeper.edge.cannot_serve import CannotStart
 from toolkeeper.edge.oauth import InsufficientScope, InvalidToken, JwtVerifier
+from toolkeeper.edge.principal_user import PrincipalUser
 from toolkeeper.edge.throttle import FailureThrottle
 from toolkeeper.pipeline.call import ANYONE, LOCAL_USER, Principal
 from toolkeeper.services.keys import TOKEN_START, KeyRing
@@ -54,10 +54,6 @@ NO_TOKEN = (
     "this gateway needs a bearer token: send 'Authorization: Bearer <token>' with a client key "
     "('toolkeeper keys create NAME' prints one) or an OAuth access token"
 )
-
-
-class CannotStart(Exception):
-    """The gateway would serve tools beyond this machine with no way to tell who calls."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -149,35 +145,12 @@ class AuthPlan:
         return "anyone, unauthenticated"
 
 
-class PrincipalUser(AuthenticatedUser):
-    """The authenticated principal where Starlette and the SDK look for a request's user: the
-    SDK binds an HTTP session to the credential that opened it, and refuses it to any other."""
-
-    def __init__(self, principal: Principal, scopes: frozenset[str] = frozenset()) -> None:
-        super().__init__(
-            AccessToken(
-                token="",  # the token itself is never kept
-                client_id=principal.client_id or principal.name,
-                scopes=sorted(scopes),
-                subject=principal.name,
-                claims={"iss": principal.kind},
-            )
-        )
-        self.principal = principal
-
-
 @lru_cache(maxsize=256)
 def _credentials(principal: Principal, scopes: frozenset[str]) -> tuple[PrincipalUser, AuthCredentials]:
     """What a request of `principal` leaves in its scope for Starlette and the SDK, which only
     read it: made once per principal and scopes rather than per request (a pydantic model each
     time, on every call's path)."""
     return PrincipalUser(principal, scopes), AuthCredentials(sorted(scopes))
-
-
-def principal_of(scope: Mapping[str, Any]) -> Principal | None:
-    """The principal the edge authenticated for a request (None: not an HTTP request)."""
-    user = scope.get("user")
-    return user.principal if isinstance(user, PrincipalUser) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from mcp.server.context import ServerRequestContext
 
-from toolkeeper.edge.auth import principal_of
+from toolkeeper.edge.principal_user import principal_of
 from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal
 from toolkeeper.services.approvals import BOOT
 

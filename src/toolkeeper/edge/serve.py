@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import uvicorn
@@ -28,21 +28,23 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolkeeper.config.model import Config
 from toolkeeper.downstreams.base import Downstream, State
 from toolkeeper.downstreams.cancellation import OwnCancellation
-from toolkeeper.edge.auth import Authenticator, AuthPlan
 from toolkeeper.edge.clients import client_of
 from toolkeeper.edge.fastlane import FastLane
 from toolkeeper.edge.guard import HostGuard
-from toolkeeper.edge.http_fastlane import HttpFastLane, respond
-from toolkeeper.edge.oauth import JwtVerifier
 from toolkeeper.edge.stdio import stdio_streams
-from toolkeeper.edge.web import Dashboard, McpOrDashboard, dashboard
 from toolkeeper.faces.mcp.config_tools import ConfigMenu
 from toolkeeper.faces.mcp.server import build_server
 from toolkeeper.log import redact_every_handler
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services.costs import serving_line
-from toolkeeper.services.keys import KeyRing
 from toolkeeper.store import Store
+
+# The HTTP edge (client keys, OAuth tokens, JWT and X.509) and the dashboard (its templates) are
+# imported where they are served: a gateway over stdio answers its client's handshake without
+# paying for them.
+if TYPE_CHECKING:
+    from toolkeeper.edge.auth import AuthPlan
+    from toolkeeper.edge.web import Dashboard
 
 logger = logging.getLogger(__name__)
 
@@ -218,6 +220,8 @@ class ClosableStreams:
             del self._open[request]
         if finished:
             return
+        from toolkeeper.edge.http_fastlane import respond
+
         with suppress(Exception):  # the client may be gone already
             if not started:
                 await respond(send, 503, b"the gateway is shutting down\n", b"text/plain; charset=utf-8")
@@ -299,6 +303,12 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
     """Serve streamable HTTP at /mcp, and with `ui` the dashboard at / on the same port;
     CannotStart when it would reach beyond this machine with no way for a client to
     authenticate."""
+    from toolkeeper.edge.auth import Authenticator, AuthPlan
+    from toolkeeper.edge.http_fastlane import HttpFastLane
+    from toolkeeper.edge.oauth import JwtVerifier
+    from toolkeeper.edge.web import McpOrDashboard, dashboard
+    from toolkeeper.services.keys import KeyRing
+
     gateway = Gateway(config, store, menu=ConfigMenu)
     services = gateway.services
     keys = await services.keys.ring() if services is not None else KeyRing.empty()
@@ -446,6 +456,8 @@ class DashboardServer:
 
 
 def _dashboard_server(gateway: Gateway, config: Config, host: str, port: int) -> DashboardServer:
+    from toolkeeper.edge.web import dashboard
+
     security = transport_security(config, host)
     board = dashboard(gateway, config, host, HostGuard(security.allowed_hosts, security.allowed_origins))
     streams = ClosableStreams(board.app)

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolkeeper.config.model import Config
 from toolkeeper.downstreams.signin.links import SignInLinks
 from toolkeeper.edge.auth import credential_required, reachable_beyond_loopback
+from toolkeeper.edge.cannot_serve import CannotServeDashboard
 from toolkeeper.edge.guard import HostGuard, same_origin
 from toolkeeper.edge.http_fastlane import respond
 from toolkeeper.edge.throttle import FailureThrottle
@@ -30,10 +31,6 @@ WELL_KNOWN = "/.well-known/"
 logger = logging.getLogger(__name__)
 
 UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", ""})
-
-
-class CannotServeDashboard(Exception):
-    """The dashboard has nothing to show: there is no store."""
 
 
 @dataclass(frozen=True)

@@ -323,10 +323,13 @@ class PolicyService:
         return await self._drop_session_rules(_ended)
 
     async def _drop_session_rules(self, ended: Callable[[Mapping[str, Any] | None], bool]) -> int:
+        # Read first: most starts and stops find nothing to remove, and a write would bump the
+        # store's revision, which sends every other running gateway to reload its state.
+        async with self.store.read() as conn:
+            if not await _ended_rule_ids(conn, ended):
+                return 0
         async with self.store.write() as conn:
-            stored = await policy_rows.load_rules(conn)
-            ids = [r.id for r in stored if r.scope != GLOBAL and ended(r.holder)]
-            removed = await policy_rows.remove_rules(conn, ids=ids)
+            removed = await policy_rows.remove_rules(conn, ids=await _ended_rule_ids(conn, ended))
         if removed:
             await self._changed()
         return removed
@@ -565,6 +568,13 @@ def _cautious_pins(overrides: Overrides) -> dict[str, dict[str, str]]:
 
 def _maker(policy: Policy, toolset: str) -> str:
     return "person" if policy.made_by_person(toolset) else "model"
+
+
+async def _ended_rule_ids(
+    conn: AsyncConnection, ended: Callable[[Mapping[str, Any] | None], bool]
+) -> list[int]:
+    """The session rules whose holder `ended` says is over."""
+    return [r.id for r in await policy_rows.load_rules(conn) if r.scope != GLOBAL and ended(r.holder)]
 
 
 def _held_here(holder: Mapping[str, Any] | None) -> bool:
