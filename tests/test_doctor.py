@@ -20,7 +20,7 @@ from conftest import ROOT, controllable, free_port, write_config
 from oauth_servers import running_protected_server
 from test_signin_faces import UNHEARD_CALLBACK, opened_service, redirect_of
 
-from toolkeeper.cli.common import running_gateway
+from toolkeeper.cli.live import running_gateway
 from toolkeeper.config import load_config
 from toolkeeper.config.loader import demo_config_path
 from toolkeeper.downstreams.kinds import KINDS

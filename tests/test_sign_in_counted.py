@@ -17,7 +17,7 @@ from oauth_servers import ProtectedServer, running_protected_server
 from test_cli_quiet import environment, on_a_terminal, toolkeeper
 from web_support import config_for, running_dashboard
 
-from toolkeeper.cli.status import NOT_READY_HINT
+from toolkeeper.cli.connecting import NOT_READY_HINT
 
 
 @pytest.fixture

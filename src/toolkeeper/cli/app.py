@@ -7,7 +7,7 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import typer
@@ -28,24 +28,30 @@ from toolkeeper.cli.common import (
     out,
     print_json,
     print_warnings,
-    run_service,
     styled,
-    with_gateway,
 )
+from toolkeeper.cli.operations import run_service
 from toolkeeper.cli.status import COMMAND_LINE, command_log_level
 from toolkeeper.errors import ErrorKind
 from toolkeeper.log import setup_logging
-from toolkeeper.runtime.gateway import Gateway
-from toolkeeper.services.costs import LABEL, Tally, figure, share
-from toolkeeper.services.inspect import HINTS, Inspectable, server_rows, tool_rows
-from toolkeeper.services.toolsets import ToolsetService, read_json_file
 
-try:  # libuv's event loop: a quarter less of the gateway's time per call (bench/README.md)
-    import uvloop  # noqa: F401
+if TYPE_CHECKING:
+    from toolkeeper.runtime.gateway import Gateway
+    from toolkeeper.services.inspect import Inspectable
+    from toolkeeper.services.toolsets import ToolsetService
 
-    UVLOOP = True
-except ImportError:  # not built for this platform (Windows)
-    UVLOOP = False
+# The commands import the services, the store and the gateway in their bodies: `--help`, and each
+# command, loads only what it uses.
+
+
+def _uses_uvloop() -> bool:
+    """Whether libuv's event loop is there (not built for Windows): it takes a quarter less of the
+    gateway's time per call (bench/README.md). Asked by the commands that serve, not at import."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class TransportChoice(StrEnum):
@@ -113,7 +119,7 @@ def serve(
                 await serve_http(loaded, store, *address, ui=ui)
 
     try:
-        anyio.run(main, backend_options={"use_uvloop": UVLOOP})
+        anyio.run(main, backend_options={"use_uvloop": _uses_uvloop()})
     except (CannotStart, CannotServeDashboard, ServiceError) as exc:
         err.print(styled(f"error: {exc}"), soft_wrap=True)
         raise typer.Exit(2) from None
@@ -141,7 +147,7 @@ def serve_dashboard(
             await serve_ui(loaded, store, host or settings.http_host, port or settings.http_port)
 
     try:
-        anyio.run(main, backend_options={"use_uvloop": UVLOOP})
+        anyio.run(main, backend_options={"use_uvloop": _uses_uvloop()})
     except CannotServeDashboard as exc:
         err.print(styled(f"error: {exc}"), soft_wrap=True)
         raise typer.Exit(2) from None
@@ -157,7 +163,8 @@ def servers(
     """Each configured server: state, protocol era, tool count, what else it offers, last error;
     for a remote server that signs in, whether it is signed in or needs a sign-in."""
 
-    # Sign-in's modules (the SDK's OAuth client) load only for the commands that show it.
+    from toolkeeper.cli.live import with_gateway
+    from toolkeeper.services.inspect import server_rows
     from toolkeeper.services.signin import NEEDS_SIGN_IN, sign_in_service, with_sign_in
 
     def rows_of(gateway: Gateway) -> list[dict[str, Any]]:
@@ -228,6 +235,9 @@ def tools(
 ) -> None:
     """Every tool clients are listed: exposed name, title, behaviour hints as declared, server, and
     the estimated tokens of its definition."""
+    from toolkeeper.cli.live import with_gateway
+    from toolkeeper.services.costs import LABEL, Tally, figure
+    from toolkeeper.services.inspect import HINTS, tool_rows
 
     def rows_and_total(gateway: Inspectable) -> tuple[list[dict[str, Any]], Tally]:
         return tool_rows(gateway, include_left_out=everything), gateway.costs.listed
@@ -296,6 +306,8 @@ STATUS_STYLE = {"ok": "green", "changed": "yellow", "unavailable": "red"}
 
 
 def _print_toolset(info: dict[str, Any]) -> None:
+    from toolkeeper.services.costs import LABEL, Tally, figure, share
+
     title = f"{info['name']}{' (equipped)' if info['equipped'] else ''}"
     if info.get("discovery") == "search":
         title += ", with tool search"
@@ -358,6 +370,8 @@ def toolsets_list(
 ) -> None:
     """Saved toolsets: tools, notes, which one is equipped, and the estimated tokens each lists
     against the whole catalog's."""
+    from toolkeeper.services.costs import LABEL, Tally, figure, share
+
     result = run_service(load(config, demo), lambda s: s.saved(), live=not offline, wait=wait, costs=True)
     if as_json:
         print_json(result)
@@ -500,6 +514,7 @@ def toolsets_import(
     demo: bool = DemoOption,
 ) -> None:
     """Import a toolset exported by `toolsets export` (or the export-toolset tool)."""
+    from toolkeeper.services.toolsets import read_json_file
 
     async def use(service: ToolsetService) -> dict[str, Any]:
         return await service.import_toolset(read_json_file(path), name, overwrite, by_person=True)

@@ -22,9 +22,9 @@ from toolkeeper.cli.common import (
     new_table,
     out,
     print_json,
-    run_service,
     styled,
 )
+from toolkeeper.cli.operations import run_service
 from toolkeeper.display import visible_line
 from toolkeeper.policy.model import Answer
 

@@ -27,24 +27,16 @@ from toolkeeper.cli.common import (
     new_table,
     out,
     refuse,
-    run_service,
     styled,
 )
+from toolkeeper.cli.operations import run_service
 from toolkeeper.display import visible_line
 from toolkeeper.errors import ServiceError
-from toolkeeper.services.audit import (
-    AuditService,
-    Verdict,
-    Verification,
-    marker_sentence,
-    outcome_label,
-    remote_account_label,
-)
-from toolkeeper.store import Store
-from toolkeeper.store.db import store_url
 
 if TYPE_CHECKING:
     from rich.text import Text
+
+    from toolkeeper.services.audit import AuditService, Verdict, Verification
 
 OUTCOME_STYLES = {"ok": "green", "not_run": "red", "cancelled": "dim", "started": "bold yellow"}
 DECISION_STYLES = {"allow": "green", "deny": "red"}
@@ -52,15 +44,16 @@ MARKER_STYLES = {"gap": "bold red", "anchor": "cyan"}
 WIDE = 110  # columns from which the table has room for each outcome's detail
 DETAIL_MAX = 200  # of a detail's first line, the most the table needs (its column is narrower)
 
-# `audit verify`'s exit codes (2 is every command's: the configuration, the store or a file
-# cannot be read).
-VERIFY_EXIT_CODES = {
-    Verdict.WHOLE: 0,
-    Verdict.BROKEN: 1,
-    Verdict.EMPTY: 3,
-    Verdict.NO_KEY: 4,
-    Verdict.WRONG_KEY: 5,
-}
+
+def verify_exit_code(verdict: Verdict) -> int:
+    """`audit verify`'s exit code (2 is every command's: the configuration, the store or a file
+    cannot be read). A function, not a table at the top: the verdicts are the audit service's,
+    which only the audit commands load."""
+    from toolkeeper.services.audit import Verdict
+
+    codes = {Verdict.WHOLE: 0, Verdict.BROKEN: 1, Verdict.EMPTY: 3, Verdict.NO_KEY: 4, Verdict.WRONG_KEY: 5}
+    return codes[verdict]
+
 
 audit_app = typer.Typer(
     help="Recorded tool calls, newest first: who called what, what was decided, how it ended.",
@@ -148,6 +141,10 @@ def verify_command(
     was changed, removed, inserted or reordered is named); 2 the configuration, the store or the
     file cannot be read; 3 the store has no chained records yet; 4 there is no audit key; 5 the
     key is not the one the chain was made with."""
+    from toolkeeper.services.audit import AuditService, Verdict
+    from toolkeeper.store import Store
+    from toolkeeper.store.db import store_url
+
     loaded = load(config, demo)
     if file is None:
         verification: Verification = run_service(loaded, lambda s: s.verify(), kind="audit")
@@ -159,7 +156,7 @@ def verify_command(
         out.print(styled(verification.message), soft_wrap=True)
     else:
         err.print(styled(f"error: {verification.message}"), soft_wrap=True)
-    raise typer.Exit(VERIFY_EXIT_CODES[verification.verdict])
+    raise typer.Exit(verify_exit_code(verification.verdict))
 
 
 def _verify_file(service: AuditService, file: Path) -> Verification:
@@ -196,6 +193,8 @@ def repair_command(
     (within seconds) and run calls that are not reliably read-only again.
 
     Exit codes as `audit verify`'s, for the chain after the repair."""
+    from toolkeeper.services.audit import Verdict
+
     by = f"{getpass.getuser()} via CLI"
     verification: Verification = run_service(
         load(config, demo), lambda s: s.repair(reason, by=by, new_key=new_key), kind="audit"
@@ -206,7 +205,7 @@ def repair_command(
         out.print(styled("A new audit chain segment starts now. " + verification.message), soft_wrap=True)
     else:
         err.print(styled(f"error: {verification.message}"), soft_wrap=True)
-    raise typer.Exit(VERIFY_EXIT_CODES[verification.verdict])
+    raise typer.Exit(verify_exit_code(verification.verdict))
 
 
 @audit_app.command("export")
@@ -240,7 +239,7 @@ def export_command(
         err.print(styled(f"Exported {count} records to {output}."), soft_wrap=True)
 
 
-AuditRead = Callable[[AuditService], Awaitable[Any]]
+AuditRead = Callable[["AuditService"], Awaitable[Any]]
 
 
 def _recovered_first(read: AuditRead) -> AuditRead:
@@ -294,6 +293,8 @@ def _who(record: dict[str, Any]) -> Text:
 
 def _tool(record: dict[str, Any]) -> Text:
     """The tool called, and below it the remote account the call was made with."""
+    from toolkeeper.services.audit import remote_account_label
+
     account = remote_account_label(record)
     return styled(record["exposedName"], "\n", (account, "dim")) if account else styled(record["exposedName"])
 
@@ -316,6 +317,8 @@ def _print_table(records: list[dict[str, Any]]) -> None:
 
 
 def _rows(records: list[dict[str, Any]], *, detailed: bool) -> Iterator[tuple[Any, ...]]:
+    from toolkeeper.services.audit import marker_sentence, outcome_label
+
     for record in records:
         time = local_time(record["at"], seconds=True)
         sentence = marker_sentence(record, lambda iso: local_time(iso, seconds=True))

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import typer
 
-from toolkeeper.cli.common import ConfigOption, DemoOption, JsonOption, app, load, print_json, run_service
-from toolkeeper.services.backup import MAX_RESTORE_BYTES
+from toolkeeper.cli.common import ConfigOption, DemoOption, JsonOption, app, load, print_json
+from toolkeeper.cli.operations import run_service
+from toolkeeper.services.restore_limit import MAX_RESTORE_BYTES
 
 OverwriteOption = typer.Option(
     False, "--overwrite", "--force", help="Replace what is there (the file, or the store's contents)."

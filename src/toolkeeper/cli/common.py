@@ -1,42 +1,34 @@
 """What every command shares: the Typer app, consoles, options, loading the configuration,
-opening the store, running the gateway for a moment, and running one service operation."""
+opening the store, and how refusals and tables are shown.
+
+Every command module imports this one, and `toolkeeper --help` imports every command module: what
+is imported here at the top is what the lightest command pays. The store, the services and the
+gateway (with the SDK) are imported by the functions that use them; running the gateway for a
+moment is in live.py, running one service operation in operations.py."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import anyio
 import typer
+
+from toolkeeper.cli.status import COMMAND_LINE, command_log_level
+from toolkeeper.config import Config, ConfigError, load_config
+from toolkeeper.config.loader import demo_config_path, find_config
+from toolkeeper.display import visible, visible_line
+from toolkeeper.downstreams.kinds import KINDS
+from toolkeeper.errors import ErrorKind, NextStep, ServiceError
+from toolkeeper.log import setup_logging
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-from toolkeeper.annotations.effective import Annotator, policies_from
-from toolkeeper.cli.status import (
-    COMMAND_LINE,
-    STATUS_INTERVAL,
-    command_log_level,
-    connecting_status,
-    hint_when_not_ready,
-    settled,
-)
-from toolkeeper.config import Config, ConfigError, load_config
-from toolkeeper.config.loader import demo_config_path, find_config
-from toolkeeper.display import visible, visible_line
-from toolkeeper.downstreams.kinds import KINDS
-from toolkeeper.errors import ErrorKind, NextStep, ServiceError
-from toolkeeper.faces.mcp.config_tools import ConfigMenu
-from toolkeeper.log import setup_logging
-from toolkeeper.runtime.gateway import Gateway
-from toolkeeper.services import Services, build_services
-from toolkeeper.store import Store, StoreError
+    from toolkeeper.store import Store
 
 app = typer.Typer(
     help="toolkeeper: an MCP gateway in front of your MCP servers.",
@@ -111,70 +103,13 @@ def start_demo_api_if_used(config_path: Path | None, demo: bool) -> None:
 
 
 async def open_store(config: Config) -> Store:
+    from toolkeeper.store import Store, StoreError
+
     try:
         return await Store.from_settings(config.settings).open()
     except StoreError as exc:
         err.print(styled(f"store error: {exc}"), soft_wrap=True)
         raise typer.Exit(2) from None
-
-
-@asynccontextmanager
-async def running_gateway(
-    config: Config,
-    wait: float,
-    store: Store | None = None,
-    *,
-    costs: bool = False,
-    tells_sign_ins: bool = False,
-) -> AsyncIterator[Gateway]:
-    """Connect every server (as `serve` would), wait up to `wait` seconds for them (a source still
-    loading, such as a large OpenAPI spec, is given the rest of that time), stop on exit. With
-    `costs` (a command that shows token costs), the tokenizer's tables load meanwhile; with
-    `tells_sign_ins`, the command's answer names each server that needs a sign-in itself."""
-    gateway = Gateway(config, store, menu=ConfigMenu, warm_tokenizer=costs)
-    async with anyio.create_task_group() as tg:
-        await tg.start(gateway.run)
-        with (
-            connecting_status(err, list(gateway.pool), shown=not COMMAND_LINE.json) as status,
-            anyio.move_on_after(wait),
-        ):
-            if status is not None:
-                await status.follow()
-            await gateway.started.wait()
-            while not settled(list(gateway.pool)):
-                await anyio.sleep(STATUS_INTERVAL)
-        hint_when_not_ready(err, list(gateway.pool), tells_sign_ins=tells_sign_ins)
-        try:
-            yield gateway
-        finally:
-            tg.cancel_scope.cancel()
-
-
-T = TypeVar("T")
-
-
-def with_gateway(
-    config: Config,
-    wait: float,
-    use: Callable[[Gateway], T],
-    *,
-    costs: bool = False,
-    tells_sign_ins: bool = False,
-) -> T:
-    """`use` on the gateway running for a moment: with the store open where a remote server
-    signs in, so its accounts (kept there) are used and shown; without, as no store is needed."""
-
-    async def main() -> T:
-        if not any(getattr(server, "sign_in", None) is not None for server in config.servers):
-            async with running_gateway(config, wait, costs=costs) as gateway:
-                return use(gateway)
-        async with (
-            await open_store(config) as store,
-            running_gateway(config, wait, store, costs=costs, tells_sign_ins=tells_sign_ins) as gateway,
-        ):
-            return use(gateway)
-
-    return anyio.run(main)
 
 
 # What a refusal of each kind exits with: 1 for what the person asked (fix the request), 2 for
@@ -243,49 +178,6 @@ def styled(*pieces: Piece) -> Text:
 def mark(value: Any) -> Text:
     shown = {True: ("✓", "green"), False: ("✗", "red")}.get(value, ("·", "dim"))
     return styled(shown)
-
-
-def run_service(
-    config: Config,
-    use: Callable[[Any], Awaitable[Any]],
-    *,
-    live: bool = False,
-    wait: float = 15.0,
-    kind: str = "toolsets",
-    costs: bool = False,
-) -> Any:
-    """Run one operation of a service (`kind` names a field of `Services`: `toolsets`, `hints`,
-    `rules`, …) with the store open; `live` connects the servers first (`costs`: for an
-    operation that shows token costs). A refusal prints its message and exits with its kind's
-    code."""
-
-    def pick(services: Services) -> Any:
-        return getattr(services, kind)
-
-    async def attempt(service: Any) -> tuple[Any, ServiceError | None]:
-        # Caught here, not outside: an exception leaving the running gateway arrives in a group.
-        try:
-            return await use(service), None
-        except ServiceError as exc:  # a StoreError too
-            return None, exc
-
-    async def main() -> tuple[Any, ServiceError | None]:
-        async with await open_store(config) as store:
-            if not live:
-                annotator = Annotator(policies_from(config))
-                services = build_services(store, annotator=lambda: annotator, config=config)
-                return await attempt(pick(services))
-            async with running_gateway(config, wait, store, costs=costs) as gateway:
-                assert gateway.services is not None  # a gateway with a store has its services
-                return await attempt(pick(gateway.services))
-
-    try:
-        result, error = anyio.run(main)
-    except StoreError as exc:  # closing the store failed
-        result, error = None, exc
-    if error is not None:
-        refuse(error)
-    return result
 
 
 def json_argument(text: str, what: str) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import typer
@@ -17,18 +18,12 @@ from toolkeeper.cli.common import (
     app,
     out,
     print_json,
-    running_gateway,
     start_demo_api_if_used,
     styled,
 )
-from toolkeeper.services.doctor import Examination, Finding, Level, examine, has_problem
 
-LEVEL_STYLE = {
-    Level.OK: ("ok", "green"),
-    Level.WARNING: ("warning", "yellow"),
-    Level.PROBLEM: ("problem", "bold red"),
-    Level.SKIPPED: ("skipped", "dim"),
-}
+if TYPE_CHECKING:
+    from toolkeeper.services.doctor import Finding
 
 
 @app.command()
@@ -41,6 +36,9 @@ def doctor(
     """Check what a new setup gets wrong (the configuration, its ${VAR}s, each server's command
     and start, the clients, the store, the HTTP port) with the fix for each, and how many of each
     server's tools the approval policy would ask about."""
+    from toolkeeper.cli.live import running_gateway
+    from toolkeeper.services.doctor import Examination, examine, has_problem
+
     start_demo_api_if_used(config, demo)
     if demo:
         options = "--demo"
@@ -65,7 +63,15 @@ def doctor(
 
 
 def _print(finding: Finding) -> None:
-    word, style = LEVEL_STYLE[finding.level]
+    from toolkeeper.services.doctor import Level
+
+    level_style = {
+        Level.OK: ("ok", "green"),
+        Level.WARNING: ("warning", "yellow"),
+        Level.PROBLEM: ("problem", "bold red"),
+        Level.SKIPPED: ("skipped", "dim"),
+    }
+    word, style = level_style[finding.level]
     out.print(
         styled(
             (f"{word:<8}", style), (f"{finding.check:<10}", "bold"), f"{finding.subject}: {finding.message}"

@@ -13,7 +13,6 @@ import typer
 
 from toolkeeper.annotations.hints import FIELDS, HINTS, field_name
 from toolkeeper.annotations.lint import Finding, Severity, lint, summary
-from toolkeeper.catalog.check import tool_problem
 from toolkeeper.cli.common import (
     ConfigOption,
     DemoOption,
@@ -26,15 +25,13 @@ from toolkeeper.cli.common import (
     out,
     print_json,
     print_warnings,
-    run_service,
     styled,
-    with_gateway,
 )
+from toolkeeper.cli.operations import run_service
 from toolkeeper.cli.status import command_log_level
 from toolkeeper.config import Config
 from toolkeeper.config.model import GatewaySettings, ServerConfig
 from toolkeeper.log import setup_logging
-from toolkeeper.store.overrides import PARAM
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -66,6 +63,8 @@ def _value(value: Any) -> str:
 
 
 def _add_tool_rows(table: Table, info: dict[str, Any], with_name: bool) -> None:
+    from toolkeeper.store.overrides import PARAM
+
     name = info["namespacedName"] + ("" if info["available"] else " (unavailable)")
     for i, field in enumerate(FIELDS):
         hint = info["fields"][field]
@@ -138,6 +137,8 @@ def hints_show(
 
 def _assignments(pairs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """`readOnlyHint=false title="Update Note" param:etag="From get_note"` → fields, parameters."""
+    from toolkeeper.store.overrides import PARAM
+
     fields: dict[str, Any] = {}
     parameters: dict[str, Any] = {}
     for pair in pairs:
@@ -249,6 +250,7 @@ def _lint_target(
 
 def _declared_tools(config: Config, wait: float) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The server's tools as it declared them, and why the catalog leaves out each it does."""
+    from toolkeeper.cli.live import with_gateway
 
     def collect(gateway: Any) -> tuple[bool, str | None, list[dict[str, Any]], dict[str, str]]:
         downstream = next(iter(gateway.pool))
@@ -362,6 +364,8 @@ def lint_command(
     settings = GatewaySettings()
     if builtin:
         setup_logging(command_log_level(None))
+        from toolkeeper.catalog.check import tool_problem
+
         target, tools = "toolkeeper configuration tools", _builtin_tools()
         left_out = {str(t["name"]): problem for t in tools if (problem := tool_problem(t)) is not None}
     else:

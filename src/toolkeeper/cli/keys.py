@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -20,11 +20,13 @@ from toolkeeper.cli.common import (
     new_table,
     out,
     print_json,
-    run_service,
     styled,
 )
+from toolkeeper.cli.operations import run_service
 from toolkeeper.errors import ErrorKind, ServiceError
-from toolkeeper.services.keys import CreatedKey, KeyService, describe
+
+if TYPE_CHECKING:
+    from toolkeeper.services.keys import CreatedKey, KeyService
 
 keys_app = typer.Typer(
     help="Client keys: what HTTP clients authenticate with, and what each may see.",
@@ -73,6 +75,7 @@ def keys_create(
     """Make a key for an HTTP client and print its token, once.
 
     Without --toolset or --server the key sees every tool."""
+    from toolkeeper.services.keys import describe
 
     async def create(service: KeyService) -> CreatedKey:
         return await service.create(
@@ -103,6 +106,7 @@ def keys_list(
     """Every key: its prefix, what it sees, when it was made, last used and expires.
 
     The prefix is the start of the key's token; tokens themselves are never shown again."""
+    from toolkeeper.services.keys import describe
 
     async def listed(service: KeyService) -> list[dict[str, Any]]:
         now = datetime.now(UTC)
@@ -145,6 +149,7 @@ def keys_revoke(
     demo: bool = DemoOption,
 ) -> None:
     """Delete a key: running gateways refuse its token within a second or so."""
+    from toolkeeper.services.keys import describe
 
     async def revoke(service: KeyService) -> dict[str, Any]:
         try:

@@ -22,9 +22,9 @@ from toolkeeper.cli.common import (
     out,
     print_json,
     print_warnings,
-    run_service,
     styled,
 )
+from toolkeeper.cli.operations import run_service
 
 policy_app = typer.Typer(
     help="The approval policy: what it decides for a call, and how each tool's calls are confirmed.",

@@ -11,7 +11,6 @@ from typing import Any
 
 import anyio
 import typer
-from mcp import Client, StdioServerParameters
 
 from toolkeeper.annotations.rules import EXAMPLE
 from toolkeeper.cli.common import (
@@ -27,12 +26,10 @@ from toolkeeper.cli.common import (
     out,
     print_json,
     print_warnings,
-    run_service,
     styled,
 )
+from toolkeeper.cli.operations import run_service
 from toolkeeper.cli.status import command_log_level
-from toolkeeper.downstreams.connection import ToolResolution
-from toolkeeper.downstreams.preflight import PreflightError, preflight
 from toolkeeper.log import setup_logging
 
 rules_app = typer.Typer(
@@ -141,6 +138,11 @@ def resolve_command(
     when there are none. Options go before TOOL.
 
     Example: toolkeeper resolve --demo files__manage_files '{"path": "a", "action": "read"}'"""
+    from mcp import Client, StdioServerParameters
+
+    from toolkeeper.downstreams.connection import ToolResolution
+    from toolkeeper.downstreams.preflight import PreflightError, preflight
+
     parsed = json_argument(arguments, "the arguments")
     setup_logging(command_log_level(None))
     if command and command[0] == "--":  # after TOOL and ARGS, click keeps the separator

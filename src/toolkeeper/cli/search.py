@@ -29,7 +29,6 @@ from toolkeeper.cli.common import (
     out,
     print_json,
     refuse,
-    running_gateway,
     styled,
 )
 from toolkeeper.config import Config
@@ -74,6 +73,8 @@ def search(
 
 
 async def _search(config: Config, query: str, limit: int, wait: float) -> SearchAnswer:
+    from toolkeeper.cli.live import running_gateway
+
     async with await open_store(config) as store, running_gateway(config, wait, store) as gateway:
         return await gateway.search_as_person(query, limit)
 

@@ -17,10 +17,9 @@ from toolkeeper.config.entries import EntryKind
 from toolkeeper.config.mcp import MCP_ENTRIES
 from toolkeeper.config.model import ServerConfig, SourceConfig
 from toolkeeper.config.openapi import OPENAPI_ENTRIES, OpenApiConfig
-from toolkeeper.downstreams.base import Downstream, DownstreamListener
-from toolkeeper.downstreams.connection import McpConnection
 
 if TYPE_CHECKING:
+    from toolkeeper.downstreams.base import Downstream, DownstreamListener
     from toolkeeper.downstreams.signin.keeper import SignIns
 
 ConfigT = TypeVar("ConfigT", bound=SourceConfig)
@@ -74,14 +73,22 @@ class Kinds:
         return kind.connect(config, listener)
 
 
-def open_api_source(config: OpenApiConfig, listener: DownstreamListener) -> Downstream:
-    # Imported when a spec is configured: its parsers (YAML, the schema inliner) are a tenth of
-    # a gateway's start-up, which a gateway of MCP servers alone need not pay.
+# What serves each kind is imported when the first source of that kind is made: reading a
+# configuration (every command does) needs only the entry kinds, not the SDK or a spec parser.
+def _mcp_connection(
+    config: ServerConfig, listener: DownstreamListener, sign_ins: SignIns | None
+) -> Downstream:
+    from toolkeeper.downstreams.connection import McpConnection
+
+    return McpConnection(config, listener, sign_ins)
+
+
+def _openapi_source(config: OpenApiConfig, listener: DownstreamListener) -> Downstream:
     from toolkeeper.downstreams.openapi.source import OpenApiSource
 
     return OpenApiSource(config, listener)
 
 
-MCP = Kind(entries=MCP_ENTRIES, config_type=ServerConfig, connect=McpConnection, signs_in=True)
-OPENAPI = Kind(entries=OPENAPI_ENTRIES, config_type=OpenApiConfig, connect=open_api_source)
+MCP = Kind(entries=MCP_ENTRIES, config_type=ServerConfig, connect=_mcp_connection, signs_in=True)
+OPENAPI = Kind(entries=OPENAPI_ENTRIES, config_type=OpenApiConfig, connect=_openapi_source)
 KINDS = Kinds(MCP, OPENAPI)

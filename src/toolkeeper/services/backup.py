@@ -39,11 +39,9 @@ from typing import Any
 import anyio
 from sqlalchemy import Connection, DateTime, Integer, MetaData, Table, func, insert, select, text
 
-from toolkeeper.annotations.effective import scope_label
-from toolkeeper.annotations.rules import stored_rule
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
 from toolkeeper.policy.model import CONFIRM_TEXT_MAX, ConfirmMode
-from toolkeeper.policy.rules import stored_approval_rule
+from toolkeeper.services.restore_limit import MAX_RESTORE_BYTES
 from toolkeeper.store import Store, StoreError
 from toolkeeper.store import approvals as approval_rows
 from toolkeeper.store.db import PRIVATE_MODE, SQLITE_BUSY_SECONDS, known_schemas, new_store_identity
@@ -65,9 +63,6 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # Every table a backup holds, parents before children. The revision counter is the store's own:
 # a restore bumps it, so running gateways reload.
 TABLES: tuple[Table, ...] = tuple(t for t in metadata.sorted_tables if t is not store_revision)
-# A restore holds every row of the backup in memory at once, about four times the file's size
-# (a 485 MB file took 2.1 GB): a larger file is refused unless the person raises the limit.
-MAX_RESTORE_BYTES = 128 * 1024 * 1024
 RESTORED_WHILE_WAITING = "the store was restored from a backup while the call waited"
 
 
@@ -290,6 +285,12 @@ def _check_readable(rows: Mapping[str, list[dict[str, Any]]], where: str) -> Non
 
 
 def _first_unreadable(rows: Mapping[str, list[dict[str, Any]]]) -> str | None:
+    # Here, not at the top: the rules' readers bring the catalog and the SDK's types, which the
+    # `backup` and `restore` commands' help (and a backup) do without.
+    from toolkeeper.annotations.effective import scope_label
+    from toolkeeper.annotations.rules import stored_rule
+    from toolkeeper.policy.rules import stored_approval_rule
+
     for row in rows.get(approval_rules.name, []):
         approval = stored_approval_rule(_text(row["rule"]))
         if approval.unreadable is not None:

@@ -17,11 +17,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolkeeper.catalog import Catalog, CatalogTool
 from toolkeeper.config.model import DISCOVERY_MODES, Discovery
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError
+
+if TYPE_CHECKING:
+    # For annotations only: the stores of toolsets and approvals use this module without the
+    # catalog's checks (and the SDK's types) they bring.
+    from toolkeeper.catalog import Catalog, CatalogTool
 
 NAME_PATTERN = "^[a-z0-9-]+$"
 _NAME = re.compile(NAME_PATTERN)
