@@ -34,6 +34,7 @@ from toolkeeper.edge.fastlane import FastLane
 from toolkeeper.edge.guard import HostGuard
 from toolkeeper.edge.http_fastlane import HttpFastLane, respond
 from toolkeeper.edge.oauth import JwtVerifier
+from toolkeeper.edge.one_write import OneWriteHttpProtocol
 from toolkeeper.edge.stdio import stdio_streams
 from toolkeeper.edge.web import Dashboard, McpOrDashboard, dashboard
 from toolkeeper.faces.mcp.config_tools import ConfigMenu
@@ -400,6 +401,9 @@ def _web_server(
             app,
             host=host,
             port=port,
+            # httptools' parser (uvicorn's fastest), each answer in one write: bench/README.md
+            # compares the servers.
+            http=OneWriteHttpProtocol,
             proxy_headers=bool(trusted_proxies),
             forwarded_allow_ips=list(trusted_proxies),
             log_level="warning",
