@@ -27,13 +27,15 @@ pytestmark = pytest.mark.anyio
 TOKEN = TOKEN_START + "A" * 43
 
 
-def ring(*, expires_at: datetime | None = None) -> KeyRing:
+def ring(
+    *, expires_at: datetime | None = None, toolsets: tuple[str, ...] = ("dev",), admin: bool = False
+) -> KeyRing:
     key = ClientKey(
         name="alice",
         prefix=TOKEN[:11],
-        toolsets=("dev",),
+        toolsets=toolsets,
         servers=(),
-        admin=False,
+        admin=admin,
         created_at=datetime.now(UTC),
         expires_at=expires_at,
         last_used_at=None,
@@ -189,3 +191,41 @@ def test_table_cells_show_what_would_act_on_the_terminal_as_escapes() -> None:
     shown = captured.get()
     assert "\x1b" not in shown and "\x9b" not in shown and "\u202e" not in shown and "\u2067" not in shown
     assert "oauth:evil\\u001b[2J\\u009b\\u202e\\u2067 and" in shown and "next line" in shown
+
+
+async def test_a_key_is_one_principal_until_a_reload_revokes_or_changes_it() -> None:
+    keys = ring()
+    auth = Authenticator(
+        AuthPlan(required=True, keys=True, oauth=None), keys=lambda: keys, resource_path="/mcp"
+    )
+    first, _ = await admit(auth, f"Bearer {TOKEN}")
+    again, _ = await admit(auth, f"Bearer {TOKEN}")
+    assert again is first  # made once: the lanes after the edge recognise the same caller
+    wrong, answer = await admit(auth, "Bearer " + TOKEN[:-1] + "B")
+    assert wrong is None and answer.status == 401  # the token is still checked every time
+
+    keys = KeyRing.empty()  # the reload that revokes it
+    revoked, answer = await admit(auth, f"Bearer {TOKEN}")
+    assert revoked is None and answer.status == 401
+
+    keys = ring(toolsets=("ops",), admin=True)
+    changed, _ = await admit(auth, f"Bearer {TOKEN}")
+    assert changed is not first and (changed.toolsets, changed.admin) == (("ops",), True)
+
+
+async def test_a_key_admitted_before_is_refused_once_it_has_expired(monkeypatch: pytest.MonkeyPatch) -> None:
+    import toolkeeper.edge.auth as auth_module
+
+    expiry = datetime(2030, 1, 1, tzinfo=UTC)
+    auth = authenticator(ring(expires_at=expiry))
+    principal, _ = await admit(auth, f"Bearer {TOKEN}")
+    assert principal is not None
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return expiry
+
+    monkeypatch.setattr(auth_module, "datetime", Later)
+    principal, answer = await admit(auth, f"Bearer {TOKEN}")
+    assert principal is None and answer.status == 401

@@ -148,7 +148,7 @@ def test_a_modern_call_on_the_fast_lane_gets_its_era_fields_and_bad_text_hurts_n
 
 
 def test_the_http_fast_lane_answers_plain_modern_calls_and_leaves_the_rest_to_the_sdk(tmp_path: Path) -> None:
-    config = write_config(tmp_path, {"ctl": controllable()})
+    config = write_config(tmp_path, {"ctl": controllable()}, http={"maxRequestBytes": 4096})
     port = free_port()
     gateway = spawn_http_gateway(config, port)
     url = f"http://127.0.0.1:{port}/mcp"
@@ -192,6 +192,11 @@ def test_the_http_fast_lane_answers_plain_modern_calls_and_leaves_the_rest_to_th
         assert '"over http"' not in body
         # A foreign Host is never served.
         assert post(call, host="evil.example.com")[0] == 421
+        # A call the fast lane would take but for its size is refused under the request limit.
+        oversized = {**call, "params": {**call["params"], "arguments": {"text": "x" * 8000}}}
+        status, _, body = post(oversized)
+        assert status == 413 and "x" * 100 not in body
+        assert post(call)[0] == 200  # and the next is served
     finally:
         stop(gateway)
 

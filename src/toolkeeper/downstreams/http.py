@@ -23,6 +23,7 @@ import logging
 import os
 import ssl
 from collections.abc import Callable
+from functools import cache
 from itertools import count
 from typing import Any
 from urllib.parse import urlsplit
@@ -101,6 +102,7 @@ class HttpLink:
         signed-in server's token, renewed in the background)."""
         parts = urlsplit(url)
         self.secure = parts.scheme == "https"
+        self._tls: ssl.SSLContext | None = None  # `client_tls()`, once the first connection needs it
         self.host = parts.hostname or "localhost"
         self.port = parts.port or (443 if self.secure else 80)
         target = parts.path or "/"
@@ -333,8 +335,9 @@ class HttpLink:
         return await self._exchange(data, request_id)
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        context = ssl.create_default_context() if self.secure else None
-        return await asyncio.open_connection(self.host, self.port, ssl=context, limit=2**20)
+        if self.secure and self._tls is None:
+            self._tls = await asyncio.to_thread(client_tls)
+        return await asyncio.open_connection(self.host, self.port, ssl=self._tls, limit=2**20)
 
     async def _answer_in_events(self, response: _Response, request_id: int) -> dict[str, Any] | None:
         """The response to `request_id` among the events received so far; the server's
@@ -361,6 +364,14 @@ class HttpLink:
         else:
             answer = await self.on_request(message)
         await self._send_one_way(answer)
+
+
+@cache
+def client_tls() -> ssl.SSLContext:
+    """The TLS settings of every raw lane's connections, made once per process: loading the
+    system's certificates takes about 100 ms, which each new connection (a keep-alive connection
+    the server closed, a burst of concurrent calls) paid on the event loop."""
+    return ssl.create_default_context()
 
 
 def _json_answer(body: bytes, request_id: int) -> dict[str, Any] | None:

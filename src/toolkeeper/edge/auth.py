@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server.auth.routes import build_resource_metadata_url
@@ -38,6 +38,9 @@ from toolkeeper.edge.principal_user import PrincipalUser
 from toolkeeper.edge.throttle import FailureThrottle
 from toolkeeper.pipeline.call import ANYONE, LOCAL_USER, Principal
 from toolkeeper.services.keys import TOKEN_START, KeyRing
+
+if TYPE_CHECKING:
+    from toolkeeper.store.keys import ClientKey
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +165,31 @@ class Refusal:
     retry_after: int | None = None
 
 
+class KeyPrincipals:
+    """The principal of each client key, made once per key ring rather than per request: the
+    same principal for every request of a key is what lets the lanes after the edge recognise
+    a client they identified before. Only what a verified key maps to is kept, never a token;
+    the token is still checked on every request. A reload that revokes or changes a key brings
+    a new ring, and with it every principal is made anew."""
+
+    __slots__ = ("_by_prefix", "_ring")
+
+    def __init__(self) -> None:
+        self._ring: KeyRing | None = None
+        self._by_prefix: dict[str, Principal] = {}
+
+    def of(self, key: ClientKey, ring: KeyRing) -> Principal:
+        """The principal of `key`, which `ring` verified."""
+        if ring is not self._ring:
+            self._ring, self._by_prefix = ring, {}
+        principal = self._by_prefix.get(key.prefix)
+        if principal is None:
+            principal = self._by_prefix[key.prefix] = Principal(
+                key.name, "key", admin=key.admin, toolsets=key.toolsets, servers=frozenset(key.servers)
+            )
+        return principal
+
+
 class Authenticator:
     """Decides, for each HTTP request, who is calling, or answers it with 401, 403, 429 or 431."""
 
@@ -179,6 +207,7 @@ class Authenticator:
         self.resource_path = resource_path
         self.throttle = FailureThrottle()
         self.key_uses: dict[str, datetime] = {}  # key name → last use, not yet written
+        self.key_principals = KeyPrincipals()
 
     @property
     def anonymous(self) -> Principal:
@@ -245,14 +274,7 @@ class Authenticator:
             refusal = Refusal(401, "invalid_token", INVALID_TOKEN)
             return self._failed(address, what, refusal, keys.claimed_by(token))
         self.key_uses[key.name] = now
-        principal = Principal(
-            key.name,
-            "key",
-            admin=key.admin,
-            toolsets=key.toolsets,
-            servers=frozenset(key.servers),
-        )
-        return principal, frozenset()
+        return self.key_principals.of(key, keys), frozenset()
 
     async def _by_oauth(self, address: str, token: str) -> tuple[Principal, frozenset[str]] | Refusal:
         invalid = Refusal(401, "invalid_token", INVALID_TOKEN)

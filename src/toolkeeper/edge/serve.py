@@ -405,11 +405,16 @@ def _web_server(
     is its peer's, or what `X-Forwarded-For` says only when the peer is one of
     `trusted_proxies` (`http.trustedProxies`): uvicorn's default would believe any process on
     this machine, which could then pass for anyone."""
+    from toolkeeper.edge.one_write import OneWriteHttpProtocol
+
     web = _WebServer(
         uvicorn.Config(
             app,
             host=host,
             port=port,
+            # httptools' parser (uvicorn's fastest), each answer in one write: bench/README.md
+            # compares the servers.
+            http=OneWriteHttpProtocol,
             proxy_headers=bool(trusted_proxies),
             forwarded_allow_ips=list(trusted_proxies),
             log_level="warning",
