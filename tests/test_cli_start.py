@@ -77,7 +77,7 @@ def test_help_and_version_load_neither_the_gateway_nor_the_store(
 
 @pytest.mark.parametrize(
     "args",
-    [("approvals", "list"), ("approvals", "list", "--all", "--json"), ("audit", "-n", "5")],
+    [("approvals", "list"), ("approvals", "list", "--all", "--json"), ("audit", "-n", "5"), ("keys", "list")],
 )
 def test_store_commands_load_the_store_but_not_the_gateway(
     tmp_path: Path, config: Path, args: tuple[str, ...]

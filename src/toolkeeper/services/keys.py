@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from toolkeeper.config.model import Config
 from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.services.durations import DURATION_FORMS, parse_duration
-from toolkeeper.services.toolsets import iso
+from toolkeeper.services.timestamps import iso
 from toolkeeper.store import Store
 from toolkeeper.store import keys as key_rows
 from toolkeeper.store import toolsets as toolset_rows

@@ -42,7 +42,8 @@ from toolkeeper.policy.model import CONFIRM_TEXT_MAX, ConfirmMode, Decision
 from toolkeeper.policy.rules import ApprovalRule, ApprovalRuleError, parse_approval_rule, rules_work
 from toolkeeper.services.approvals import BOOT, HOLDER, held_by_a_gone_process
 from toolkeeper.services.rules import Resolver
-from toolkeeper.services.toolsets import NOT_STARTED, Change, iso, require_toolset_id
+from toolkeeper.services.timestamps import iso
+from toolkeeper.services.toolsets import NOT_STARTED, Change, require_toolset_id
 from toolkeeper.store import Store
 from toolkeeper.store import overrides as pins_rows
 from toolkeeper.store import policy as policy_rows

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from toolkeeper.catalog import Catalog, CatalogTool
 from toolkeeper.errors import ErrorKind, NextStep
 from toolkeeper.services.costs import CostService, ListingCosts, summary
+from toolkeeper.services.timestamps import iso
 from toolkeeper.store import Store, overrides
 from toolkeeper.store import policy as policy_rows
 from toolkeeper.store import toolsets as rows
@@ -58,10 +59,6 @@ class Change(StrEnum):
     UNEQUIPPED = "unequipped"
     CONTENT = "content"  # toolsets or notes changed; the listing may change
     POLICY = "policy"  # confirm modes or approval rules changed; the listing does not
-
-
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
 
 
 class ToolsetService:
