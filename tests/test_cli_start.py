@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import PY, ROOT, write_config
 
+from toolkeeper.cli.app import COMMAND_MODULES
+
 # What the gateway and its faces need, and none of these commands.
 HEAVY = (
     "mcp",
@@ -86,5 +88,47 @@ def test_store_commands_load_the_store_but_not_the_gateway(
     modules = loaded_by(tmp_path, *args, "--config", str(config))
     assert "toolkeeper.store.db" in modules
     assert among(modules, HEAVY) == []
+    # Nor the modules of the other commands (the client tables, the annotation rules, ...).
+    others = set(COMMAND_MODULES.values()) - {COMMAND_MODULES[args[0]]}
+    assert sorted(modules.intersection(f"toolkeeper.cli.{module}" for module in others)) == []
     # A store already at the newest schema is not migrated, so Alembic is not loaded.
     assert among(modules, ("alembic",)) == []
+
+
+# Imports the command modules one by one, in a fresh process, and says which commands each one
+# registered.
+COMMANDS_BY_MODULE = """
+import importlib, json
+from toolkeeper.cli import app as cli
+found = {}
+for module in dict.fromkeys(cli.COMMAND_MODULES.values()):
+    before = cli.registered_commands()
+    importlib.import_module(f"toolkeeper.cli.{module}")
+    found.update(dict.fromkeys(cli.registered_commands() - before, module))
+print(json.dumps(found))
+"""
+
+
+def test_each_command_is_looked_up_in_the_module_that_registers_it() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [PY, "-c", COMMANDS_BY_MODULE], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == COMMAND_MODULES
+
+
+@pytest.mark.parametrize(
+    ("args", "module"), [(("login", "--help"), "signin"), (("import", "--help"), "clients")]
+)
+def test_a_command_with_a_module_of_its_own_loads_that_module_alone(
+    tmp_path: Path, args: tuple[str, ...], module: str
+) -> None:
+    modules = loaded_by(tmp_path, *args)
+    command_modules = {f"toolkeeper.cli.{name}" for name in COMMAND_MODULES.values()}
+    assert sorted(modules & command_modules) == [f"toolkeeper.cli.{module}"]
+
+
+def test_the_help_registers_every_command(tmp_path: Path) -> None:
+    modules = loaded_by(tmp_path, "--help")
+    assert {f"toolkeeper.cli.{name}" for name in COMMAND_MODULES.values()} <= modules

@@ -24,6 +24,14 @@ NOT_FOR_STDIO = (
     "jwt",
     "jinja2",
     "yaml",
+    # The other commands' modules, and what they import: moving servers between clients, linting.
+    "toolkeeper.cli.approvals",
+    "toolkeeper.cli.clients",
+    "toolkeeper.cli.hints",
+    "toolkeeper.cli.rules",
+    "toolkeeper.cli.search",
+    "toolkeeper.services.clients",
+    "toolkeeper.annotations.lint",
 )
 
 # `python -m toolkeeper serve ...`, writing the names of the modules it loaded to a file as it exits.

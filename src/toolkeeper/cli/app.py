@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import sys
 from enum import StrEnum
@@ -621,22 +622,56 @@ def import_hypertool(
     )
 
 
-# The hints, lint, rules and resolve commands live in their own modules; importing registers them.
-from toolkeeper.cli import approvals as _approvals  # noqa: E402, F401
-from toolkeeper.cli import audit as _audit  # noqa: E402, F401
-from toolkeeper.cli import backup as _backup  # noqa: E402, F401
-from toolkeeper.cli import clients as _clients  # noqa: E402, F401
-from toolkeeper.cli import doctor as _doctor  # noqa: E402, F401
-from toolkeeper.cli import hints as _hints  # noqa: E402, F401
-from toolkeeper.cli import keys as _keys  # noqa: E402, F401
-from toolkeeper.cli import openapi as _openapi  # noqa: E402, F401
-from toolkeeper.cli import policy as _policy  # noqa: E402, F401
-from toolkeeper.cli import rules as _rules  # noqa: E402, F401
-from toolkeeper.cli import search as _search  # noqa: E402, F401
-from toolkeeper.cli import signin as _signin  # noqa: E402, F401
+# The commands that live in modules of their own, by name, with their modules in the order the help
+# lists them; importing a module registers its commands. A command line that names one of them
+# imports that module alone: importing all twelve (the client tables, the annotation rules, the
+# search service behind them) takes `approvals list` and `serve` a tenth of their start. Any other
+# command line (the help, a mistyped name) imports them all, so nothing changes in what it shows.
+COMMAND_MODULES = {
+    "approvals": "approvals",
+    "audit": "audit",
+    "backup": "backup",
+    "restore": "backup",
+    "import": "clients",
+    "install": "clients",
+    "uninstall": "clients",
+    "doctor": "doctor",
+    "hints": "hints",
+    "lint": "hints",
+    "keys": "keys",
+    "openapi": "openapi",
+    "policy": "policy",
+    "rules": "rules",
+    "resolve": "rules",
+    "search": "search",
+    "login": "signin",
+    "logout": "signin",
+}
+
+
+def registered_commands() -> set[str]:
+    """The names of the commands and groups registered so far."""
+    commands = {
+        info.name or typer.main.get_command_name(info.callback.__name__)
+        for info in app.registered_commands
+        if info.callback is not None
+    }
+    return commands | {info.name for info in app.registered_groups if info.name}
+
+
+def register_commands(argv: list[str]) -> None:
+    """Import the command modules the command line needs. The root's options take no value, so
+    the first argument that is not an option names the command."""
+    named = next((arg for arg in argv if not arg.startswith("-")), None)
+    if named is not None and named in registered_commands():
+        return  # one of this module's own
+    module = COMMAND_MODULES.get(named) if named is not None else None
+    for name in [module] if module is not None else dict.fromkeys(COMMAND_MODULES.values()):
+        importlib.import_module(f"toolkeeper.cli.{name}")
 
 
 def main() -> None:
+    register_commands(sys.argv[1:])
     try:
         app()
     except KeyboardInterrupt:
