@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compiled_tree import compile_tree
+
 HERE = Path(__file__).resolve().parent
 THIS_TREE = HERE.parent / "src"
 
@@ -107,6 +109,8 @@ def main() -> None:
             home = root / f"home-{len(trees)}"
             home.mkdir()
             trees.append(Tree(label, src.resolve(), home))
+        for tree in trees:
+            compile_tree(tree.src, options.python)
         for tree in trees:  # the store is made, and each command's files read once, uncounted
             for name in commands:
                 run_once(tree, commands[name], config, options.python)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import anyio
+from compiled_tree import compile_tree
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client.client import MODERN_PROTOCOL_VERSIONS
 from mcp.client.streamable_http import streamable_http_client
@@ -1158,6 +1159,7 @@ async def run_all(args) -> int:
     t_start = now()
     with tempfile.TemporaryDirectory(prefix="toolkeeper-bench-") as tmp:
         jobs = make_jobs(args, Path(tmp))
+        compile_tree(GATEWAY_SRC, sys.executable)
         await prepare_store(args, small_targets(args, Path(tmp))["gateway"])
         for rep in range(args.repeat):
             for job in jobs:
