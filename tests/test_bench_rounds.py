@@ -113,6 +113,9 @@ def test_interpreters_take_turns_each_running_the_same_tree(tmp_path: Path) -> N
 
 
 def bench_run_module() -> ModuleType:
+    # As `python bench/run.py` runs it: its own folder first on the path, for the modules beside it.
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
