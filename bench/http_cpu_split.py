@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,36 +31,13 @@ import time
 from pathlib import Path
 
 import anyio
-import psutil
+from loopback import cpu_seconds, free_port, wait_port
 from mcp import Client
 
 HERE = Path(__file__).resolve().parent
 ECHO = HERE / "echo_server.py"
 RELAY = HERE / "http_floor_relay.py"
 WARMUP_CALLS = 200
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port)).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def process_cpu(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
 
 
 def own_cpu() -> float:
@@ -80,7 +56,7 @@ async def timed_calls(
             if result.is_error:
                 raise RuntimeError(f"the call failed: {result!r}"[:300])
 
-    before = {name: process_cpu(pid) for name, pid in pids.items()}
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     client_before, started = own_cpu(), time.perf_counter()
     async with anyio.create_task_group() as callers:
         for _ in range(concurrency):
@@ -88,7 +64,7 @@ async def timed_calls(
     wall = time.perf_counter() - started
     done = per_caller * concurrency
     row = {"calls/s": done / wall, "client": (own_cpu() - client_before) / done * 1e6}
-    row.update({name: (process_cpu(pid) - before[name]) / done * 1e6 for name, pid in pids.items()})
+    row.update({name: (cpu_seconds(pid) - before[name]) / done * 1e6 for name, pid in pids.items()})
     return row
 
 
@@ -115,7 +91,7 @@ def measure(side: str, args: argparse.Namespace, workdir: Path) -> dict[str, dic
     processes = [subprocess.Popen([sys.executable, str(ECHO), "--http", str(echo_port)], env=env)]
     pids = {"echo": processes[0].pid}
     try:
-        wait_port(echo_port)
+        wait_port(echo_port, time.monotonic() + 30)
         url, tool = f"http://127.0.0.1:{echo_port}/mcp", "echo_0"
         if side != "direct":
             port = free_port()
@@ -129,7 +105,7 @@ def measure(side: str, args: argparse.Namespace, workdir: Path) -> dict[str, dic
                 subprocess.Popen(front_argv(side, config, port), env=src, stderr=subprocess.DEVNULL)
             )
             pids["front"] = processes[-1].pid
-            wait_port(port)
+            wait_port(port, time.monotonic() + 30)
             url = f"http://127.0.0.1:{port}/mcp"
             tool = tool if side == "relay" else "echo__echo_0"
         return anyio.run(session, url, tool, args, pids)

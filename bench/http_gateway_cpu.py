@@ -31,16 +31,11 @@ import time
 from pathlib import Path
 
 import psutil
+from loopback import cpu_seconds, free_port, read_answer, wait_port
 
 HERE = Path(__file__).resolve().parent
 ECHO = HERE / "echo_server.py"
 VERSION = "2026-07-28"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def call_request(port: int, request_id: int, key: str | None) -> bytes:
@@ -70,41 +65,9 @@ def call_request(port: int, request_id: int, key: str | None) -> bytes:
     return ("POST /mcp HTTP/1.1\r\n" + "\r\n".join(headers) + "\r\n\r\n").encode() + body
 
 
-def read_answer(conn: socket.socket, pending: bytearray) -> bytes:
-    while True:
-        end = pending.find(b"\r\n\r\n")
-        if end >= 0:
-            head = bytes(pending[:end]).lower()
-            length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
-            if len(pending) >= end + 4 + length:
-                answer = bytes(pending[: end + 4 + length])
-                del pending[: end + 4 + length]
-                return answer
-        chunk = conn.recv(65536)
-        if not chunk:
-            raise ConnectionError("the gateway closed the connection")
-        pending += chunk
-
-
-def cpu_seconds(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
-
-
 def main_thread_cpu_seconds(pid: int) -> float:
     """The CPU time of the thread the event loop runs on (the process's first)."""
     return next(t.user_time + t.system_time for t in psutil.Process(pid).threads() if t.id == pid)
-
-
-def wait_port(port: int, deadline: float) -> None:
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port)).close()
-            return
-        except ConnectionRefusedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def callgrind(pid: int, *args: str) -> None:

@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from loopback import free_port, read_answer
+
 BODY = (
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call",'
     b'"params":{"name":"echo__echo_0","arguments":{"text":"hello world"}}}'
@@ -128,12 +130,6 @@ def serve(stack: str, port: int) -> None:
 # -------------------------------------------------------------------------- the client side
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def connect(port: int, deadline: float) -> socket.socket:
     while True:
         try:
@@ -144,22 +140,6 @@ def connect(port: int, deadline: float) -> socket.socket:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
-
-
-def one_answer(conn: socket.socket, pending: bytearray) -> None:
-    """Read one whole answer (headers with a content-length, then its body) off `conn`."""
-    while True:
-        end = pending.find(b"\r\n\r\n")
-        if end >= 0:
-            head = bytes(pending[:end]).lower()
-            length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
-            if len(pending) >= end + 4 + length:
-                del pending[: end + 4 + length]
-                return
-        chunk = conn.recv(65536)
-        if not chunk:
-            raise ConnectionError("the server closed the connection")
-        pending += chunk
 
 
 def cpu_seconds(pid: int) -> float:
@@ -193,13 +173,13 @@ def measure(stack: str, requests: int, concurrency: int) -> dict[str, float]:
         pending = bytearray()
         for _ in range(200):  # warm-up
             conn.sendall(REQUEST)
-            one_answer(conn, pending)
+            read_answer(conn, pending)
         cpu0 = cpu_seconds(proc.pid)
         times = []
         for _ in range(requests):
             t0 = time.perf_counter()
             conn.sendall(REQUEST)
-            one_answer(conn, pending)
+            read_answer(conn, pending)
             times.append(time.perf_counter() - t0)
         cpu1 = cpu_seconds(proc.pid)
         conns = [conn] + [connect(port, time.monotonic() + 5) for _ in range(concurrency - 1)]

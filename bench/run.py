@@ -25,7 +25,6 @@ import os
 import platform
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from typing import Any, NamedTuple
 
 import anyio
 from compiled_tree import compile_tree
+from loopback import free_port
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client.client import MODERN_PROTOCOL_VERSIONS
 from mcp.client.streamable_http import streamable_http_client
@@ -246,13 +246,6 @@ def gateway_http_argv(config: Path, port: int, gateway_http_cmd: str | None) -> 
 
 
 # --------------------------------------------------------------------------- HTTP processes
-
-
-def free_port() -> int:
-    """A port free right now on 127.0.0.1 (uvicorn is given a number, so ask the OS for one first)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOCALHOST, 0))
-        return s.getsockname()[1]
 
 
 @dataclass
