@@ -22,7 +22,7 @@ from toolkeeper.cli.common import NEXT_STEPS as CLI_NEXT_STEPS
 from toolkeeper.errors import ErrorKind, NextStep, ServiceError, http_status
 from toolkeeper.faces.mcp.config_tools import NEXT_STEPS as MCP_NEXT_STEPS
 from toolkeeper.faces.mcp.config_tools import refusal
-from toolkeeper.services import Services, build_services
+from toolkeeper.services import Services
 from toolkeeper.store import Store, StoreError
 from toolkeeper.toolsets.model import ToolRef, ToolsetError, check_toolset_name, resolve
 
@@ -93,7 +93,7 @@ async def services(tmp_path: Path, live: bool = True) -> tuple[Store, Services]:
     store = await Store(f"sqlite:///{tmp_path / 'store.db'}").open()
     tools = catalog()
     annotator = Annotator()
-    return store, build_services(
+    return store, Services(
         store, annotator=lambda: annotator, catalog=(lambda: tools) if live else (lambda: None)
     )
 
@@ -184,7 +184,7 @@ async def test_a_read_only_store_is_kind_store(tmp_path: Path) -> None:
     read_only = await Store(f"sqlite:///file:{tmp_path / 'store.db'}?mode=ro&uri=true").open()
     try:
         tools = catalog()
-        ro = build_services(read_only, annotator=lambda: Annotator(), catalog=lambda: tools)
+        ro = Services(read_only, annotator=lambda: Annotator(), catalog=lambda: tools)
         error = await refusal_of(ro.toolsets.equip("kept"))
         assert isinstance(error, StoreError) and error.kind is ErrorKind.STORE
     finally:

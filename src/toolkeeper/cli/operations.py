@@ -29,7 +29,7 @@ def run_service(
     `rules`, …) with the store open; `live` connects the servers first (`costs`: for an
     operation that shows token costs). A refusal prints its message and exits with its kind's
     code."""
-    from toolkeeper.services import Services, build_services
+    from toolkeeper.services import Services
     from toolkeeper.store import StoreError
 
     def pick(services: Services) -> Any:
@@ -45,7 +45,7 @@ def run_service(
     async def main() -> tuple[Any, ServiceError | None]:
         async with await open_store(config) as store:
             if not live:
-                services = build_services(store, annotator=_annotator_when_asked(config), config=config)
+                services = Services(store, annotator=_annotator_when_asked(config), config=config)
                 return await attempt(pick(services))
             from toolkeeper.cli.live import running_gateway
 

@@ -42,7 +42,7 @@ from toolkeeper.runtime.discovery import FindTools
 from toolkeeper.runtime.menu import Menu, Mode
 from toolkeeper.runtime.views import FoundIndex, ToolRanking, View, Views
 from toolkeeper.runtime.working_sets import Caller, NoteUse, WorkingSets
-from toolkeeper.services import build_services
+from toolkeeper.services import Services
 from toolkeeper.services.costs import ListingCosts, tokenizer_ready
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.search import SearchAnswer, search_tools
@@ -127,7 +127,7 @@ class Gateway:
         self.finder = FindTools(self) if store is not None else None
         self.working_sets = WorkingSets(store)
         self.services = (
-            build_services(
+            Services(
                 store,
                 annotator=self._current_annotator,
                 catalog=self._live_catalog,

@@ -1,6 +1,6 @@
 """The service layer: every operation a person can do, once, for the MCP, CLI and web faces.
 
-`build_services` is the one place the services are wired together: the gateway builds them
+`Services` is the one place the services are wired together: the gateway builds them
 over its live catalog, the CLI over the store alone (no catalog: offline) or takes the running
 gateway's.
 
@@ -158,26 +158,4 @@ class Services:
         )
 
 
-def build_services(
-    store: Store,
-    *,
-    annotator: Callable[[], Annotator],
-    catalog: Callable[[], Catalog | None] = _offline,
-    costs: Callable[[], ListingCosts | None] = _uncounted,
-    resolver: Resolver | None = None,
-    on_change: Callable[[Change], Awaitable[None]] | None = None,
-    config: Config | None = None,
-) -> Services:
-    """The services over one store (see `Services` for what each argument gives them)."""
-    return Services(
-        store,
-        annotator=annotator,
-        catalog=catalog,
-        costs=costs,
-        resolver=resolver,
-        on_change=on_change,
-        config=config,
-    )
-
-
-__all__ = ["Services", "build_services"]
+__all__ = ["Services"]
