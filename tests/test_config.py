@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -592,7 +593,7 @@ def test_schema_key_is_allowed():
             "auditKey, auditMaxWaiting, auditRetentionDays, autoApproveReadOnly, confirm, "
             "confirmDestructive, databaseTimeout, databaseUrl, discovery, featureFlags, home, http, "
             "inferHints, logLevel, maxConcurrentConnects, maxDescriptionBytes, maxServerInstructions, "
-            "maxToolTokens, retryWindow, sanitizeUntrustedHints, stdio, trustIdempotentRetries, "
+            "maxToolTokens, replica, retryWindow, sanitizeUntrustedHints, stdio, trustIdempotentRetries, "
             "workingSetMaxTokens, workingSetMaxTools.",
         ),
         (
@@ -901,3 +902,16 @@ def test_a_remote_entry_that_cannot_sign_in_as_written_is_skipped_with_the_reaso
     config = parse_config_text(text, environ={})
     assert config.servers == ()
     assert message in config.skipped["remote"]
+
+
+def test_replica_name_defaults_to_the_host_and_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"mcpServers": {}}')
+    monkeypatch.delenv("TOOLKEEPER_REPLICA", raising=False)
+    assert load_config(path).settings.replica == socket.gethostname()
+    monkeypatch.setenv("TOOLKEEPER_REPLICA", "gateway-2")
+    assert load_config(path).settings.replica == "gateway-2"
+    path.write_text('{"mcpServers": {}, "toolkeeper": {"replica": "a b"}}')
+    monkeypatch.delenv("TOOLKEEPER_REPLICA")
+    with pytest.raises(ConfigError, match="toolkeeper.replica must name this replica"):
+        load_config(path)

@@ -37,6 +37,7 @@ from toolkeeper.config.model import (
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_SERVER_INSTRUCTIONS,
     DEFAULT_MAX_TOOL_TOKENS,
+    DEFAULT_REPLICA,
     DEFAULT_RETRY_WINDOW,
     DEFAULT_WORKING_SET_MAX_TOKENS,
     DEFAULT_WORKING_SET_MAX_TOOLS,
@@ -382,6 +383,20 @@ def _as_written(setting: Setting, found: Found) -> Any:
     return found.value
 
 
+REPLICA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,62}")
+
+
+def _replica_name(setting: Setting, found: Found) -> str:
+    """A replica's name: shown in the audit and the approvals, so short and plain."""
+    value = found.value
+    if not isinstance(value, str) or not REPLICA_NAME.fullmatch(value):
+        raise ConfigError(
+            f"{found.source} must name this replica in 1 to 63 letters, digits, '.', '_', ':' or '-',"
+            f" starting with a letter or digit, like \"gateway-1\"; got {value!r}."
+        )
+    return value
+
+
 EXAMPLE_ISSUER = "https://auth.example.com"
 EXAMPLE_AUDIENCE = "https://gateway.example.com/mcp"
 EXAMPLE_JWKS_URI = f"{EXAMPLE_ISSUER}/.well-known/jwks.json"
@@ -532,6 +547,10 @@ SETTINGS = (
         bounds=Bounds("{where}: toolkeeper.auditRetentionDays must be at least 1, got {value}.", at_least=1),
     ),
     Setting(key="auditKey", field="audit_key", read=_audit_key, default=None, env=("TOOLKEEPER_AUDIT_KEY",)),
+    Setting(
+        key="replica", field="replica", read=_replica_name, default=DEFAULT_REPLICA,
+        env=("TOOLKEEPER_REPLICA",),
+    ),
     Setting(
         key="auditMaxWaiting", field="audit_max_waiting", read=_typed, kind=int,
         default=DEFAULT_AUDIT_MAX_WAITING,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -112,6 +113,9 @@ DEFAULT_AUDIT_RETENTION_DAYS = 30
 # Audit records kept in memory while the store refuses them; past this the oldest are dropped (and a
 # gap record counts them).
 DEFAULT_AUDIT_MAX_WAITING = 10_000
+# What this gateway process calls itself where replicas share a store (the audit's records, the
+# approvals it ran): the machine's name, unique per container; replicas on one machine set their own.
+DEFAULT_REPLICA = socket.gethostname() or "toolkeeper"
 DEFAULT_MAX_SERVER_INSTRUCTIONS = 4000
 # A description longer than this is sent in every tools/list and sits in the model's context; a
 # few screens of text is plenty (lint warns past it).
@@ -278,6 +282,8 @@ class GatewaySettings:
     # The secret the audit chain's MACs are keyed with, for gateways that share a store from
     # several machines; None: the key file in the home (made on first use). Never shown.
     audit_key: str | None = field(default=None, repr=False)
+    # This process's name among replicas of one store (see DEFAULT_REPLICA).
+    replica: str = DEFAULT_REPLICA
     # How many characters of each server's instructions the gateway's instructions carry (0: none).
     max_server_instructions: int = DEFAULT_MAX_SERVER_INSTRUCTIONS
     # Bytes (UTF-8) of a tool's description past which `toolkeeper lint` warns.
