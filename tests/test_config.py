@@ -904,7 +904,9 @@ def test_a_remote_entry_that_cannot_sign_in_as_written_is_skipped_with_the_reaso
     assert message in config.skipped["remote"]
 
 
-def test_replica_name_defaults_to_the_host_and_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replica_name_defaults_to_the_host_and_is_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "config.json"
     path.write_text('{"mcpServers": {}}')
     monkeypatch.delenv("TOOLKEEPER_REPLICA", raising=False)
@@ -913,5 +915,5 @@ def test_replica_name_defaults_to_the_host_and_is_checked(tmp_path: Path, monkey
     assert load_config(path).settings.replica == "gateway-2"
     path.write_text('{"mcpServers": {}, "toolkeeper": {"replica": "a b"}}')
     monkeypatch.delenv("TOOLKEEPER_REPLICA")
-    with pytest.raises(ConfigError, match="toolkeeper.replica must name this replica"):
+    with pytest.raises(ConfigError, match=r"toolkeeper\.replica must name this replica"):
         load_config(path)
