@@ -9,6 +9,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -163,49 +164,65 @@ async def pg_store() -> AsyncIterator[Store]:
             await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
 
 
-async def take_in(store: Store, wanted: list[tuple[str, Rate]]) -> tuple[int, float] | None:
-    async with store.read() as conn, conn.begin() as transaction:
-        found = await rate_buckets.take(conn, wanted)
-        if found is not None:
-            await transaction.rollback()
-        return found
+async def take_in(store: Store, subject: str, limit: Rate) -> float | None:
+    async with store.read() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        return await rate_buckets.take(conn, subject, limit)
 
 
-async def test_in_postgresql_concurrent_takes_get_exactly_the_buckets_room_and_a_full_one_charges_none(
-    pg_store: Store,
-) -> None:
+async def test_in_postgresql_concurrent_takes_get_exactly_the_buckets_room(pg_store: Store) -> None:
     ten = rate("10/hour")
-    results: list[tuple[int, float] | None] = []
+    results: list[float | None] = []
 
     async def take_one() -> None:
-        results.append(await take_in(pg_store, [("shared", ten)]))
+        results.append(await take_in(pg_store, "shared", ten))
 
     async with anyio.create_task_group() as tg:
         for _ in range(30):
             tg.start_soon(take_one)
     assert results.count(None) == 10
-    waits = [found[1] for found in results if found is not None]
+    waits = [wait for wait in results if wait is not None]
     assert all(0 < wait <= 360 for wait in waits)  # one call's room comes back every 6 minutes
+    async with pg_store.read() as conn:
+        persistence = await conn.execute(
+            text("SELECT relpersistence::text FROM pg_class WHERE oid = 'rate_buckets'::regclass")
+        )
+        assert persistence.scalar_one() == "u"  # unlogged: counting waits for no disk write
 
-    one = rate("1/hour")
-    assert await take_in(pg_store, [("principal", ten), ("tool", one)]) is None
-    for _ in range(3):
-        assert (await take_in(pg_store, [("principal", ten), ("tool", one)]) or (None,))[0] == 1
+
+def call_by(principal: str, tool: str = "ctl.echo") -> ToolCall:
+    who = ClientIdentity("test", "1", "s", Principal(principal, "key"), bound=True)
+    name = tool.replace(".", "__")
+    call = ToolCall(name=name, params={"name": name, "arguments": {}}, modern=False, client=who)
+    call.target = SimpleNamespace(tool=SimpleNamespace(namespaced_name=tool))  # type: ignore[assignment]
+    return call
+
+
+async def test_in_postgresql_a_call_refused_by_one_limit_gives_back_what_it_took_from_the_other(
+    pg_store: Store,
+) -> None:
+    stage = RateLimit(RateLimits(rate("10/hour"), {}, {"ctl.pid": rate("1/hour")}), pg_store)
+    assert await stage.run(call_by("alice", "ctl.pid")) is None
+    refused = await stage.run(call_by("alice", "ctl.pid"))
+    assert refused is not None and "rateLimits.tools" in refused["content"][0]["text"]
     async with pg_store.read() as conn:
         rows = dict((await conn.execute(text("SELECT subject, refilled_at FROM rate_buckets"))).all())
         now = (await conn.execute(text("SELECT extract(epoch from now())::float"))).scalar_one()
-    # The principal's bucket holds one call (6 minutes of refill), not four.
-    assert rows["principal"] - now == pytest.approx(360, abs=30)
+    # The principal's bucket holds the one call that ran (6 minutes of refill), not two.
+    assert rows[json.dumps(["principal", "alice"])] - now == pytest.approx(360, abs=30)
+    # Its other calls still run, nine more.
+    assert [await stage.run(call_by("alice")) for _ in range(9)] == [None] * 9
+    assert await stage.run(call_by("alice")) is not None
 
 
 async def test_a_bucket_being_taken_holds_up_no_other_bucket(pg_store: Store) -> None:
     many = rate("100/minute")
-    assert await take_in(pg_store, [("flooder", many)]) is None
+    assert await take_in(pg_store, "flooder", many) is None
     # Another transaction holds the flooder's row (as its own calls would, one after another).
     async with pg_store.read() as holder, holder.begin():
         await holder.execute(text("SELECT * FROM rate_buckets WHERE subject = 'flooder' FOR UPDATE"))
         with anyio.fail_after(30):  # a generous deadline: a lock on every bucket would never end
-            assert await take_in(pg_store, [("someone else", many)]) is None
+            assert await take_in(pg_store, "someone else", many) is None
 
 
 # -- the stage ---------------------------------------------------------------------------------
@@ -251,11 +268,6 @@ class Proxy:
         for stream in self._streams:
             await stream.aclose()
         self._streams = []
-
-
-def call_by(principal: str, name: str = "ctl__echo") -> ToolCall:
-    who = ClientIdentity("test", "1", "s", Principal(principal, "key"), bound=True)
-    return ToolCall(name=name, params={"name": name, "arguments": {}}, modern=False, client=who)
 
 
 async def test_with_postgresql_gone_calls_go_on_counted_by_this_replica_and_the_shared_count_resumes(

@@ -143,13 +143,7 @@ class RateLimit:
                 with anyio.fail_after(STORE_SECONDS):
                     found = await self._take_shared(self.shared, wanted)
             except (StoreError, TimeoutError) as exc:
-                self._shared_again_at = time.monotonic() + OUTAGE_SECONDS
-                logger.warning(
-                    "rate limits: the store cannot count calls (%s); this replica counts its own for "
-                    "the next %g seconds",
-                    exc or "no answer in time",
-                    OUTAGE_SECONDS,
-                )
+                self._store_failed(exc)
             else:
                 if found is not None:
                     self._remember_full(limits[found[0]], found[1])
@@ -158,11 +152,28 @@ class RateLimit:
         return None if found is None else (limits[found[0]], found[1])
 
     async def _take_shared(self, store: Store, wanted: list[tuple[str, Rate]]) -> tuple[int, float] | None:
-        async with store.read() as conn, conn.begin() as transaction:
-            found = await rate_buckets.take(conn, wanted)
-            if found is not None:  # the buckets with room are not charged for a call that does not run
-                await transaction.rollback()
-            return found
+        async with store.read() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            for position, (subject, rate) in enumerate(wanted):
+                wait = await rate_buckets.take(conn, subject, rate)
+                if wait is not None:
+                    # The call does not run: what it took from its other buckets goes back.
+                    for taken_subject, taken_rate in wanted[:position]:
+                        await rate_buckets.give_back(conn, taken_subject, taken_rate)
+                    return position, wait
+        return None
+
+    def _store_failed(self, exc: Exception) -> None:
+        """Count in memory for a while; said once however many calls in flight failed with it."""
+        now = time.monotonic()
+        if now >= self._shared_again_at:
+            logger.warning(
+                "rate limits: the store cannot count calls (%s); this replica counts its own for "
+                "the next %g seconds",
+                exc if str(exc) else f"no answer in {STORE_SECONDS:g} s",
+                OUTAGE_SECONDS,
+            )
+        self._shared_again_at = now + OUTAGE_SECONDS
 
     def _remember_full(self, limit: Limit, wait: float) -> None:
         now = time.monotonic()

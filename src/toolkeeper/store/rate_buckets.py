@@ -2,50 +2,50 @@
 
 A bucket is one row: when it is full again (`refilled_at`, by the database's clock, so that the
 replicas' clocks need not agree). Taking a call from it is one conditional UPSERT that moves
-`refilled_at` one interval on, unless that would pass the rate's tolerance: then the bucket
-is full and the row is left as it was. Only that bucket's row is locked while it is taken, so a
-principal that floods waits on nobody but itself. Callers own the transaction, and roll it back
-when a bucket is full, so that no other bucket is charged for a call that did not run.
+`refilled_at` one interval on, unless that would pass the rate's tolerance: then the bucket is
+full and the row is left as it was. Each statement commits on its own (the caller's connection
+is in autocommit): one round trip per bucket, and no lock held past it, so a principal that
+floods waits on nobody but itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from sqlalchemy import Float, cast, func, select
+from sqlalchemy import Float, cast, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.config.rates import Rate
 from toolkeeper.store.tables import rate_buckets
 
-# The transaction's moment, in seconds since the epoch: one clock for every replica.
-_NOW = cast(func.extract("epoch", func.now()), Float)
+# The statement's moment, in seconds since the epoch: one clock for every replica.
+_NOW = cast(func.extract("epoch", func.statement_timestamp()), Float)
 
 
-async def take(conn: AsyncConnection, wanted: Sequence[tuple[str, Rate]]) -> tuple[int, float] | None:
-    """Take one call from each bucket `wanted` names (subject, rate); None when each had room.
-    Otherwise the position in `wanted` of the first full one and the seconds until it has room.
-    Buckets are taken in the order of their subjects, the same in every transaction, so two calls
-    that share buckets never wait on each other in a circle."""
-    for position in sorted(range(len(wanted)), key=lambda i: wanted[i][0]):
-        subject, rate = wanted[position]
-        refilled = func.greatest(rate_buckets.c.refilled_at, _NOW)
-        statement = (
-            insert(rate_buckets)
-            .values(subject=subject, refilled_at=_NOW + rate.interval)
-            .on_conflict_do_update(
-                index_elements=[rate_buckets.c.subject],
-                set_={"refilled_at": refilled + rate.interval},
-                where=refilled - _NOW <= rate.tolerance,
-            )
-            .returning(rate_buckets.c.refilled_at)
+async def take(conn: AsyncConnection, subject: str, rate: Rate) -> float | None:
+    """Take one call from the bucket: None when it had room, else the seconds until it has."""
+    refilled = func.greatest(rate_buckets.c.refilled_at, _NOW)
+    statement = (
+        insert(rate_buckets)
+        .values(subject=subject, refilled_at=_NOW + rate.interval)
+        .on_conflict_do_update(
+            index_elements=[rate_buckets.c.subject],
+            set_={"refilled_at": refilled + rate.interval},
+            where=refilled - _NOW <= rate.tolerance,
         )
-        if (await conn.execute(statement)).first() is None:
-            ahead = (
-                await conn.execute(
-                    select(rate_buckets.c.refilled_at - _NOW).where(rate_buckets.c.subject == subject)
-                )
-            ).scalar_one()
-            return position, max(float(ahead) - rate.tolerance, 0.0)
-    return None
+        .returning(rate_buckets.c.refilled_at)
+    )
+    if (await conn.execute(statement)).first() is not None:
+        return None
+    ahead = (
+        await conn.execute(select(rate_buckets.c.refilled_at - _NOW).where(rate_buckets.c.subject == subject))
+    ).scalar_one()
+    return max(float(ahead) - rate.tolerance, 0.0)
+
+
+async def give_back(conn: AsyncConnection, subject: str, rate: Rate) -> None:
+    """Return the call last taken from the bucket (its call was refused by another limit)."""
+    await conn.execute(
+        update(rate_buckets)
+        .where(rate_buckets.c.subject == subject)
+        .values(refilled_at=rate_buckets.c.refilled_at - rate.interval)
+    )

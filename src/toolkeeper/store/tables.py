@@ -252,6 +252,7 @@ signin_tokens = Table(
 # The rate limits' buckets where replicas share a PostgreSQL store (store/rate_buckets.py): one
 # per principal, and per principal and limited tool. `refilled_at` is when the bucket is full
 # again, in seconds since the epoch by the database's clock; a row in the past is a full bucket.
+# Unlogged on PostgreSQL (see its migration).
 rate_buckets = Table(
     "rate_buckets",
     metadata,
