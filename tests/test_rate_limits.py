@@ -77,6 +77,9 @@ def test_rates_as_written_and_the_limits_they_make() -> None:
     }
     assert len(subjects) == 4
 
+    # A key may be named as accounts name it.
+    assert settings_of({"principals": {"key:ci-bot": "1/s"}}).rate_limit_principals == {"ci-bot": rate("1/s")}
+
     off = settings_of({})
     assert not RateLimits.from_settings(off).any
     assert off.rate_limit_per_principal is None and off.rate_limit_tools == {}
@@ -102,7 +105,7 @@ def test_rates_as_written_and_the_limits_they_make() -> None:
         ),
         ({"principals": ["ci-bot"]}, {}, ["rateLimits.principals must be an object like", '"ci-bot"']),
         ({"principals": {"ci-bot": "0/s"}}, {}, ["rateLimits.principals['ci-bot'] must be a rate", "'0/s'"]),
-        ({"principals": {" ": "1/s"}}, {}, ["rateLimits.principals must name each principal", "empty"]),
+        ({"principals": {" ": "1/s"}}, {}, ["rateLimits.principals must name each principal", "got ' '"]),
         ({"tools": {"create_issue": "1/s"}}, {}, ["'create_issue', which is no tool", "server.tool"]),
         ({"tools": {"git hub.x": "1/s"}}, {}, ["'git hub.x', which is no tool"]),
         ({"tools": {"github.": "1/s"}}, {}, ["'github.', which is no tool"]),
@@ -116,6 +119,14 @@ def test_a_limit_written_wrong_stops_the_gateway_naming_it_and_the_form(
         settings_of(limits, env)
     message = str(refused.value)
     assert all(word in message for word in words), message
+
+
+def test_a_tools_limit_for_a_server_not_in_the_file_is_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+    servers = {"github": {"command": "github-mcp"}}
+    limits = {"tools": {"github.create_issue": "1/s", "gihtub.search": "1/s"}}
+    parse_config_text(json.dumps({"mcpServers": servers, "toolkeeper": {"rateLimits": limits}}), environ={})
+    assert "'gihtub.search', but there is no server 'gihtub'" in caplog.text
+    assert "github.create_issue" not in caplog.text
 
 
 # -- the buckets ---------------------------------------------------------------------------

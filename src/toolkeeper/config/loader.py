@@ -170,6 +170,7 @@ def parse_config_text(
             reason = str(exc)
             skipped[name] = reason
             logger.warning("%s: server %r skipped: %s", where, name, reason)
+    _warn_of_limits_for_no_server(settings, {*servers_raw}, where)
     return Config(
         path=path,
         servers=tuple(servers),
@@ -177,6 +178,21 @@ def parse_config_text(
         skipped=skipped,
         disabled=tuple(disabled),
     )
+
+
+def _warn_of_limits_for_no_server(settings: GatewaySettings, servers: set[str], where: str) -> None:
+    """A tool's rate limit whose server is not in the file (a typing mistake, most likely) would
+    never hold: said at every start."""
+    for name in settings.rate_limit_tools:
+        server = name.partition(".")[0]
+        if server not in servers:
+            logger.warning(
+                "%s: toolkeeper.rateLimits.tools names %r, but there is no server %r in mcpServers: "
+                "that limit holds for no call",
+                where,
+                name,
+                server,
+            )
 
 
 def _line_of_key(text: str, key: str) -> int:
@@ -424,16 +440,18 @@ def _rate_map(found: Found, example: str) -> dict[str, Any]:
 
 
 def _principal_rates(setting: Setting, found: Found) -> dict[str, Rate | None]:
-    """Each named principal's own limit, in place of perPrincipal: a client key's name,
-    "oauth:<subject>", "local" or "anonymous"; "unlimited" exempts it."""
+    """Each named principal's own limit, in place of perPrincipal, by its name as the audit log
+    shows it: a client key's name (or "key:<name>", as accounts are named), "oauth:<subject>",
+    "local" or "anonymous"; "unlimited" exempts it."""
     rates: dict[str, Rate | None] = {}
     for name, value in _rate_map(found, '{"ci-bot": "30/minute", "oauth:alice": "unlimited"}').items():
-        if not name.strip():
+        principal = name.removeprefix("key:")
+        if not principal.strip():
             raise ConfigError(
                 f'{found.source} must name each principal as a client key\'s name, "oauth:<subject>", '
-                '"local" or "anonymous"; got an empty name.'
+                f'"local" or "anonymous"; got {name!r}.'
             )
-        rates[name] = _rate_or_unlimited(f"{found.source}[{name!r}]", value)
+        rates[principal] = _rate_or_unlimited(f"{found.source}[{name!r}]", value)
     return rates
 
 
