@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,10 +16,19 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import MODES, controllable, gateway_client, write_config
+from conftest import (
+    MODES,
+    controllable,
+    free_port,
+    gateway_client,
+    spawn_http_gateway,
+    stop,
+    wait_port,
+    write_config,
+)
 from mcp import Client
 from sqlalchemy import text
-from test_auth import client_with, gateway, new_key, team_config, tk, url_of
+from test_auth import client_with, new_key, team_config, tk
 from test_store import POSTGRES
 
 from toolkeeper.config.loader import ConfigError, parse_config_text
@@ -314,6 +324,19 @@ async def test_with_postgresql_gone_calls_go_on_counted_by_this_replica_and_the_
 # -- real gateways -------------------------------------------------------------------------
 
 
+@contextmanager
+def serving(config: Path, **env: str) -> Iterator[str]:
+    """The /mcp URL of `toolkeeper serve --transport http` on a free port; a generous wait for
+    it to listen, for a machine busy with other tests."""
+    port = free_port()
+    process = spawn_http_gateway(config, port, env=env)
+    try:
+        wait_port(port, timeout=120)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop(process)
+
+
 def only_text(result: types.CallToolResult) -> str:
     assert len(result.content) == 1 and isinstance(result.content[0], types.TextContent)
     return result.content[0].text
@@ -372,8 +395,7 @@ async def test_over_stdio_each_limit_refuses_with_when_to_retry_and_the_audit_sa
 async def test_over_http_a_flood_from_one_key_is_limited_and_the_others_calls_all_run(tmp_path: Path) -> None:
     config = team_config(tmp_path, rateLimits={"perPrincipal": "3/hour", "principals": {"bob": "unlimited"}})
     alice, bob, carol = (new_key(config, name) for name in ("alice", "bob", "carol"))
-    with gateway(config) as running:
-        url = url_of(running)
+    with serving(config) as url:
         async with (
             client_with(url, alice, MODES[0]) as as_alice,
             client_with(url, bob, MODES[1]) as as_bob,
@@ -419,13 +441,13 @@ async def test_two_replicas_on_one_postgresql_store_share_each_principals_count(
     config = team_config(tmp_path, databaseUrl=pg_schema, rateLimits={"perPrincipal": "4/hour"})
     alice, bob = new_key(config, "alice"), new_key(config, "bob")
     with (
-        gateway(config, env={"TOOLKEEPER_REPLICA": "replica-a"}) as a,
-        gateway(config, env={"TOOLKEEPER_REPLICA": "replica-b"}) as b,
+        serving(config, TOOLKEEPER_REPLICA="replica-a") as a,
+        serving(config, TOOLKEEPER_REPLICA="replica-b") as b,
     ):
         async with (
-            client_with(url_of(a), alice, MODES[0]) as alice_on_a,
-            client_with(url_of(b), alice, MODES[1]) as alice_on_b,
-            client_with(url_of(b), bob, MODES[0]) as bob_on_b,
+            client_with(a, alice, MODES[0]) as alice_on_a,
+            client_with(b, alice, MODES[1]) as alice_on_b,
+            client_with(b, bob, MODES[0]) as bob_on_b,
         ):
             ran = []
             for turn in range(8):
