@@ -415,13 +415,12 @@ async def test_over_http_a_flood_from_one_key_is_limited_and_the_others_calls_al
             assert sum(not result.is_error for result in flood) == 3
             assert all("calls by alice are limited to 3/hour" in only_text(r) for r in flood if r.is_error)
             assert all(not result.is_error for result in calm)  # bob is unlimited, and not slowed to a halt
-            # Carol's bucket is her own.
-            assert [(await as_carol.call_tool("ctl__echo", {"text": "x"})).is_error for _ in range(4)] == [
-                False,
-                False,
-                False,
-                True,
-            ]
+            # Carol's bucket is her own; her client (2026-07-28 over HTTP) is told when to retry too.
+            carols = [await as_carol.call_tool("ctl__echo", {"text": "x"}) for _ in range(4)]
+            assert [result.is_error for result in carols] == [False, False, False, True]
+            assert 0 < retry_after(carols[3]) <= 1200
+            refused = next(result for result in flood if result.is_error)
+            assert 0 < retry_after(refused) <= 1200  # alice's, handshake era
     records = await anyio.to_thread.run_sync(audit_records, config)
     limited = [record["principal"] for record in records if record["outcome"] == RATE_LIMITED]
     assert sorted(set(limited)) == ["alice", "carol"] and len(limited) == 38
