@@ -10,7 +10,7 @@ floods waits on nobody but itself. The statements are built once: they run on th
 
 from __future__ import annotations
 
-from sqlalchemy import Float, bindparam, cast, func, select, update
+from sqlalchemy import Float, Text, bindparam, cast, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -19,7 +19,7 @@ from toolkeeper.store.tables import rate_buckets
 
 # The statement's moment, in seconds since the epoch: one clock for every replica.
 _NOW = cast(func.extract("epoch", func.statement_timestamp()), Float)
-_SUBJECT = bindparam("bucket")  # not "subject": a column's name is the statement's own
+_SUBJECT = bindparam("bucket", type_=Text)  # not "subject": a column's name is the statement's own
 _INTERVAL = bindparam("interval", type_=Float)
 _TOLERANCE = bindparam("tolerance", type_=Float)
 _REFILLED = func.greatest(rate_buckets.c.refilled_at, _NOW)
