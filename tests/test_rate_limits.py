@@ -28,6 +28,7 @@ from conftest import (
 )
 from mcp import Client
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from test_auth import client_with, new_key, team_config, tk
 from test_store import POSTGRES
 
@@ -253,7 +254,8 @@ class Proxy:
     """A TCP proxy to PostgreSQL the test can cut: while cut, it closes every connection and
     refuses new ones."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
         self.cut = False
         self.port = 0
         self._streams: list[anyio.abc.SocketStream] = []
@@ -268,7 +270,7 @@ class Proxy:
         if self.cut:
             await client.aclose()
             return
-        server = await anyio.connect_tcp("127.0.0.1", 5432)
+        server = await anyio.connect_tcp(*self.target)
         self._streams += [client, server]
 
         async def pump(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
@@ -294,10 +296,11 @@ class Proxy:
 async def test_with_postgresql_gone_calls_go_on_counted_by_this_replica_and_the_shared_count_resumes(
     pg_store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
-    proxy = Proxy()
+    database = make_url(pg_store.url)
+    proxy = Proxy(database.host or "127.0.0.1", database.port or 5432)
     async with anyio.create_task_group() as tg:
         await tg.start(proxy.serve)
-        through_proxy = pg_store.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+        through_proxy = database.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
         async with Store(through_proxy, timeout=5) as store:
             stage = RateLimit(RateLimits(rate("2/hour"), {}, {}), store)
             assert [await stage.run(call_by("alice")) for _ in range(2)] == [None, None]
