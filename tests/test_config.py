@@ -593,8 +593,8 @@ def test_schema_key_is_allowed():
             "auditKey, auditMaxWaiting, auditRetentionDays, autoApproveReadOnly, confirm, "
             "confirmDestructive, databaseTimeout, databaseUrl, discovery, featureFlags, home, http, "
             "inferHints, logLevel, maxConcurrentConnects, maxDescriptionBytes, maxServerInstructions, "
-            "maxToolTokens, replica, retryWindow, sanitizeUntrustedHints, stdio, trustIdempotentRetries, "
-            "workingSetMaxTokens, workingSetMaxTools.",
+            "maxToolTokens, rateLimits, replica, retryWindow, sanitizeUntrustedHints, stdio, "
+            "trustIdempotentRetries, workingSetMaxTokens, workingSetMaxTools.",
         ),
         (
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',

@@ -38,7 +38,13 @@ if TYPE_CHECKING:
 
     from toolkeeper.services.audit import AuditService, Verdict, Verification
 
-OUTCOME_STYLES = {"ok": "green", "not_run": "red", "cancelled": "dim", "started": "bold yellow"}
+OUTCOME_STYLES = {
+    "ok": "green",
+    "not_run": "red",
+    "rate_limited": "yellow",
+    "cancelled": "dim",
+    "started": "bold yellow",
+}
 DECISION_STYLES = {"allow": "green", "deny": "red"}
 MARKER_STYLES = {"gap": "bold red", "anchor": "cyan"}
 WIDE = 110  # columns from which the table has room for each outcome's detail

@@ -52,6 +52,7 @@ from toolkeeper.config.model import (
     SourceConfig,
     is_loopback_host,
 )
+from toolkeeper.config.rates import RATE_FORMS, Rate, parse_rate
 from toolkeeper.log import hide_in_logs
 
 logger = logging.getLogger(__name__)
@@ -169,6 +170,7 @@ def parse_config_text(
             reason = str(exc)
             skipped[name] = reason
             logger.warning("%s: server %r skipped: %s", where, name, reason)
+    _warn_of_limits_for_no_server(settings, {*servers_raw}, where)
     return Config(
         path=path,
         servers=tuple(servers),
@@ -176,6 +178,21 @@ def parse_config_text(
         skipped=skipped,
         disabled=tuple(disabled),
     )
+
+
+def _warn_of_limits_for_no_server(settings: GatewaySettings, servers: set[str], where: str) -> None:
+    """A tool's rate limit whose server is not in the file (a typing mistake, most likely) would
+    never hold: said at every start."""
+    for name in settings.rate_limit_tools:
+        server = name.partition(".")[0]
+        if server not in servers:
+            logger.warning(
+                "%s: toolkeeper.rateLimits.tools names %r, but there is no server %r in mcpServers: "
+                "that limit holds for no call",
+                where,
+                name,
+                server,
+            )
 
 
 def _line_of_key(text: str, key: str) -> int:
@@ -395,6 +412,63 @@ def _replica_name(setting: Setting, found: Found) -> str:
             f" starting with a letter or digit, like \"gateway-1\"; got {value!r}."
         )
     return value
+
+
+# What a limit may say instead of a rate: this principal is not limited (or, for perPrincipal, nobody).
+UNLIMITED = "unlimited"
+
+
+def _rate_or_unlimited(source: str, value: Any) -> Rate | None:
+    """A rate, or None for "unlimited" (and, in the file, null)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == UNLIMITED):
+        return None
+    rate = parse_rate(value) if isinstance(value, str) else None
+    if rate is None:
+        raise ConfigError(f'{source} must be {RATE_FORMS}, or "{UNLIMITED}"; got {value!r}.')
+    return rate
+
+
+def _rate(setting: Setting, found: Found) -> Rate | None:
+    return _rate_or_unlimited(found.source, found.value)
+
+
+def _rate_map(found: Found, example: str) -> dict[str, Any]:
+    value = found.value
+    if not isinstance(value, dict):
+        raise ConfigError(f"{found.source} must be an object like {example}, got {value!r}.")
+    return value
+
+
+def _principal_rates(setting: Setting, found: Found) -> dict[str, Rate | None]:
+    """Each named principal's own limit, in place of perPrincipal, by its name as the audit log
+    shows it: a client key's name (or "key:<name>", as accounts are named), "oauth:<subject>",
+    "local" or "anonymous"; "unlimited" exempts it."""
+    rates: dict[str, Rate | None] = {}
+    for name, value in _rate_map(found, '{"ci-bot": "30/minute", "oauth:alice": "unlimited"}').items():
+        principal = name.removeprefix("key:")
+        if not principal.strip():
+            raise ConfigError(
+                f'{found.source} must name each principal as a client key\'s name, "oauth:<subject>", '
+                f'"local" or "anonymous"; got {name!r}.'
+            )
+        rates[principal] = _rate_or_unlimited(f"{found.source}[{name!r}]", value)
+    return rates
+
+
+def _tool_rates(setting: Setting, found: Found) -> dict[str, Rate]:
+    """Each tool's limit, as "server.tool", for every principal's calls of it."""
+    rates: dict[str, Rate] = {}
+    for name, value in _rate_map(found, '{"github.create_issue": "10/minute"}').items():
+        server, dot, tool = name.partition(".")
+        if not (dot and SERVER_NAME.match(server) and tool):
+            raise ConfigError(
+                f"{found.source} names {name!r}, which is no tool: write it as server.tool, the name "
+                "of its server in mcpServers, a dot, and the tool's name as its server lists it."
+            )
+        rate = _rate_or_unlimited(f"{found.source}[{name!r}]", value)
+        if rate is not None:
+            rates[name] = rate
+    return rates
 
 
 EXAMPLE_ISSUER = "https://auth.example.com"
@@ -657,6 +731,12 @@ SETTINGS = (
         env=("TOOLKEEPER_DATABASE_TIMEOUT",), bounds=SECONDS,
     ),
     Setting(
+        key="rateLimits.perPrincipal", field="rate_limit_per_principal", read=_rate, default=None,
+        env=("TOOLKEEPER_RATE_LIMIT_PER_PRINCIPAL",),
+    ),
+    Setting(key="rateLimits.principals", field="rate_limit_principals", read=_principal_rates, default={}),
+    Setting(key="rateLimits.tools", field="rate_limit_tools", read=_tool_rates, default={}),
+    Setting(
         key="logLevel", field="log_level", read=_log_level, default="INFO", env=("TOOLKEEPER_LOG_LEVEL",)
     ),
 )  # fmt: skip
@@ -672,6 +752,9 @@ SECTION_SHAPES = {
     + ", ".join(HTTP_AUTH_MODES)
     + ".",
     "stdio": '{where}: toolkeeper.stdio must look like {{"maxMessageBytes": 4194304}}.',
+    "rateLimits": '{where}: toolkeeper.rateLimits must look like {{"perPrincipal": "120/minute", '
+    '"principals": {{"ci-bot": "30/minute"}}, "tools": {{"github.create_issue": "10/minute"}}}}, each '
+    "part optional.",
 }
 # Each section's own keys: its settings' names and the sections inside it (`auth` in `http`).
 SECTION_KEYS = {

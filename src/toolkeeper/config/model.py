@@ -16,6 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
+from toolkeeper.config.rates import Rate
+
 Transport = Literal["stdio", "http", "sse"]
 Trust = Literal["trusted", "untrusted"]
 # Inferred hints: shown as suggestions only, or also emitted where the server left a hint absent.
@@ -284,6 +286,12 @@ class GatewaySettings:
     audit_key: str | None = field(default=None, repr=False)
     # This process's name among replicas of one store (see DEFAULT_REPLICA).
     replica: str = DEFAULT_REPLICA
+    # Rate limits (toolkeeper.rateLimits; config/rates.py says how a rate is counted), none by
+    # default: each principal's calls together, a named principal's instead (None: unlimited), and
+    # each principal's calls of one tool ("server.tool").
+    rate_limit_per_principal: Rate | None = None
+    rate_limit_principals: dict[str, Rate | None] = field(default_factory=dict)
+    rate_limit_tools: dict[str, Rate] = field(default_factory=dict)
     # How many characters of each server's instructions the gateway's instructions carry (0: none).
     max_server_instructions: int = DEFAULT_MAX_SERVER_INSTRUCTIONS
     # Bytes (UTF-8) of a tool's description past which `toolkeeper lint` warns.

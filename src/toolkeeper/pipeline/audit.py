@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 
 from toolkeeper.pipeline.audit_writer import AuditWriter, HintsHeld, Record, Started, UnreadArguments
 from toolkeeper.pipeline.call import ToolCall
+from toolkeeper.pipeline.rate_limits import RATE_LIMITED
 from toolkeeper.pipeline.targets import REMOTE_ACCOUNT
 from toolkeeper.policy.model import Decision
 from toolkeeper.protocol import error_result
@@ -193,6 +194,9 @@ def _hints(call: ToolCall) -> HintsHeld | None:
 
 def _outcome(call: ToolCall) -> tuple[str, str | None]:
     """How the call ended, and the detail a person reading the log needs."""
+    limited = call.extra.get(RATE_LIMITED)
+    if limited is not None:
+        return RATE_LIMITED, limited
     decision = call.decision
     if decision is not None and (decision.final is Decision.DENY or decision.outcome):
         return "not_run", decision.outcome or decision.verdict.reason

@@ -33,8 +33,9 @@ from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditAhead, AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, Target, ToolCall
+from toolkeeper.pipeline.rate_limits import RateLimit, RateLimits
 from toolkeeper.pipeline.signin_prompts import SignInPrompts
-from toolkeeper.pipeline.stages import Forward, Pipeline, standard_pipeline
+from toolkeeper.pipeline.stages import Forward, Pipeline, Resolve, standard_pipeline
 from toolkeeper.policy.decide import Policy
 from toolkeeper.relay.notify import ClientNotifier
 from toolkeeper.relay.relay import Relay
@@ -161,6 +162,9 @@ class Gateway:
             else None
         )
         self.pipeline: Pipeline = standard_pipeline(self, decide=ApprovalGate(self))
+        limits = RateLimits.from_settings(config.settings)
+        if limits.any:  # a gateway without limits has no such stage
+            self.pipeline = self.pipeline.with_stage(RateLimit(limits, store), before=Resolve)
         if self.finder is not None:  # only find-tools fills working sets: no gateway without it pays
             self.pipeline = self.pipeline.with_stage(NoteUse(self.working_sets))
         self.audit_log: AuditLog | None = None

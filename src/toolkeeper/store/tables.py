@@ -7,6 +7,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Integer,
     MetaData,
@@ -169,7 +170,8 @@ audit_log = Table(
     Column("decided_by", String(200), nullable=True),
     Column("channel", String(50), nullable=True),  # elicitation, cli, dashboard, …
     Column("wait_ms", Integer, nullable=True),
-    Column("outcome", String(20), nullable=False),  # ok, isError, protocol_error, timeout, not_run
+    # ok, isError, protocol_error, timeout, not_run, rate_limited
+    Column("outcome", String(20), nullable=False),
     Column("detail", Text, nullable=True),
     Column("latency_ms", Integer, nullable=True),
     # Who the gateway let in (a key's name, "oauth:<subject>", "local", "anonymous"), and the
@@ -245,6 +247,17 @@ signin_tokens = Table(
     Column("issuer", Text, nullable=True),
     Column("registration", String(40), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# The rate limits' buckets where replicas share a PostgreSQL store (store/rate_buckets.py): one
+# per principal, and per principal and limited tool. `refilled_at` is when the bucket is full
+# again, in seconds since the epoch by the database's clock; a row in the past is a full bucket.
+# Unlogged on PostgreSQL (see its migration).
+rate_buckets = Table(
+    "rate_buckets",
+    metadata,
+    Column("subject", Text, primary_key=True),
+    Column("refilled_at", Float, nullable=False),
 )
 
 # Small facts about the gateway that outlive a restart (the equipped toolset).
