@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import secrets
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -302,6 +302,57 @@ class Exchange:
         self.asked = anyio.Event()
 
 
+@dataclass(eq=False)
+class ForwardedCall:
+    """One client's `tools/call` on its way to a downstream server: what each era's handler
+    needs to run it, and to run it again (a retry with answers)."""
+
+    ctx: ServerRequestContext[Any]
+    downstream: Downstream
+    calls: ServerCalls
+    name: str
+    arguments: Any
+    meta: dict[str, Any]
+    # The level the client wants the call's log messages at (None: not asked).
+    level: str | None
+    on_progress: ProgressCallback | None
+    session: str
+
+    @property
+    def digest(self) -> str:
+        """The call (server, tool, arguments) a sealed retry must repeat."""
+        return call_hash(self.downstream.name, self.name, self.arguments, "")
+
+    @property
+    def client_can_answer(self) -> bool:
+        """Whether the client declared anything a server may ask of it during a call."""
+        return any(_declared(self.ctx, method) for method in CAPABILITY_FOR_REQUEST)
+
+    def legacy_caller(self) -> Caller:
+        """A handshake-era client's call: its connection answers what the server asks, if it can."""
+        return Caller(self.ctx, _connection(self.ctx) if self.client_can_answer else None)
+
+    async def run(self, caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
+        """One `tools/call` downstream (`extra`: a retry's answers), taking its turn on the server:
+        while it runs, what the server sends (requests, logs) may go to `caller`."""
+        await self.calls.start(caller)
+        try:
+            return await self.downstream.call_tool(
+                self.name,
+                self.arguments,
+                meta=self.meta,
+                on_progress=self.on_progress,
+                extra=extra,
+                log_level=self.level,
+            )
+        finally:
+            self.calls.finish(caller)
+
+
+# One pairing of client era and server era: runs the call, returns the client's result.
+CallHandler = Callable[[ForwardedCall, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
 class Relay:
     """The downstreams' listener: what a server sends reaches the client it is for, and a change
     to a server's state or lists goes to `on_changed` (the running gateway rebuilds its view)."""
@@ -436,9 +487,9 @@ class Relay:
         session: str,
     ) -> dict[str, Any]:
         """Forward one `tools/call` (params as the client sent them) and return the result for
-        this client, translating between the eras where the two sides differ. `session` names
-        the client (see gateway/clients.py): a sealed `requestState` holds for it only."""
-        on_progress = _progress_reporter(ctx, params)
+        this client, translating between the eras where the two sides differ (one handler per
+        pairing of client era and server era). `session` names the client (see
+        gateway/clients.py): a sealed `requestState` holds for it only."""
         arguments = params.get("arguments")
         state = params.get("requestState")
         if isinstance(state, str) and state.startswith(REQUEST_STATE_PREFIX):
@@ -458,72 +509,84 @@ class Relay:
         level = self._log_level_for(ctx, meta)
         if level is not None and downstream.era is Era.LEGACY:
             await downstream.set_log_level(_most_verbose(level, *self._session_levels()))
+        forwarded = ForwardedCall(
+            ctx, downstream, calls, name, arguments, meta, level, _progress_reporter(ctx, params), session
+        )
         extra: dict[str, Any] = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
+        return await self._handler_for(ctx, downstream)(forwarded, extra)
 
-        async def call_downstream(caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
-            # While the call runs, what its server sends (requests, logs) may go to this caller.
-            await calls.start(caller)
-            try:
-                return await downstream.call_tool(
-                    name, arguments, meta=meta, on_progress=on_progress, extra=extra, log_level=level
+    def _handler_for(self, ctx: ServerRequestContext[Any], downstream: Downstream) -> CallHandler:
+        """The handler of this pairing of eras. A server whose era is not known yet (or a source
+        that is no MCP server) is taken as a 2026-07-28 one: it can only answer."""
+        if downstream.era is Era.LEGACY:
+            return self._modern_to_legacy if is_modern(ctx) else self._legacy_to_legacy
+        return self._modern_to_modern if is_modern(ctx) else self._legacy_to_modern
+
+    async def _legacy_to_legacy(self, forwarded: ForwardedCall, extra: dict[str, Any]) -> dict[str, Any]:
+        """What the server asks during the call is asked of the client on its call's stream."""
+        return await forwarded.run(forwarded.legacy_caller(), extra)
+
+    async def _modern_to_legacy(self, forwarded: ForwardedCall, extra: dict[str, Any]) -> dict[str, Any]:
+        """The server may ask this client something during the call: the call keeps running apart
+        from this request (an `Exchange`), so that the question can go back as its result."""
+        if self._task_group is None or not forwarded.client_can_answer:
+            return await forwarded.run(Caller(forwarded.ctx), extra)
+        exchange = Exchange(
+            session=forwarded.session,
+            digest=forwarded.digest,
+            capabilities=forwarded.ctx.session.client_capabilities,
+        )
+        self._task_group.start_soon(self._run_exchange, forwarded, exchange, extra)
+        return await self._next_round(forwarded.ctx, exchange)
+
+    async def _run_exchange(
+        self, forwarded: ForwardedCall, exchange: Exchange, extra: dict[str, Any]
+    ) -> None:
+        try:
+            with exchange.scope:
+                exchange.result = await forwarded.run(Caller(forwarded.ctx, exchange), extra)
+        except Exception as exc:  # handed to whichever request is waiting for it
+            exchange.error = exc
+        finally:
+            if exchange.result is None and exchange.error is None:
+                exchange.error = MCPError(
+                    code=INTERNAL_ERROR, message=f"{forwarded.name}: the call was cancelled"
                 )
-            finally:
-                calls.finish(caller)
+            exchange.done.set()
+            if exchange.waiting is None:
+                self._exchanges.pop(exchange.id, None)  # nobody is coming back for it
 
-        asks_anything = any(_declared(ctx, method) for method in CAPABILITY_FOR_REQUEST)
-        if is_modern(ctx) and downstream.era is Era.LEGACY and self._task_group is not None and asks_anything:
-            # The server may ask this client something during the call: keep the call running
-            # apart from this request, so that the question can go back as its result.
-            exchange = Exchange(
-                session=session,
-                digest=call_hash(downstream.name, name, arguments, ""),
-                capabilities=ctx.session.client_capabilities,
-            )
-            caller = Caller(ctx, exchange)
-
-            async def run_exchange() -> None:
-                try:
-                    with exchange.scope:
-                        exchange.result = await call_downstream(caller, extra)
-                except Exception as exc:  # handed to whichever request is waiting for it
-                    exchange.error = exc
-                finally:
-                    if exchange.result is None and exchange.error is None:
-                        exchange.error = MCPError(
-                            code=INTERNAL_ERROR, message=f"{name}: the call was cancelled"
-                        )
-                    exchange.done.set()
-                    if exchange.waiting is None:
-                        self._exchanges.pop(exchange.id, None)  # nobody is coming back for it
-
-            self._task_group.start_soon(run_exchange)
-            return await self._next_round(ctx, exchange)
-
-        answerer = _connection(ctx) if asks_anything and not is_modern(ctx) else None
-        result = await call_downstream(Caller(ctx, answerer), extra)
-        if result.get("resultType") != "input_required":
-            return result
-        if is_modern(ctx):
-            # The client answers itself; it must be able to.
-            capabilities = ctx.session.client_capabilities
+    async def _modern_to_modern(self, forwarded: ForwardedCall, extra: dict[str, Any]) -> dict[str, Any]:
+        """The client answers what the server asks itself (`InputRequiredResult` as it came), so it
+        must be able to."""
+        result = await forwarded.run(Caller(forwarded.ctx), extra)
+        if result.get("resultType") == "input_required":
+            capabilities = forwarded.ctx.session.client_capabilities
             wire = capabilities.model_dump(by_alias=True, exclude_none=True) if capabilities else {}
             check_input_requests(result, wire)
-            return result
-        # A modern server asks a legacy client: ask it ourselves, round by round.
+        return result
+
+    async def _legacy_to_modern(self, forwarded: ForwardedCall, extra: dict[str, Any]) -> dict[str, Any]:
+        """The server's `InputRequiredResult` is asked of the client, request by request, on its
+        call's stream, and the call retried downstream with the answers, round by round."""
+        caller = forwarded.legacy_caller()
+        result = await forwarded.run(caller, extra)
         for _ in range(MAX_INPUT_ROUNDS):
-            answers = {
-                key: await self._ask_legacy(ctx, request)
-                for key, request in (result.get("inputRequests") or {}).items()
-            }
-            extra = {"inputResponses": answers}  # the retry carries only what the server asked
-            if "requestState" in result:
-                extra["requestState"] = result["requestState"]
-            result = await call_downstream(Caller(ctx, answerer), extra)
             if result.get("resultType") != "input_required":
                 return result
+            answers = {
+                key: await self._ask_legacy(forwarded.ctx, request)
+                for key, request in (result.get("inputRequests") or {}).items()
+            }
+            retry: dict[str, Any] = {"inputResponses": answers}  # only what the server asked
+            if "requestState" in result:
+                retry["requestState"] = result["requestState"]
+            result = await forwarded.run(caller, retry)
+        if result.get("resultType") != "input_required":
+            return result
         raise MCPError(
             code=INTERNAL_ERROR,
-            message=f"{name}: the server asked for input more than {MAX_INPUT_ROUNDS} times",
+            message=f"{forwarded.name}: the server asked for input more than {MAX_INPUT_ROUNDS} times",
         )
 
     async def _ask_legacy(self, ctx: ServerRequestContext[Any], request: dict[str, Any]) -> dict[str, Any]:
