@@ -63,8 +63,10 @@ class ClientConnections:
         self._make = make
         self._free: list[Downstream] = []
         self._cancels: dict[Downstream, anyio.CancelScope] = {}
-        # Bumped each time a connection is taken: an idle timer armed before it closes nothing.
-        self._taken: dict[Downstream, int] = {}
+        # When each free connection was given back, and those whose idle time is being watched
+        # (one watcher each, however often it is taken and given back).
+        self._idle_since: dict[Downstream, float] = {}
+        self._watched: set[Downstream] = set()
         self._tasks: anyio.abc.TaskGroup | None = None
         self._slots: anyio.CapacityLimiter | None = None
 
@@ -80,6 +82,8 @@ class ClientConnections:
             self._tasks = None
             self._free.clear()
             self._cancels.clear()
+            self._idle_since.clear()
+            self._watched.clear()
 
     @property
     def open(self) -> int:
@@ -108,14 +112,12 @@ class ClientConnections:
         while self._free:
             connection = self._free.pop()
             if connection.available:
-                self._taken[connection] = self._taken.get(connection, 0) + 1
                 return connection
             self._close(connection)
         if self._tasks is None or self._slots is None:
             return None
         connection = self._make()
         scope = self._cancels[connection] = anyio.CancelScope()
-        self._taken[connection] = 1
         self._tasks.start_soon(self._run_one, connection, scope, self._slots, name=f"client:{self._name}")
         try:
             with anyio.move_on_after(OPEN_SECONDS):
@@ -140,20 +142,30 @@ class ClientConnections:
         if connection not in self._cancels:
             return
         self._free.append(connection)
-        if self._tasks is not None:
-            self._tasks.start_soon(self._close_when_idle, connection, self._taken[connection], idle_seconds)
+        self._idle_since[connection] = anyio.current_time()
+        if connection not in self._watched and self._tasks is not None:
+            self._watched.add(connection)
+            self._tasks.start_soon(self._close_when_idle, connection, idle_seconds)
 
-    async def _close_when_idle(self, connection: Downstream, taken: int, idle_seconds: float) -> None:
-        await anyio.sleep(idle_seconds)
-        if self._taken.get(connection) == taken and connection in self._free:
-            self._free.remove(connection)
-            self._close(connection)
-            logger.info(
-                "server %r: closed an idle connection for one client (%d open)", self._name, self.open
-            )
+    async def _close_when_idle(self, connection: Downstream, idle_seconds: float) -> None:
+        """Close the connection once it has been free for `idle_seconds`; stop watching when it
+        is taken (giving it back watches it again)."""
+        try:
+            while connection in self._free:
+                left = self._idle_since[connection] + idle_seconds - anyio.current_time()
+                if left <= 0:
+                    self._free.remove(connection)
+                    self._close(connection)
+                    logger.info(
+                        "server %r: closed an idle connection for one client (%d open)", self._name, self.open
+                    )
+                    return
+                await anyio.sleep(left)
+        finally:
+            self._watched.discard(connection)
 
     def _close(self, connection: Downstream) -> None:
-        self._taken.pop(connection, None)
+        self._idle_since.pop(connection, None)
         scope = self._cancels.pop(connection, None)
         if scope is not None:
             scope.cancel()
