@@ -109,10 +109,10 @@ class Lane:
 
     async def placeable(self, timeout: float) -> bool:
         """Wait, up to `timeout`, until the calls in flight are one client's (or can answer
-        nothing), so that a request the server sent meanwhile is that client's. False if they are not: the wait ran out, or
-        every call in flight may be waiting on one of the requests waiting here. Then none of
-        those calls can end on its own, so the newest request is given up: its call can end, and
-        the others can be placed."""
+        nothing), so that a request the server sent meanwhile is that client's. False if they
+        are not: the wait ran out, or every call in flight may be waiting on one of the requests
+        waiting here. Then none of those calls can end on its own, so the newest request is given
+        up: its call can end, and the others can be placed."""
         request = object()
         self._unplaced.append(request)
         self.wake_unplaced()
