@@ -590,9 +590,10 @@ def test_schema_key_is_allowed():
         (
             '{"toolkeeper": {"port": 1}}',
             "<config>: unknown setting 'toolkeeper.port'. Allowed: approvalTimeout, auditArguments, "
-            "auditKey, auditMaxWaiting, auditRetentionDays, autoApproveReadOnly, confirm, "
-            "confirmDestructive, databaseTimeout, databaseUrl, discovery, featureFlags, home, http, "
-            "inferHints, logLevel, maxConcurrentConnects, maxDescriptionBytes, maxServerInstructions, "
+            "auditKey, auditMaxWaiting, auditRetentionDays, autoApproveReadOnly, "
+            "clientConnectionIdleSeconds, confirm, confirmDestructive, databaseTimeout, databaseUrl, "
+            "discovery, featureFlags, home, http, inferHints, logLevel, maxClientConnections, "
+            "maxConcurrentConnects, maxDescriptionBytes, maxServerInstructions, "
             "maxToolTokens, rateLimits, replica, retryWindow, sanitizeUntrustedHints, stdio, "
             "trustIdempotentRetries, workingSetMaxTokens, workingSetMaxTools.",
         ),

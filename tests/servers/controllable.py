@@ -120,7 +120,9 @@ async def ask(ctx: ServerRequestContext[Any], params: types.CallToolRequestParam
         answer = await ctx.session.send_request(
             request, types.ElicitResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
         )
-    return types.CallToolResult(content=[types.TextContent(text=f"answered: {json.dumps(answer.content)}")])
+    # Which process answered tells a test which connection to the server the call ran on.
+    text = f"answered: {json.dumps(answer.content)} by pid {os.getpid()}"
+    return types.CallToolResult(content=[types.TextContent(text=text)])
 
 
 def main() -> None:

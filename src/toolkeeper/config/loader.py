@@ -29,9 +29,11 @@ from toolkeeper.config.model import (
     DEFAULT_APPROVAL_TIMEOUT,
     DEFAULT_AUDIT_MAX_WAITING,
     DEFAULT_AUDIT_RETENTION_DAYS,
+    DEFAULT_CLIENT_CONNECTION_IDLE_SECONDS,
     DEFAULT_DATABASE_TIMEOUT,
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
+    DEFAULT_MAX_CLIENT_CONNECTIONS,
     DEFAULT_MAX_DESCRIPTION_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -606,6 +608,19 @@ SETTINGS = (
         key="maxConcurrentConnects", field="max_concurrent_connects", read=_typed, kind=int, default=8,
         env=("TOOLKEEPER_MAX_CONCURRENT_CONNECTS",),
         bounds=Bounds("{where}: toolkeeper.maxConcurrentConnects must be at least 1.", at_least=1),
+    ),
+    Setting(
+        key="maxClientConnections", field="max_client_connections", read=_typed, kind=int,
+        default=DEFAULT_MAX_CLIENT_CONNECTIONS,
+        env=("TOOLKEEPER_MAX_CLIENT_CONNECTIONS",),
+        bounds=Bounds(
+            "{where}: toolkeeper.maxClientConnections must be at least 0, got {value}.", at_least=0
+        ),
+    ),
+    Setting(
+        key="clientConnectionIdleSeconds", field="client_connection_idle_seconds", read=_number, kind=float,
+        default=DEFAULT_CLIENT_CONNECTION_IDLE_SECONDS,
+        env=("TOOLKEEPER_CLIENT_CONNECTION_IDLE_SECONDS",), bounds=SECONDS,
     ),
     Setting(
         key="inferHints", field="infer_hints", read=_typed, default="suggest",

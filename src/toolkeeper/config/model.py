@@ -128,6 +128,10 @@ DEFAULT_MAX_TOOL_TOKENS = 1500
 # A caller's working set (the tools `find-tools` added to its list): at most this many tools, and
 # at most this many estimated tokens of definitions; past either, the least recently used go.
 DEFAULT_WORKING_SET_MAX_TOOLS = 20
+# Per handshake-era server, connections of one client each in use at once besides the server's own
+# (see downstreams/client_connections.py), and how long one stays open with no call on it.
+DEFAULT_MAX_CLIENT_CONNECTIONS = 8
+DEFAULT_CLIENT_CONNECTION_IDLE_SECONDS = 60.0
 DEFAULT_WORKING_SET_MAX_TOKENS = 20_000
 
 
@@ -255,6 +259,10 @@ class GatewaySettings:
     log_level: str = "INFO"
     # How many downstream servers are started at once; the rest wait their turn.
     max_concurrent_connects: int = 8
+    # Per handshake-era server: how many clients may each have a connection of their own at once,
+    # and how long such a connection stays open with no call on it.
+    max_client_connections: int = DEFAULT_MAX_CLIENT_CONNECTIONS
+    client_connection_idle_seconds: float = DEFAULT_CLIENT_CONNECTION_IDLE_SECONDS
     feature_flags: dict[str, bool] = field(default_factory=dict)
     # Seed 001's `enableConfigToolsMenu`: configuration tools apart, behind a mode switch.
     config_tools_menu: bool = True

@@ -137,6 +137,13 @@ class Downstream(Protocol):
         ...
 
     @property
+    def client_connections(self) -> ConnectionsForClients | None:
+        """More connections to the same server, each carrying one client's calls at a time: a
+        handshake-era server's question during a call does not say whose call it is for. None
+        where there are none (a source that asks nothing, a per-principal server)."""
+        ...
+
+    @property
     def available(self) -> bool: ...
 
     def describe_unavailable(self) -> str:
@@ -198,6 +205,18 @@ class Downstream(Protocol):
     @property
     def calls_in_flight(self) -> int:
         """Calls not yet returned to their callers."""
+        ...
+
+
+class ConnectionsForClients(Protocol):
+    """A server's connections for one client at a time (downstreams/client_connections.py)."""
+
+    async def take(self) -> Downstream | None:
+        """A free connection, or a new one once ready; None if none could be made ready."""
+        ...
+
+    def give_back(self, connection: Downstream, idle_seconds: float) -> None:
+        """It carries no call now: free for the next client, closed after `idle_seconds`."""
         ...
 
 

@@ -36,6 +36,7 @@ from toolkeeper.downstreams.accounts import AccountConnections, OnBehalfOf
 from toolkeeper.downstreams.base import (
     RAW,
     CallTimedOut,
+    ConnectionsForClients,
     DownstreamListener,
     Era,
     ProgressCallback,
@@ -43,6 +44,7 @@ from toolkeeper.downstreams.base import (
     State,
     Unavailable,
 )
+from toolkeeper.downstreams.client_connections import ClientConnections, ForOneClient
 from toolkeeper.downstreams.lists import CHANGED_LISTS, LISTS, ServerLists
 from toolkeeper.downstreams.raw import LaneDeclined, LinkClosed, RawLane
 from toolkeeper.downstreams.signin.auth import SignedInAuth, bearer_header, sign_in_needed
@@ -87,9 +89,11 @@ class McpConnection(SourceStatus):
         sign_ins: SignIns | None = None,
         *,
         account: str = SHARED_ACCOUNT,
+        for_one_client: bool = False,
     ) -> None:
         """`sign_ins`: the gateway's signed-in accounts, for a server that signs in (its requests
-        carry `account`'s token)."""
+        carry `account`'s token). `for_one_client`: this is one of the server's connections for
+        one client at a time (it opens none of its own)."""
         super().__init__(config)
         self._lists = ServerLists(config)
         self.server_info: dict[str, Any] | None = None
@@ -135,6 +139,11 @@ class McpConnection(SourceStatus):
                 and account == SHARED_ACCOUNT
             ):
                 self._accounts = AccountConnections(config.name, self._account_connection)
+        # More connections to the server, each for one client at a time (see client_connections.py);
+        # a per-principal server's accounts have a connection each already.
+        self._for_clients: ClientConnections | None = None
+        if not for_one_client and self._accounts is None and account == SHARED_ACCOUNT:
+            self._for_clients = ClientConnections(config.name, self._client_connection)
 
     # ------------------------------------------------------------------ status
     @property
@@ -147,6 +156,10 @@ class McpConnection(SourceStatus):
         if self.protocol_version is None:
             return None
         return Era.MODERN if self.protocol_version in MODERN_PROTOCOL_VERSIONS else Era.LEGACY
+
+    @property
+    def client_connections(self) -> ConnectionsForClients | None:
+        return self._for_clients
 
     @property
     def may_ask_client(self) -> bool:
@@ -197,11 +210,13 @@ class McpConnection(SourceStatus):
     # -------------------------------------------------------------- supervisor
     async def run(self, connect_slots: anyio.CapacityLimiter) -> None:
         """Supervise the connection (and, per principal, its accounts' connections) until cancelled."""
-        if self._accounts is None:
+        if self._accounts is None and self._for_clients is None:
             await self._supervise(connect_slots)
             return
         async with anyio.create_task_group() as tg:
-            await tg.start(self._accounts.run, connect_slots)
+            for more in (self._accounts, self._for_clients):
+                if more is not None:
+                    await tg.start(more.run, connect_slots)
             await self._supervise(connect_slots)
 
     async def _supervise(self, connect_slots: anyio.CapacityLimiter) -> None:
@@ -251,6 +266,15 @@ class McpConnection(SourceStatus):
 
     def _account_connection(self, account: str) -> McpConnection:
         return McpConnection(self.config, OnBehalfOf(self, self._listener), self._sign_ins, account=account)
+
+    def _client_connection(self) -> McpConnection:
+        return McpConnection(
+            self.config,
+            ForOneClient(self._listener),
+            self._sign_ins,
+            account=self.account,
+            for_one_client=True,
+        )
 
     async def _call_as(
         self, account: str, name: str, arguments: dict[str, Any] | None, **how: Any
@@ -711,8 +735,17 @@ class McpConnection(SourceStatus):
     def stop_calls(self, reason: str) -> int:
         """The gateway is stopping (`reason`): refuse calls from now on and cancel those in
         flight; the server is told of each cancellation, and each caller gets an `Unavailable`
-        that says the gateway is shutting down. How many were in flight."""
-        return self._calls.stop(reason)
+        that says the gateway is shutting down. How many were in flight (on its connections for
+        one client too)."""
+        stopped = self._calls.stop(reason)
+        if self._for_clients is not None:
+            stopped += self._for_clients.stop_calls(reason)
+        return stopped
+
+    @property
+    def calls_in_flight(self) -> int:
+        more = self._for_clients.calls_in_flight if self._for_clients is not None else 0
+        return self._calls.count + more
 
     async def subscribe(self, uri: str) -> None:
         """Count one more subscriber to `uri`; the first one subscribes downstream."""
@@ -731,6 +764,9 @@ class McpConnection(SourceStatus):
         self.log_level = level
 
     async def roots_changed(self) -> None:
+        """Tell the server (over its connections for one client too) that the roots changed."""
+        if self._for_clients is not None:
+            await self._for_clients.roots_changed()
         client = self._client
         if client is None or self.era is not Era.LEGACY:
             return

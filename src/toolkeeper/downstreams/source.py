@@ -18,6 +18,7 @@ import anyio
 from toolkeeper.config.model import SourceConfig
 from toolkeeper.downstreams.base import (
     CallTimedOut,
+    ConnectionsForClients,
     DownstreamListener,
     Era,
     NotOffered,
@@ -64,6 +65,10 @@ class ToolSource(SourceStatus, ABC):
     @property
     def may_ask_client(self) -> bool:
         return False
+
+    @property
+    def client_connections(self) -> ConnectionsForClients | None:
+        return None
 
     def describe_unavailable(self) -> str:
         reason = f" (last error: {self.last_error})" if self.last_error else ""

@@ -2,12 +2,14 @@
 call itself: the server's requests for sampling, elicitation and roots, its log messages, and
 resource updates.
 
-Downstream connections are shared by every client of the gateway. In the handshake era a
-server's request does not say which call it belongs to, so toolkeeper never guesses (see
-`ServerCalls`): a request goes to the client whose calls are the only ones in flight on that
-server; one that comes while calls of several clients are waits (up to `PLACING_TIMEOUT`) until
-the others' calls have ended, and is refused only if they do not; a server that has asked
-something once has its calls taken in turns from then on, one client at a time.
+A downstream server's connection is shared by every client of the gateway. In the handshake era
+a server's request does not say which call it belongs to, so toolkeeper never guesses (see
+server_calls.py): a request goes to the client whose calls are the only ones in flight on the
+connection it came on. A client whose call meets another client's on a handshake-era server gets
+a connection of its own to it (up to `maxClientConnections` at once, closed when idle); beyond
+that, a request that comes while calls of several clients are in flight waits (up to
+`PLACING_TIMEOUT`) until the others' calls have ended, and is refused only if they do not, and a
+server that has asked something once has its calls taken in turns from then on.
 
 The two protocol eras meet here:
 - a handshake-era (legacy) client gets the server's request as a real request on its call's
@@ -26,10 +28,9 @@ The two protocol eras meet here:
 from __future__ import annotations
 
 import logging
-import secrets
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -40,8 +41,9 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
+from toolkeeper.config.model import DEFAULT_CLIENT_CONNECTION_IDLE_SECONDS, DEFAULT_MAX_CLIENT_CONNECTIONS
 from toolkeeper.downstreams.base import Downstream, Era, ProgressCallback, ServerInput
 from toolkeeper.policy.binding import call_hash
 from toolkeeper.protocol import (
@@ -54,8 +56,10 @@ from toolkeeper.protocol import (
     check_input_requests,
     undeclared_message,
 )
+from toolkeeper.relay.exchange import EXCHANGE_TIMEOUT, RESULT_TYPES, Exchange
 from toolkeeper.relay.roots import ClientRoots
 from toolkeeper.relay.seal import TokenSeal
+from toolkeeper.relay.server_calls import Caller, Lane, ServerCalls, declares
 from toolkeeper.sdk_private import connection_of
 
 logger = logging.getLogger(__name__)
@@ -66,14 +70,12 @@ WAITING_LOG_LEVEL: types.LoggingLevel = "warning"
 GATEWAY_LOGGER = "toolkeeper"
 # How many input rounds a modern server may ask of a legacy client for one call.
 MAX_INPUT_ROUNDS = 10
-# How long a downstream call waits for a modern client to come back with its answers.
-EXCHANGE_TIMEOUT = 600.0
-# How long a call waits for its server to take new roots after it was told they changed.
-ROOTS_SETTLE_SECONDS = 2.0
 ROOTS_ASK_TIMEOUT = 10.0
-# How long a server's request that came while calls of several clients were in flight waits for
-# the calls of all but one client to end (then it is that client's) before it is refused. Only
-# the calls in flight at a server's first request can be mixed: later ones take turns.
+# How long a server's request that came while calls of several clients were in flight on its
+# connection waits for the calls of all but one client to end (then it is that client's) before
+# it is refused. Calls of several clients share a connection only beyond `maxClientConnections`
+# (or where a server has no connections of one client each), and only until the server first
+# asks: later ones take turns.
 PLACING_TIMEOUT = 10.0
 REQUEST_STATE_PREFIX = "toolkeeper:"
 # The requestState and inputRequests key of the gateway's own roots question to a modern client.
@@ -85,11 +87,6 @@ _REQUEST_TYPES: dict[str, Any] = {
     "sampling/createMessage": types.CreateMessageRequest,
     "elicitation/create": types.ElicitRequest,
     "roots/list": types.ListRootsRequest,
-}
-_RESULT_TYPES: dict[str, TypeAdapter[types.InputResponse]] = {
-    "sampling/createMessage": TypeAdapter(types.CreateMessageResult | types.CreateMessageResultWithTools),
-    "elicitation/create": TypeAdapter(types.ElicitResult),
-    "roots/list": TypeAdapter(types.ListRootsResult),
 }
 
 
@@ -105,209 +102,83 @@ def _connection(ctx: ServerRequestContext[Any]) -> object:
     return connection_of(ctx.session)
 
 
-def _declares(capabilities: types.ClientCapabilities | None, method: str) -> bool:
-    return bool(capabilities and getattr(capabilities, CAPABILITY_FOR_REQUEST[method], None) is not None)
-
-
 def _declared(ctx: ServerRequestContext[Any], method: str) -> bool:
-    return _declares(ctx.session.client_capabilities, method)
+    return declares(ctx.session.client_capabilities, method)
 
 
 @dataclass(eq=False)
-class Caller:
-    """One running downstream call, seen from the server's side."""
+class ForwardedCall:
+    """One client's `tools/call` on its way to a downstream server: what each era's handler
+    needs to run it, and to run it again (a retry with answers)."""
 
-    # The client's request, when the SDK's handler drives the call (None: a plain call that
-    # cannot be asked anything).
-    ctx: ServerRequestContext[Any] | None
-    # Who answers what the server asks during this call: a legacy client's connection, or the
-    # call's `Exchange` when a modern client is asked by round trips (a modern client's calls
-    # each stand alone). None: nobody can.
-    answerer: object | None = None
+    ctx: ServerRequestContext[Any]
+    downstream: Downstream
+    calls: ServerCalls
+    name: str
+    arguments: Any
+    meta: dict[str, Any]
+    # The level the client wants the call's log messages at (None: not asked), and the level a
+    # handshake-era server is asked for (the most verbose any client wants).
+    level: str | None
+    server_log_level: str | None
+    on_progress: ProgressCallback | None
+    session: str
 
     @property
-    def exchange(self) -> Exchange | None:
-        return self.answerer if isinstance(self.answerer, Exchange) else None
+    def digest(self) -> str:
+        """The call (server, tool, arguments) a sealed retry must repeat."""
+        return call_hash(self.downstream.name, self.name, self.arguments, "")
 
     @property
-    def party(self) -> object:
-        """Whose call this is, as far as the server's messages go: its answerer, or the call
-        itself when nobody can answer."""
-        return self.answerer if self.answerer is not None else self
+    def client_can_answer(self) -> bool:
+        """Whether the client declared anything a server may ask of it during a call."""
+        return any(_declared(self.ctx, method) for method in CAPABILITY_FOR_REQUEST)
 
-    def can_answer(self, method: str) -> bool:
-        if self.exchange is not None:
-            return _declares(self.exchange.capabilities, method)
-        return self.ctx is not None and _declared(self.ctx, method)
+    def legacy_caller(self) -> Caller:
+        """A handshake-era client's call: its connection answers what the server asks, if it can."""
+        return Caller(self.ctx, _connection(self.ctx) if self.client_can_answer else None)
 
-
-class ServerCalls:
-    """The calls in flight on one downstream server, and when another may start.
-
-    A handshake-era server's request does not say which call it belongs to (over streamable
-    HTTP the stream it arrives on would, but the SDK's client does not tell), so a request goes
-    to a client only when that client's calls are the only ones in flight. One that comes while
-    calls of several clients are in flight waits until it can be placed (see `placeable`): a
-    server's call does not end while its own question is unanswered, so once the calls of all
-    but one client have ended the question is that client's. Once a server has asked anything
-    (`asks`), its calls are taken in turns so that this always holds: calls of one client at a
-    time, or any number of calls of clients that can answer nothing. Servers that never ask are
-    never slowed down."""
-
-    def __init__(self, downstream: Downstream) -> None:
-        self.downstream = downstream
-        self.running: list[Caller] = []
-        self.asks = False
-        self._queue: list[tuple[Caller, anyio.Event]] = []
-        # Whether the server asked for roots outside of a call (it is told when they change), and,
-        # while it has not asked again since it was told, what its calls wait for.
-        self.takes_roots = False
-        self.roots_pending: anyio.Event | None = None
-        # The server's requests waiting to be placed, oldest first, and what wakes them when the
-        # calls in flight or the waiting requests change.
-        self._unplaced: list[object] = []
-        self._changed = anyio.Event()
-
-    def _fits(self, caller: Caller) -> bool:
-        if not self.asks:
-            return True
-        return all(
-            (caller.answerer is None and other.answerer is None)
-            or (caller.answerer is not None and other.answerer is caller.answerer)
-            for other in self.running
-        )
-
-    async def start(self, caller: Caller) -> None:
-        """Wait for this call's turn (FIFO, so a client that can be asked is not starved)."""
-        if self.roots_pending is not None:
-            with anyio.move_on_after(ROOTS_SETTLE_SECONDS):
-                await self.roots_pending.wait()
-        if not self._queue and self._fits(caller):
-            self.running.append(caller)
-            return
-        admitted = anyio.Event()
-        entry = (caller, admitted)
-        self._queue.append(entry)
+    async def run(self, caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
+        """One `tools/call` downstream (`extra`: a retry's answers), taking its turn on the server:
+        while it runs, what the server sends (requests, logs) may go to `caller`."""
+        connection = await self.calls.start(caller)
         try:
-            await admitted.wait()
-        except BaseException:
-            if entry in self._queue:
-                self._queue.remove(entry)
-            else:
-                self.finish(caller)  # admitted just as its client gave up
-            raise
-
-    def finish(self, caller: Caller) -> None:
-        if caller in self.running:
-            self.running.remove(caller)
-        while self._queue and self._fits(self._queue[0][0]):
-            waiting, admitted = self._queue.pop(0)
-            self.running.append(waiting)
-            admitted.set()
-        self._wake_unplaced()
-
-    def _wake_unplaced(self) -> None:
-        # Only a request waiting in `placeable` waits for this, and it stays in `_unplaced` while
-        # it waits: with none there, every call's finish skips making a new event.
-        if self._unplaced:
-            self._changed.set()
-            self._changed = anyio.Event()
-
-    async def placeable(self, timeout: float) -> bool:
-        """Wait, up to `timeout`, until the calls in flight are one client's, so that a request
-        the server sent meanwhile is that client's. False if they are not: the wait ran out, or
-        every call in flight may be waiting on one of the requests waiting here. Then none of
-        those calls can end on its own, so the newest request is given up: its call can end, and
-        the others can be placed."""
-        request = object()
-        self._unplaced.append(request)
-        self._wake_unplaced()
-        try:
-            with anyio.move_on_after(timeout):
-                while self.mixed():
-                    if request is self._unplaced[-1] and len(self._unplaced) >= len(self.running):
-                        return False
-                    changed = self._changed
-                    await changed.wait()
-            return not self.mixed()
+            if connection is not self.downstream and self.server_log_level is not None:
+                await connection.set_log_level(self.server_log_level)
+            return await connection.call_tool(
+                self.name,
+                self.arguments,
+                meta=self.meta,
+                on_progress=self.on_progress,
+                extra=extra,
+                log_level=self.level,
+            )
         finally:
-            self._unplaced.remove(request)
-            self._wake_unplaced()
-
-    def latest(self) -> Caller | None:
-        return self.running[-1] if self.running else None
-
-    def mixed(self) -> bool:
-        """Whether calls of several clients are in flight: then nobody can tell whose a message
-        from the server is."""
-        return len({id(c.party) for c in self.running}) > 1
+            self.calls.finish(caller)
 
 
-@dataclass(eq=False)
-class Exchange:
-    """A downstream call of a modern client to a legacy server that stays running while the
-    client answers the server's requests in rounds of `InputRequiredResult` and retry."""
-
-    session: str  # the client's session: only its retries carry the call on
-    digest: str  # the call (server, tool, arguments) its retries must repeat
-    id: str = field(default_factory=lambda: secrets.token_urlsafe(12))
-    questions: list[tuple[str, ServerInput, anyio.Event, list[Any]]] = field(default_factory=list)
-    asked: anyio.Event = field(default_factory=anyio.Event)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: dict[str, Any] | None = None
-    error: BaseException | None = None
-    capabilities: types.ClientCapabilities | None = None
-    # The client's request now waiting for this call (its stream carries the call's log messages).
-    waiting: ServerRequestContext[Any] | None = None
-    # Cancelled when the client gives up on a round: the downstream call is cancelled with it.
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-
-    async def ask(self, request: ServerInput) -> types.InputResponse | types.ErrorData:
-        answered = anyio.Event()
-        slot: list[types.InputResponse | types.ErrorData] = []
-        key = f"r{len(self.questions) + 1}-{secrets.token_hex(3)}"
-        self.questions.append((key, request, answered, slot))
-        self.asked.set()
-        with anyio.fail_after(EXCHANGE_TIMEOUT):
-            await answered.wait()
-        return slot[0]
-
-    def pending(self) -> dict[str, Any]:
-        return {
-            key: request.model_dump(by_alias=True, mode="json", exclude_none=True)
-            for key, request, answered, _ in self.questions
-            if not answered.is_set()
-        }
-
-    def pending_methods(self) -> set[str]:
-        return {request.method for _, request, answered, _ in self.questions if not answered.is_set()}
-
-    def answer(self, responses: dict[str, Any]) -> None:
-        for key, request, answered, slot in self.questions:
-            if answered.is_set():
-                continue
-            try:
-                slot.append(_RESULT_TYPES[request.method].validate_python(responses[key]))
-            except KeyError:
-                slot.append(
-                    types.ErrorData(
-                        code=INVALID_PARAMS, message=f"the client did not answer {request.method}"
-                    )
-                )
-            except ValidationError as exc:
-                message = f"the client's answer to {request.method} is not valid: {exc.errors()[0]['msg']}"
-                slot.append(types.ErrorData(code=INVALID_PARAMS, message=message))
-            answered.set()
-        self.questions = [q for q in self.questions if not q[2].is_set()]
-        self.asked = anyio.Event()
+# One pairing of client era and server era: runs the call, returns the client's result.
+CallHandler = Callable[[ForwardedCall, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class Relay:
     """The downstreams' listener: what a server sends reaches the client it is for, and a change
     to a server's state or lists goes to `on_changed` (the running gateway rebuilds its view)."""
 
-    def __init__(self, bus: InMemorySubscriptionBus, on_changed: OnDownstreamChanged) -> None:
+    def __init__(
+        self,
+        bus: InMemorySubscriptionBus,
+        on_changed: OnDownstreamChanged,
+        *,
+        max_client_connections: int = DEFAULT_MAX_CLIENT_CONNECTIONS,
+        client_connection_idle_seconds: float = DEFAULT_CLIENT_CONNECTION_IDLE_SECONDS,
+    ) -> None:
+        """`max_client_connections`: per handshake-era server, how many connections of one client
+        each may be in use at once, besides the server's own; each is closed once it has carried
+        no call for `client_connection_idle_seconds`."""
         self.bus = bus
+        self._max_client_connections = max_client_connections
+        self._client_connection_idle_seconds = client_connection_idle_seconds
         self._on_changed = on_changed
         self._calls: dict[str, ServerCalls] = {}  # by server name
         self._exchanges: dict[str, Exchange] = {}  # by id
@@ -334,7 +205,11 @@ class Relay:
     def calls_on(self, downstream: Downstream) -> ServerCalls:
         calls = self._calls.get(downstream.name)
         if calls is None:
-            calls = self._calls[downstream.name] = ServerCalls(downstream)
+            calls = self._calls[downstream.name] = ServerCalls(
+                downstream,
+                max_client_connections=self._max_client_connections,
+                idle_seconds=self._client_connection_idle_seconds,
+            )
         return calls
 
     def roots_changed_by(self, session: ServerSession) -> None:
@@ -391,7 +266,7 @@ class Relay:
         answer = responses.get(ROOTS_ANSWER_KEY) if isinstance(responses, dict) else None
         roots: list[dict[str, Any]] | None = None
         try:
-            listed = _RESULT_TYPES["roots/list"].validate_python(answer)
+            listed = RESULT_TYPES["roots/list"].validate_python(answer)
             roots = listed.model_dump(by_alias=True, mode="json", exclude_none=True)["roots"]
         except (ValidationError, KeyError) as exc:
             logger.warning("a client declared roots but did not list them (%s); counted as none", exc)
@@ -421,9 +296,9 @@ class Relay:
         its turn, so that what the server asks meanwhile is never taken for this call's."""
         calls = self.calls_on(downstream)
         caller = Caller(None)
-        await calls.start(caller)
+        connection = await calls.start(caller)
         try:
-            return await downstream.call_tool(name, arguments, meta=meta)
+            return await connection.call_tool(name, arguments, meta=meta)
         finally:
             calls.finish(caller)
 
@@ -436,9 +311,9 @@ class Relay:
         session: str,
     ) -> dict[str, Any]:
         """Forward one `tools/call` (params as the client sent them) and return the result for
-        this client, translating between the eras where the two sides differ. `session` names
-        the client (see gateway/clients.py): a sealed `requestState` holds for it only."""
-        on_progress = _progress_reporter(ctx, params)
+        this client, translating between the eras where the two sides differ (one handler per
+        pairing of client era and server era). `session` names the client (see
+        gateway/clients.py): a sealed `requestState` holds for it only."""
         arguments = params.get("arguments")
         state = params.get("requestState")
         if isinstance(state, str) and state.startswith(REQUEST_STATE_PREFIX):
@@ -456,74 +331,97 @@ class Relay:
             return self._ask_modern_roots(session, call_hash(downstream.name, name, arguments, ""))
         meta = dict(params.get("_meta") or {})
         level = self._log_level_for(ctx, meta)
+        server_level = None
         if level is not None and downstream.era is Era.LEGACY:
-            await downstream.set_log_level(_most_verbose(level, *self._session_levels()))
+            server_level = _most_verbose(level, *self._session_levels())
+            await downstream.set_log_level(server_level)
+        forwarded = ForwardedCall(
+            ctx,
+            downstream,
+            calls,
+            name,
+            arguments,
+            meta,
+            level,
+            server_level,
+            _progress_reporter(ctx, params),
+            session,
+        )
         extra: dict[str, Any] = {k: params[k] for k in ("inputResponses", "requestState") if k in params}
+        return await self._handler_for(ctx, downstream)(forwarded, extra)
 
-        async def call_downstream(caller: Caller, extra: dict[str, Any]) -> dict[str, Any]:
-            # While the call runs, what its server sends (requests, logs) may go to this caller.
-            await calls.start(caller)
-            try:
-                return await downstream.call_tool(
-                    name, arguments, meta=meta, on_progress=on_progress, extra=extra, log_level=level
+    def _handler_for(self, ctx: ServerRequestContext[Any], downstream: Downstream) -> CallHandler:
+        """The handler of this pairing of eras. A server whose era is not known yet (or a source
+        that is no MCP server) is taken as a 2026-07-28 one: it can only answer."""
+        if downstream.era is Era.LEGACY:
+            return self._modern_to_legacy if is_modern(ctx) else self._legacy_to_legacy
+        return self._modern_to_modern if is_modern(ctx) else self._legacy_to_modern
+
+    async def _legacy_to_legacy(self, forwarded: ForwardedCall, extra: dict[str, Any]) -> dict[str, Any]:
+        """What the server asks during the call is asked of the client on its call's stream."""
+        return await forwarded.run(forwarded.legacy_caller(), extra)
+
+    async def _modern_to_legacy(self, forwarded: ForwardedCall, extra: dict[str, Any]) -> dict[str, Any]:
+        """The server may ask this client something during the call: the call keeps running apart
+        from this request (an `Exchange`), so that the question can go back as its result."""
+        if self._task_group is None or not forwarded.client_can_answer:
+            return await forwarded.run(Caller(forwarded.ctx), extra)
+        exchange = Exchange(
+            session=forwarded.session,
+            digest=forwarded.digest,
+            capabilities=forwarded.ctx.session.client_capabilities,
+        )
+        self._task_group.start_soon(self._run_exchange, forwarded, exchange, extra)
+        return await self._next_round(forwarded.ctx, exchange)
+
+    async def _run_exchange(
+        self, forwarded: ForwardedCall, exchange: Exchange, extra: dict[str, Any]
+    ) -> None:
+        try:
+            with exchange.scope:
+                exchange.result = await forwarded.run(Caller(forwarded.ctx, exchange), extra)
+        except Exception as exc:  # handed to whichever request is waiting for it
+            exchange.error = exc
+        finally:
+            if exchange.result is None and exchange.error is None:
+                exchange.error = MCPError(
+                    code=INTERNAL_ERROR, message=f"{forwarded.name}: the call was cancelled"
                 )
-            finally:
-                calls.finish(caller)
+            exchange.done.set()
+            if exchange.waiting is None:
+                self._exchanges.pop(exchange.id, None)  # nobody is coming back for it
 
-        asks_anything = any(_declared(ctx, method) for method in CAPABILITY_FOR_REQUEST)
-        if is_modern(ctx) and downstream.era is Era.LEGACY and self._task_group is not None and asks_anything:
-            # The server may ask this client something during the call: keep the call running
-            # apart from this request, so that the question can go back as its result.
-            exchange = Exchange(
-                session=session,
-                digest=call_hash(downstream.name, name, arguments, ""),
-                capabilities=ctx.session.client_capabilities,
-            )
-            caller = Caller(ctx, exchange)
-
-            async def run_exchange() -> None:
-                try:
-                    with exchange.scope:
-                        exchange.result = await call_downstream(caller, extra)
-                except Exception as exc:  # handed to whichever request is waiting for it
-                    exchange.error = exc
-                finally:
-                    if exchange.result is None and exchange.error is None:
-                        exchange.error = MCPError(
-                            code=INTERNAL_ERROR, message=f"{name}: the call was cancelled"
-                        )
-                    exchange.done.set()
-                    if exchange.waiting is None:
-                        self._exchanges.pop(exchange.id, None)  # nobody is coming back for it
-
-            self._task_group.start_soon(run_exchange)
-            return await self._next_round(ctx, exchange)
-
-        answerer = _connection(ctx) if asks_anything and not is_modern(ctx) else None
-        result = await call_downstream(Caller(ctx, answerer), extra)
-        if result.get("resultType") != "input_required":
-            return result
-        if is_modern(ctx):
-            # The client answers itself; it must be able to.
-            capabilities = ctx.session.client_capabilities
+    async def _modern_to_modern(self, forwarded: ForwardedCall, extra: dict[str, Any]) -> dict[str, Any]:
+        """The client answers what the server asks itself (`InputRequiredResult` as it came), so it
+        must be able to."""
+        result = await forwarded.run(Caller(forwarded.ctx), extra)
+        if result.get("resultType") == "input_required":
+            capabilities = forwarded.ctx.session.client_capabilities
             wire = capabilities.model_dump(by_alias=True, exclude_none=True) if capabilities else {}
             check_input_requests(result, wire)
-            return result
-        # A modern server asks a legacy client: ask it ourselves, round by round.
+        return result
+
+    async def _legacy_to_modern(self, forwarded: ForwardedCall, extra: dict[str, Any]) -> dict[str, Any]:
+        """The server's `InputRequiredResult` is asked of the client, request by request, on its
+        call's stream, and the call retried downstream with the answers, round by round."""
+        caller = forwarded.legacy_caller()
+        result = await forwarded.run(caller, extra)
         for _ in range(MAX_INPUT_ROUNDS):
-            answers = {
-                key: await self._ask_legacy(ctx, request)
-                for key, request in (result.get("inputRequests") or {}).items()
-            }
-            extra = {"inputResponses": answers}  # the retry carries only what the server asked
-            if "requestState" in result:
-                extra["requestState"] = result["requestState"]
-            result = await call_downstream(Caller(ctx, answerer), extra)
             if result.get("resultType") != "input_required":
                 return result
+            answers = {
+                key: await self._ask_legacy(forwarded.ctx, request)
+                for key, request in (result.get("inputRequests") or {}).items()
+            }
+            retry: dict[str, Any] = {"inputResponses": answers}  # only what the server asked
+            if "requestState" in result:
+                retry["requestState"] = result["requestState"]
+            result = await forwarded.run(caller, retry)
+        if result.get("resultType") != "input_required":
+            return result
         raise MCPError(
             code=INTERNAL_ERROR,
-            message=f"{name}: the server asked for input more than {MAX_INPUT_ROUNDS} times",
+            message=f"{forwarded.name}: the server asked for input more than {MAX_INPUT_ROUNDS} times",
         )
 
     async def _ask_legacy(self, ctx: ServerRequestContext[Any], request: dict[str, Any]) -> dict[str, Any]:
@@ -627,7 +525,7 @@ class Relay:
                 "call the tool again without it",
             )
         wire = ctx.session.client_capabilities
-        missing = sorted(m for m in exchange.pending_methods() if not _declares(wire, m))
+        missing = sorted(m for m in exchange.pending_methods() if not declares(wire, m))
         if missing:
             raise MCPError(
                 code=MISSING_CAPABILITY,
@@ -650,25 +548,27 @@ class Relay:
         self, downstream: Downstream, request: ServerInput
     ) -> types.InputResponse | types.ErrorData:
         calls = self.calls_on(downstream)
+        lane = calls.lane_of(downstream) or Lane(downstream)
         method = request.method
-        if method == "roots/list" and not calls.running:
+        if method == "roots/list" and not lane.running:
             return self._roots_outside_a_call(calls)
-        if not calls.asks and calls.running:
+        if not calls.asks and lane.running:
             calls.asks = True
             logger.info(
                 "server %r asks its clients things (%s): from now on its calls of different clients "
-                "take turns, so that each question reaches the client whose call it belongs to",
+                "never share a connection, so that each question reaches the client whose call it "
+                "belongs to",
                 downstream.name,
                 method,
             )
-        if calls.mixed() and not await calls.placeable(PLACING_TIMEOUT):
+        if lane.asked_ambiguously() and not await lane.placeable(PLACING_TIMEOUT):
             return types.ErrorData(
                 code=INTERNAL_ERROR,
                 message=f"toolkeeper: {method} from '{downstream.name}' came while calls of several clients"
                 " were in flight, and the handshake era does not say whose call it belongs to, so no"
                 " client was asked; call the tool again (such calls now take turns)",
             )
-        caller = calls.latest()
+        caller = lane.latest()
         if caller is None:
             return types.ErrorData(
                 code=INTERNAL_ERROR,
@@ -682,7 +582,7 @@ class Relay:
         assert caller.ctx is not None  # a caller that can answer has a request context
         try:
             result = await self._send_to_client(caller.ctx, request)
-            return _RESULT_TYPES[method].validate_python(result)
+            return RESULT_TYPES[method].validate_python(result)
         except MCPError as exc:
             return exc.error
 
@@ -703,9 +603,9 @@ class Relay:
     async def downstream_log(
         self, downstream: Downstream, params: types.LoggingMessageNotificationParams
     ) -> None:
-        calls = self.calls_on(downstream)
-        caller = calls.latest()
-        if calls.mixed():
+        lane = self.calls_on(downstream).lane_of(downstream) or Lane(downstream)
+        caller = lane.latest()
+        if lane.mixed():
             # The message does not say whose call it belongs to: telling the wrong client would
             # hand it another client's data.
             logger.debug(

@@ -103,7 +103,12 @@ class Gateway:
         self._warm_tokenizer = warm_tokenizer
         self.store = store
         self.notifier = ClientNotifier()
-        self.relay = Relay(self.notifier.bus, self._downstreams_changed)
+        self.relay = Relay(
+            self.notifier.bus,
+            self._downstreams_changed,
+            max_client_connections=config.settings.max_client_connections,
+            client_connection_idle_seconds=config.settings.client_connection_idle_seconds,
+        )
         self.pool = DownstreamPool(config, self.relay, connect, sign_ins=self.sign_ins)
         self.catalog = Catalog()
         # The newest search index made, and the making of this moment's (see ranking_for).
