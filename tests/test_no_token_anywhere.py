@@ -112,6 +112,7 @@ async def test_no_token_in_the_log_audit_listings_dashboard_metrics_or_spans(
             remote_tokens = await signed_in_tokens(config)
             assert len(remote_tokens) == 2  # an access and a refresh token
             bearer = oauth_issuer.mint(scope="mcp:tools", sub="carol")
+            oauth_admin = oauth_issuer.mint(scope="mcp:tools mcp:admin", sub="boss")
             wrong = ["tk_" + secrets.token_urlsafe(32), "not-a-jwt-" + secrets.token_hex(8)]
             shown: dict[str, str] = {}
             with otlp_collector() as collector:
@@ -146,6 +147,12 @@ async def test_no_token_in_the_log_audit_listings_dashboard_metrics_or_spans(
                                 answer = await http.get(path, headers=admin_header)
                                 assert answer.status_code == 200, (path, answer.text)
                                 shown[path] = answer.text
+                            # /metrics takes an OAuth token with the admin scope too, and no other.
+                            for token, status in ((oauth_admin, 200), (bearer, 403)):
+                                answer = await http.get(
+                                    "/metrics", headers={"authorization": f"Bearer {token}"}
+                                )
+                                assert answer.status_code == status
                         await eventually(lambda: len(collector.spans) >= 8, timeout=30)
                     finally:
                         stop(gateway)
@@ -161,6 +168,7 @@ async def test_no_token_in_the_log_audit_listings_dashboard_metrics_or_spans(
         "a client key": plain,
         "an admin client key": admin,
         "an OAuth bearer token": bearer,
+        "an admin's OAuth bearer token": oauth_admin,
         "the remote account's access token": remote_tokens[0],
         "the remote account's refresh token": remote_tokens[1],
         "a configured secret header": header_secret,
