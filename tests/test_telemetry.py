@@ -254,3 +254,37 @@ async def test_arguments_stay_out_of_spans_unless_the_audit_keeps_them(tmp_path:
     assert collector.spans[0].resource["service.name"] == "toolkeeper"
     assert not any(b"secret-argument" in body for body in collector.raw)
     assert not collector.points  # metrics were not asked for
+
+
+def test_the_exposition_escapes_label_values_and_counts_approval_waits_cumulatively() -> None:
+    from toolkeeper.edge.metrics import exposition
+    from toolkeeper.pipeline.call_metrics import CallMeasure, CallMetrics
+
+    metrics = CallMetrics()
+    odd = 'we"ird\\name\nnext'
+    for wait in (0.5, 7.0, 7.5, 900.0):
+        metrics.add(CallMeasure("srv", odd, "allow", "ok", seconds=wait + 0.01, wait_seconds=wait))
+    metrics.add(CallMeasure("srv", odd, "deny", "not_run", seconds=3.0, wait_seconds=3.0))
+    text = exposition(metrics).decode()
+    label = 'tool="we\\"ird\\\\name\\nnext"'
+    assert f'toolkeeper_tool_calls_total{{server="srv",{label},decision="allow",outcome="ok"}} 4' in text
+    assert f'toolkeeper_tool_calls_total{{server="srv",{label},decision="deny",outcome="not_run"}} 1' in text
+    assert "toolkeeper_tool_call_errors_total{" not in text  # neither a refusal nor a plain result
+    waits = metric_lines(text, "toolkeeper_approval_wait_seconds_bucket")
+    allowed = f'{{server="srv",{label},decision="allow",le='
+    assert [waits[allowed + f'"{bound}"}}'] for bound in ("1.0", "5.0", "10.0", "600.0", "+Inf")] == [
+        1,
+        1,
+        3,
+        3,
+        4,
+    ]
+    assert (
+        metric_lines(text, "toolkeeper_approval_wait_seconds_count")[
+            f'{{server="srv",{label},decision="deny"}}'
+        ]
+        == 1
+    )
+    assert metric_lines(text, "toolkeeper_tool_call_duration_seconds_count")[f'{{server="srv",{label}}}'] == 5
+    # One sample per line: a value's line break cannot start a sample of its own.
+    assert all(line.startswith(("#", "toolkeeper_")) for line in text.splitlines())
