@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import MODES, controllable, eventually, write_config
+from conftest import MODES, controllable, eventually, free_port, write_config
 from mcp import Client
 from otlp_collector import otlp_collector
 from test_auth import client_with, new_key
@@ -288,3 +288,19 @@ def test_the_exposition_escapes_label_values_and_counts_approval_waits_cumulativ
     assert metric_lines(text, "toolkeeper_tool_call_duration_seconds_count")[f'{{server="srv",{label}}}'] == 5
     # One sample per line: a value's line break cannot start a sample of its own.
     assert all(line.startswith(("#", "toolkeeper_")) for line in text.splitlines())
+
+
+async def test_a_collector_that_is_gone_neither_fails_calls_nor_holds_up_the_stop(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    nobody = f"http://127.0.0.1:{free_port()}"
+    gateway = HttpGateway(
+        config, env={"OTEL_EXPORTER_OTLP_ENDPOINT": nobody, "OTEL_METRIC_EXPORT_INTERVAL": "100"}
+    )
+    try:
+        for mode in MODES:
+            async with Client(f"http://127.0.0.1:{gateway.port}/mcp", mode=mode) as client:
+                for _ in range(3):
+                    assert not (await client.call_tool("ctl__echo", {"text": "hi"})).is_error
+    finally:
+        gateway.close()  # SIGTERM; killed if still there after 10 s
+    assert gateway.process.returncode == 0

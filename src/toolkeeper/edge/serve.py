@@ -85,7 +85,7 @@ async def _on_signals(stop: Stop, at_once: anyio.CancelScope, gateway: Gateway) 
 
 
 # How long a stopping gateway waits at most for its last OpenTelemetry export.
-TELEMETRY_FLUSH_SECONDS = 6.0
+TELEMETRY_FLUSH_SECONDS = 3.5
 
 
 @asynccontextmanager
@@ -100,8 +100,8 @@ async def exporting_telemetry(gateway: Gateway) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(TELEMETRY_FLUSH_SECONDS):
-            await anyio.to_thread.run_sync(telemetry.shutdown, abandon_on_cancel=True)
+        with anyio.CancelScope(shield=True):
+            await telemetry.close(TELEMETRY_FLUSH_SECONDS)
 
 
 def _announce_stop(reason: str) -> None:

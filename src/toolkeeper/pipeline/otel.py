@@ -16,9 +16,11 @@ standard variables).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, ClassVar
 
+import anyio
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -42,8 +44,9 @@ SCOPE = "toolkeeper"
 DEFAULT_SERVICE_NAME = "toolkeeper"
 # Where a call keeps its span between the stages (`ToolCall.extra`).
 SPAN = "otel_span"
-# Where a flush waits at most when the gateway stops, in milliseconds.
-FLUSH_MILLIS = 5000
+# How long the last export may take when the gateway stops, in milliseconds.
+FLUSH_MILLIS = 3000
+SHUTDOWN_POLL_SECONDS = 0.05
 TRACE_CONTEXT = TraceContextTextMapPropagator()
 
 
@@ -178,11 +181,15 @@ class Telemetry:
         self.tracer_provider: TracerProvider | None = None
         self.meter_provider: MeterProvider | None = None
         if traces:
-            self.tracer_provider = TracerProvider(resource=resource)
+            # Shut down by `close`, within a bound: the SDK's own handler at exit would wait for
+            # a collector that is gone, retrying, before the process could end.
+            self.tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
             self.tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         if metrics_on:
             reader = PeriodicExportingMetricReader(OTLPMetricExporter())
-            self.meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+            self.meter_provider = MeterProvider(
+                resource=resource, metric_readers=[reader], shutdown_on_exit=False
+            )
             metrics.listeners.append(CallInstruments(self.meter_provider).record)
         logger.info(
             "OpenTelemetry: exporting %s with OTLP over HTTP",
@@ -198,13 +205,22 @@ class Telemetry:
             EndSpan(keep_arguments=self.keep_arguments)
         )
 
-    def shutdown(self) -> None:
-        """Send what is left and stop the exporters (blocking: run it in a worker thread)."""
+    async def close(self, timeout: float) -> None:
+        """Send what is left and stop the exporters, waiting at most `timeout` seconds. The work
+        runs in a daemon thread, left behind past the bound: exporters retry an unreachable
+        collector for their own timeout, and the process must not wait for them to end."""
+        closing = threading.Thread(target=self._shutdown, name="toolkeeper-otel-shutdown", daemon=True)
+        closing.start()
+        with anyio.move_on_after(timeout):
+            while closing.is_alive():
+                await anyio.sleep(SHUTDOWN_POLL_SECONDS)
+
+    def _shutdown(self) -> None:
         for provider in (self.tracer_provider, self.meter_provider):
             if provider is None:
                 continue
             try:
                 provider.force_flush(FLUSH_MILLIS)
                 provider.shutdown()
-            except Exception as exc:  # a collector that is gone must not hold up the stop
+            except Exception as exc:  # the last export is worth a try, never a crash
                 logger.warning("OpenTelemetry: the last export failed: %s", exc)
