@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import MODES, controllable, eventually, free_port, write_config
+from conftest import MODES, controllable, eventually, free_port, gateway_params, write_config
 from mcp import Client
 from otlp_collector import otlp_collector
 from test_auth import client_with, new_key
@@ -304,3 +304,14 @@ async def test_a_collector_that_is_gone_neither_fails_calls_nor_holds_up_the_sto
     finally:
         gateway.close()  # SIGTERM; killed if still there after 10 s
     assert gateway.process.returncode == 0
+
+
+async def test_a_gateway_over_stdio_exports_its_spans_and_keeps_stdout_for_its_client(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"ctl": controllable()})
+    with otlp_collector() as collector:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+        async with Client(gateway_params(config, env=env), mode="legacy") as client:
+            assert not (await client.call_tool("ctl__echo", {"text": "over stdio"})).is_error
+            await eventually(lambda: collector.spans, timeout=30)
+    assert collector.spans[0].name == "tools/call ctl__echo"
+    assert collector.spans[0].attributes["toolkeeper.outcome"] == "ok"
