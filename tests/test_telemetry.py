@@ -315,3 +315,39 @@ async def test_a_gateway_over_stdio_exports_its_spans_and_keeps_stdout_for_its_c
             await eventually(lambda: collector.spans, timeout=30)
     assert collector.spans[0].name == "tools/call ctl__echo"
     assert collector.spans[0].attributes["toolkeeper.outcome"] == "ok"
+
+
+async def test_metrics_count_how_long_calls_waited_for_each_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_approval_waiting import cli, waiting_calls
+
+    monkeypatch.delenv("TOOLKEEPER_CONFIRM", raising=False)  # the policy asks
+    config = write_config(tmp_path, {"ctl": controllable(trust="trusted")})
+    admin = new_key(config, "ops", "--admin")
+    gateway = HttpGateway(config)
+    try:
+        results = []
+        async with Client(f"http://127.0.0.1:{gateway.port}/mcp", mode="legacy") as client:
+            for answer in ("approve", "deny"):
+                async with anyio.create_task_group() as tg:
+
+                    async def call() -> None:
+                        results.append(await client.call_tool("ctl__pid", {}))
+
+                    tg.start_soon(call)
+                    (waiting,) = await waiting_calls(config)
+                    answered = await cli(config, "approvals", answer, waiting["id"])
+                    assert answered.returncode == 0, answered.stderr
+        status, _, text = get(gateway, "/metrics", authorization=f"Bearer {admin}")
+        assert status == 200
+    finally:
+        gateway.close()
+    assert [result.is_error for result in results] == [False, True]
+    waits = metric_lines(text, "toolkeeper_approval_wait_seconds_count")
+    assert waits == {
+        '{server="ctl",tool="pid",decision="allow"}': 1,
+        '{server="ctl",tool="pid",decision="deny"}': 1,
+    }
+    calls = metric_lines(text, "toolkeeper_tool_calls_total")
+    assert calls['{server="ctl",tool="pid",decision="deny",outcome="not_run"}'] == 1
