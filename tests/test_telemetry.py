@@ -351,3 +351,31 @@ async def test_metrics_count_how_long_calls_waited_for_each_answer(
     }
     calls = metric_lines(text, "toolkeeper_tool_calls_total")
     assert calls['{server="ctl",tool="pid",decision="deny",outcome="not_run"}'] == 1
+
+
+@pytest.mark.parametrize("mode", ["none", "oauth only", "keys"])
+async def test_only_an_admin_key_opens_metrics_whatever_the_auth_mode(mode: str) -> None:
+    from test_auth_edge import TOKEN, ring
+
+    from toolkeeper.edge.auth import Authenticator, AuthPlan, Refusal
+
+    plan = {
+        "none": AuthPlan(required=False, keys=False, oauth=None),
+        "oauth only": AuthPlan(required=True, keys=False, oauth=None),
+        "keys": AuthPlan(required=True, keys=True, oauth=None),
+    }[mode]
+    scope: dict[str, Any] = {"type": "http", "path": "/metrics", "method": "GET", "client": ("192.0.2.1", 5)}
+
+    async def admitted(admin: bool, authorization: str | None) -> Any:
+        keys = ring(admin=admin)
+        auth = Authenticator(plan, keys=lambda: keys, resource_path="/mcp")
+        headers = {"host": "127.0.0.1"} | ({"authorization": authorization} if authorization else {})
+        outcome = await auth.admin(scope, headers)
+        return outcome.status if isinstance(outcome, Refusal) else outcome.name
+
+    assert await admitted(True, f"Bearer {TOKEN}") == "alice"
+    assert await admitted(False, f"Bearer {TOKEN}") == 403
+    assert await admitted(True, None) == 401
+    assert await admitted(True, "Bearer tk_" + "Z" * 43) == 401
+    assert await admitted(True, f"Basic {TOKEN}") == 401
+    assert await admitted(True, "Bearer not-a-key") == 401  # no OAuth set up to take it
