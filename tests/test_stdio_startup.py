@@ -24,6 +24,13 @@ NOT_FOR_STDIO = (
     "jwt",
     "jinja2",
     "yaml",
+    # OpenTelemetry's SDK and exporters, and what serves /metrics and the probes: the OTEL_*
+    # variables are unset, and stdio has no HTTP paths.
+    "opentelemetry.sdk",
+    "opentelemetry.exporter.otlp.proto.http",
+    "toolkeeper.pipeline.otel",
+    "toolkeeper.edge.health",
+    "toolkeeper.edge.metrics",
     # The other commands' modules, and what they import: moving servers between clients, linting.
     "toolkeeper.cli.approvals",
     "toolkeeper.cli.clients",

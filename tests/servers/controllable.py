@@ -136,6 +136,9 @@ def main() -> None:
     parser.add_argument("--resources", action="store_true", help="offer resources and prompts")
     parser.add_argument("--asks", action="store_true", help="offer the ask tool (a question during a call)")
     parser.add_argument("--numbers", action="store_true", help="offer raw_echo and big_numbers")
+    parser.add_argument(
+        "--meta", action="store_true", help="offer meta, which answers with its request's _meta"
+    )
     parser.add_argument("--raw-tool", action="append", default=[], help="one more tool, as this raw JSON")
     parser.add_argument(
         "--huge-description",
@@ -218,6 +221,8 @@ def main() -> None:
         if args.numbers:
             tools.append(text_tool("raw_echo", "Answer with the raw text of this request."))
             tools.append(text_tool("big_numbers", "Return integers past 64 bits."))
+        if args.meta:
+            tools.append(text_tool("meta", "Answer with this request's _meta, as JSON."))
         if args.huge_description:
             tools.append(text_tool("huge", huge_description(args.huge_description)))
         return tools
@@ -314,6 +319,9 @@ def main() -> None:
             return types.CallToolResult(
                 content=[types.TextContent(text=json.dumps(BIG_NUMBERS))], structured_content=BIG_NUMBERS
             )
+        if name == "meta" and args.meta:
+            meta = (ctx.params or {}).get("_meta") or {}
+            return types.CallToolResult(content=[types.TextContent(text=json.dumps(meta))])
         if name == "pid":
             return types.CallToolResult(content=[types.TextContent(text=str(os.getpid()))])
         if name in extra:

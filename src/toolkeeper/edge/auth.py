@@ -53,6 +53,11 @@ INVALID_TOKEN = (
     "the bearer token is not valid for this gateway: it is unknown, revoked, expired, "
     "malformed, or issued for another resource"
 )
+NO_ADMIN_TOKEN = (
+    "this needs an admin credential: send 'Authorization: Bearer <token>' with an admin client key "
+    "('toolkeeper keys create NAME --admin') or an OAuth access token with the admin scope"
+)
+NOT_ADMIN = "this needs an admin credential; the token is valid but not an admin's"
 NO_TOKEN = (
     "this gateway needs a bearer token: send 'Authorization: Bearer <token>' with a client key "
     "('toolkeeper keys create NAME' prints one) or an OAuth access token"
@@ -225,7 +230,7 @@ class Authenticator:
             return None
         outcome = await self._authenticate(scope, headers)
         if isinstance(outcome, Refusal):
-            await self._refuse(scope, headers, send, outcome)
+            await self.refuse(scope, headers, send, outcome)
             return None
         principal, scopes = outcome
         scope["user"], scope["auth"] = _credentials(principal, scopes)
@@ -265,10 +270,12 @@ class Authenticator:
             return self._by_key(address, token)
         return await self._by_oauth(address, token)
 
-    def _by_key(self, address: str, token: str) -> tuple[Principal, frozenset[str]] | Refusal:
+    def _by_key(
+        self, address: str, token: str, *, whatever_the_mode: bool = False
+    ) -> tuple[Principal, frozenset[str]] | Refusal:
         now = datetime.now(UTC)
         keys = self.keys()
-        key = keys.verify(token, now) if self.plan.keys else None
+        key = keys.verify(token, now) if self.plan.keys or whatever_the_mode else None
         if key is None:
             what = "a client key that is unknown, revoked or expired"
             refusal = Refusal(401, "invalid_token", INVALID_TOKEN)
@@ -294,6 +301,38 @@ class Authenticator:
             f"oauth:{identity.subject}", "oauth", admin=identity.admin, client_id=identity.client_id
         )
         return principal, identity.scopes
+
+    async def admin(self, scope: Scope, headers: Mapping[str, str]) -> Principal | Refusal:
+        """The admin a request's credential names, for what only an admin may read, whatever the
+        auth mode and wherever the gateway listens (`/metrics`): an admin client key (as the
+        dashboard takes one), or an OAuth access token with the admin scope. In the order they
+        win: no Authorization header is 401; a header that is over 8 KiB, not `Bearer <token>`,
+        or a token that opens nothing is counted as `_authenticate` counts it (401, or 429 while
+        throttled); a valid credential that is not an admin's is 403."""
+        header = headers.get("authorization")
+        if header is None:
+            return Refusal(401, None, NO_ADMIN_TOKEN)
+        address = (scope.get("client") or ("unknown", 0))[0]
+        if len(header) > MAX_AUTHORIZATION_BYTES:
+            refusal = Refusal(431, "invalid_request", "the Authorization header is over 8 KiB")
+            return self._failed(address, "an Authorization header over 8 KiB", refusal)
+        scheme, _, token = header.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            what = "an Authorization header that is not 'Bearer <token>'"
+            return self._failed(address, what, Refusal(401, "invalid_token", INVALID_TOKEN))
+        if token.startswith(TOKEN_START):
+            outcome = self._by_key(address, token, whatever_the_mode=True)
+        else:
+            outcome = await self._by_oauth(address, token)
+        if isinstance(outcome, Refusal):
+            return outcome
+        principal = outcome[0]
+        if not principal.admin:
+            oauth = self.plan.oauth
+            needed = oauth.admin_scope if oauth is not None and principal.kind == "oauth" else None
+            return Refusal(403, "insufficient_scope", NOT_ADMIN, scope=needed)
+        return principal
 
     def _failed(self, address: str, what: str, refusal: Refusal, credential: str | None = None) -> Refusal:
         """Count the failure; `refusal`, or 429 while the address or the credential is throttled."""
@@ -341,7 +380,7 @@ class Authenticator:
         body = json.dumps(self.metadata(scope, headers)).encode()
         await _send(send, 200, body, [(b"cache-control", b"max-age=300")])
 
-    async def _refuse(self, scope: Scope, headers: Mapping[str, str], send: Send, refusal: Refusal) -> None:
+    async def refuse(self, scope: Scope, headers: Mapping[str, str], send: Send, refusal: Refusal) -> None:
         extra: list[tuple[bytes, bytes]] = []
         if refusal.retry_after is not None:
             extra.append((b"retry-after", str(refusal.retry_after).encode()))

@@ -21,6 +21,7 @@ Everything else goes on to the SDK's app (its body replayed).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -35,6 +36,10 @@ from toolkeeper.edge.guard import HostGuard
 from toolkeeper.edge.json_answer import OneJsonAnswer, wants_one_json_answer
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.protocol import INVALID_REQUEST, Refusal, error_response, refusal, unreadable
+
+# A path the edge answers itself, after the Host guard and before authentication (each decides
+# for itself who may have its answer): the probes, /metrics.
+Endpoint = Callable[[Scope, Mapping[str, str], Send], Awaitable[None]]
 
 # Most calls end sooner than this, and are not watched for their client leaving (a task each,
 # on every call's path); one that lasts longer is cancelled at most this late after it left.
@@ -51,8 +56,10 @@ class HttpFastLane:
         guard: HostGuard,
         auth: Authenticator,
         max_bytes: int,
+        endpoints: Mapping[str, Endpoint] | None = None,
     ) -> None:
         self.app = app
+        self.endpoints = dict(endpoints or {})
         self.lane = lane
         self.path = path
         self.guard = guard
@@ -75,6 +82,10 @@ class HttpFastLane:
             return
         if scope["type"] == "websocket":  # no MCP transport here is a WebSocket
             await send({"type": "websocket.close", "code": 1008})
+            return
+        endpoint = self.endpoints.get(scope["path"])
+        if endpoint is not None:
+            await endpoint(scope, headers, send)
             return
         principal = await self.auth.admit(scope, headers, send)
         if principal is None:  # refused, or the metadata document was the answer

@@ -15,8 +15,8 @@ import logging
 import signal
 import sys
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from toolkeeper.edge.stdio import stdio_streams
 from toolkeeper.faces.mcp.config_tools import ConfigMenu
 from toolkeeper.faces.mcp.server import build_server
 from toolkeeper.log import redact_every_handler
+from toolkeeper.pipeline.otel_switch import open_telemetry
 from toolkeeper.runtime.gateway import Gateway
 from toolkeeper.services.costs import serving_line
 from toolkeeper.store import Store
@@ -81,6 +82,26 @@ async def _on_signals(stop: Stop, at_once: anyio.CancelScope, gateway: Gateway) 
                 logger.warning("received %s again; stopping at once", name)
                 at_once.cancel()
                 return
+
+
+# How long a stopping gateway waits at most for its last OpenTelemetry export.
+TELEMETRY_FLUSH_SECONDS = 3.5
+
+
+@asynccontextmanager
+async def exporting_telemetry(gateway: Gateway) -> AsyncIterator[None]:
+    """OpenTelemetry for the calls served inside, where the OTEL_* variables turn it on: the span
+    stages join the gateway's pipeline, and what is left is sent as the gateway stops."""
+    telemetry = open_telemetry(gateway.settings, gateway.call_metrics)
+    if telemetry is None:
+        yield
+        return
+    gateway.pipeline = telemetry.traced(gateway.pipeline)
+    try:
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            await telemetry.close(TELEMETRY_FLUSH_SECONDS)
 
 
 def _announce_stop(reason: str) -> None:
@@ -137,7 +158,7 @@ async def serve_stdio(config: Config, store: Store, ui: tuple[str, int] | None =
         gateway.stop_calls(reason)
         await gateway.calls_ended(CALLS_ENDED_SECONDS)
 
-    async with anyio.create_task_group() as tg:
+    async with exporting_telemetry(gateway), anyio.create_task_group() as tg:
         tg.start_soon(_on_signals, stop, tg.cancel_scope, gateway)
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
@@ -304,7 +325,9 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
     CannotStart when it would reach beyond this machine with no way for a client to
     authenticate."""
     from toolkeeper.edge.auth import Authenticator, AuthPlan
-    from toolkeeper.edge.http_fastlane import HttpFastLane
+    from toolkeeper.edge.health import HEALTH_PATH, READY_PATH, Health
+    from toolkeeper.edge.http_fastlane import Endpoint, HttpFastLane
+    from toolkeeper.edge.metrics import METRICS_PATH, MetricsEndpoint
     from toolkeeper.edge.oauth import JwtVerifier
     from toolkeeper.edge.web import McpOrDashboard, dashboard
     from toolkeeper.services.keys import KeyRing
@@ -330,6 +353,12 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=max_bytes,
     )
+    health = Health(gateway)
+    endpoints: dict[str, Endpoint] = {
+        HEALTH_PATH: health,
+        READY_PATH: health,
+        METRICS_PATH: MetricsEndpoint(gateway.call_metrics, auth),
+    }
     # The edge sets X-Accel-Buffering on its own answers; everything else passes the SDK.
     fast = HttpFastLane(
         NoProxyBuffering(app),
@@ -338,12 +367,14 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
         guard=HostGuard(security.allowed_hosts, security.allowed_origins),
         auth=auth,
         max_bytes=max_bytes,
+        endpoints=endpoints,
     )
     # One count of failed authentications for /mcp and the dashboard: guesses at either add up.
     board = dashboard(gateway, config, host, fast.guard, throttle=auth.throttle) if ui else None
-    streams = ClosableStreams(McpOrDashboard(fast, board.app, MCP_PATH) if board is not None else fast)
+    both = McpOrDashboard(fast, board.app, MCP_PATH, endpoints) if board is not None else None
+    streams = ClosableStreams(both or fast)
     web = _web_server(streams, host, port, config.settings.http_trusted_proxies)
-    async with anyio.create_task_group() as tg:
+    async with exporting_telemetry(gateway), anyio.create_task_group() as tg:
         await tg.start(gateway.run)
         tg.start_soon(_collect_garbage_once_up, gateway)
         tg.start_soon(_on_signals, _stop_web(web, gateway, streams), tg.cancel_scope, gateway)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -171,16 +172,23 @@ _REPLACED = {b"content-security-policy", *(name for name, _ in SECURITY_HEADERS)
 
 
 class McpOrDashboard:
-    """One port for both: `/mcp` and the OAuth metadata to the MCP edge, the rest to the dashboard."""
+    """One port for both: `/mcp`, the OAuth metadata and the edge's own paths (`edge_paths`: the
+    probes, /metrics) to the MCP edge, the rest to the dashboard."""
 
-    def __init__(self, mcp: ASGIApp, web: ASGIApp, mcp_path: str) -> None:
+    def __init__(self, mcp: ASGIApp, web: ASGIApp, mcp_path: str, edge_paths: Iterable[str] = ()) -> None:
         self.mcp = mcp
         self.web = web
         self.mcp_path = mcp_path
+        self.edge_paths = frozenset(edge_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] == "lifespan" or path == self.mcp_path or path.startswith(WELL_KNOWN):
+        if (
+            scope["type"] == "lifespan"
+            or path == self.mcp_path
+            or path.startswith(WELL_KNOWN)
+            or path in self.edge_paths
+        ):
             await self.mcp(scope, receive, send)
         else:
             await self.web(scope, receive, send)

@@ -111,7 +111,7 @@ class AuditLog:
         started: Started | None = call.extra.get(STARTED_RECORD)
         try:
             if started is not None:
-                outcome, detail = _outcome(call)
+                outcome, detail = call_outcome(call)
                 latency_ms = round((ended - call.started) * 1000)
                 self.writer.complete(started, outcome=outcome, detail=detail, latency_ms=latency_ms)
             else:
@@ -141,7 +141,7 @@ class AuditLog:
         unread = call.extra.get(ARGUMENTS_UNREAD)
         arguments: Any = call.arguments if unread is None else UnreadArguments(unread)
         decision = call.decision
-        outcome, detail = _outcome(call)
+        outcome, detail = call_outcome(call)
         principal = call.client.principal
         return {
             "kind": "call",
@@ -192,7 +192,7 @@ def _hints(call: ToolCall) -> HintsHeld | None:
     return None
 
 
-def _outcome(call: ToolCall) -> tuple[str, str | None]:
+def call_outcome(call: ToolCall) -> tuple[str, str | None]:
     """How the call ended, and the detail a person reading the log needs."""
     limited = call.extra.get(RATE_LIMITED)
     if limited is not None:

@@ -33,6 +33,7 @@ from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditAhead, AuditLog
 from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, Target, ToolCall
+from toolkeeper.pipeline.call_metrics import CallMetrics
 from toolkeeper.pipeline.rate_limits import RateLimit, RateLimits
 from toolkeeper.pipeline.signin_prompts import SignInPrompts
 from toolkeeper.pipeline.stages import Forward, Pipeline, Resolve, standard_pipeline
@@ -178,6 +179,9 @@ class Gateway:
             self.pipeline = self.pipeline.with_stage(self.audit_log).with_stage(
                 AuditAhead(self.audit_log), before=Forward
             )
+        # Every ended call is counted, for /metrics and OpenTelemetry (a few dict increments).
+        self.call_metrics = CallMetrics()
+        self.pipeline = self.pipeline.with_stage(self.call_metrics)
 
     def record_refused(self, call: ToolCall) -> None:
         """Record a call the edge refused before the pipeline saw it (its message nested too
