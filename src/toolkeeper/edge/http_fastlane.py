@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.shared.inbound import decode_header_value
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -35,6 +35,9 @@ from toolkeeper.edge.guard import HostGuard
 from toolkeeper.edge.json_answer import OneJsonAnswer, wants_one_json_answer
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.protocol import INVALID_REQUEST, Refusal, error_response, refusal, unreadable
+
+if TYPE_CHECKING:
+    from toolkeeper.edge.handover import Handover
 
 # Most calls end sooner than this, and are not watched for their client leaving (a task each,
 # on every call's path); one that lasts longer is cancelled at most this late after it left.
@@ -51,8 +54,12 @@ class HttpFastLane:
         guard: HostGuard,
         auth: Authenticator,
         max_bytes: int,
+        handover: Handover | None = None,
     ) -> None:
+        """`handover`: where replicas share a store, how a modern client's retry that belongs to
+        another replica's round reaches it (see handover.py)."""
         self.app = app
+        self.handover = handover
         self.lane = lane
         self.path = path
         self.guard = guard
@@ -119,9 +126,21 @@ class HttpFastLane:
             return
         call = self.lane.accept(message, principal) if accepts_json else None
         if call is None or not _headers_agree(headers, message):
+            owner = self.handover.owner(message, headers) if self.handover is not None else None
+            if owner is not None:
+                await self._hand_over(owner, message, headers, body, send)
+                return
             await self.app(scope, _replay(body, True, receive), send)
             return
         await self._answer_fast(receive, send, message["id"], call)
+
+    async def _hand_over(
+        self, replica: str, message: Any, headers: dict[str, str], body: bytes, send: Send
+    ) -> None:
+        assert self.handover is not None
+        failed = await self.handover.pass_on(replica, message, headers, body, send)
+        if failed is not None:
+            await respond(send, 200, jsonwire.dumps(failed), b"application/json")
 
     async def _in_session(
         self, scope: Scope, receive: Receive, send: Send, session: str, message: Any, body: bytes

@@ -304,12 +304,14 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
     CannotStart when it would reach beyond this machine with no way for a client to
     authenticate."""
     from toolkeeper.edge.auth import Authenticator, AuthPlan
+    from toolkeeper.edge.handover import Handover, own_address
     from toolkeeper.edge.http_fastlane import HttpFastLane
     from toolkeeper.edge.oauth import JwtVerifier
     from toolkeeper.edge.web import McpOrDashboard, dashboard
     from toolkeeper.services.keys import KeyRing
 
-    gateway = Gateway(config, store, menu=ConfigMenu)
+    # Replicas behind one address are one gateway to a client: they share the mode.
+    gateway = Gateway(config, store, menu=ConfigMenu, shared_mode=True)
     services = gateway.services
     keys = await services.keys.ring() if services is not None else KeyRing.empty()
     plan = AuthPlan.for_serving(config, host, keys)
@@ -330,6 +332,9 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=max_bytes,
     )
+    # A modern client's retry that a load balancer sent to another replica than its round's.
+    address = own_address(config.settings.http_replica_url, host, port, MCP_PATH)
+    handover = Handover(store, gateway.relay.seal, address)
     # The edge sets X-Accel-Buffering on its own answers; everything else passes the SDK.
     fast = HttpFastLane(
         NoProxyBuffering(app),
@@ -338,6 +343,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
         guard=HostGuard(security.allowed_hosts, security.allowed_origins),
         auth=auth,
         max_bytes=max_bytes,
+        handover=handover,
     )
     # One count of failed authentications for /mcp and the dashboard: guesses at either add up.
     board = dashboard(gateway, config, host, fast.guard, throttle=auth.throttle) if ui else None
@@ -345,6 +351,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
     web = _web_server(streams, host, port, config.settings.http_trusted_proxies)
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run)
+        tg.start_soon(handover.publish)
         tg.start_soon(_collect_garbage_once_up, gateway)
         tg.start_soon(_on_signals, _stop_web(web, gateway, streams), tg.cancel_scope, gateway)
         tg.start_soon(_announce_when_listening, web, gateway, host, port, plan)
@@ -355,6 +362,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
         try:
             await web.serve()
         finally:
+            await handover.aclose()
             if auth.oauth is not None:
                 await auth.oauth.aclose()
         tg.cancel_scope.cancel()
