@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 import asyncpg
+import httpx2
 import mcp_types as types
 import pytest
 from conftest import (
@@ -40,6 +41,7 @@ from conftest import (
     write_config,
 )
 from mcp import Client
+from oauth_issuer import serving
 from test_isolation import FIXTURE, envelope, post
 from test_store import POSTGRES
 
@@ -309,6 +311,68 @@ async def test_a_modern_clients_round_goes_on_at_whichever_replica_its_retry_rea
         assert "user-A" in own["result"]["content"][0]["text"], own
         replay = await anyio.to_thread.run_sync(lambda: retry(b))
         assert replay["error"]["code"] == -32602, replay
+
+
+class RoundRobin:
+    """A load balancer as plain as they come: each request to the next replica in turn, with no
+    stickiness; it notes which replica each tools/call went to."""
+
+    def __init__(self, backends: list[Replica]) -> None:
+        self.backends = backends
+        self.turn = 0
+        self.calls: list[str] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        assert scope["type"] == "http"
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        backend = self.backends[self.turn % len(self.backends)]
+        self.turn += 1
+        if b'"tools/call"' in body:
+            self.calls.append(backend.name)
+        skipped = (b"host", b"content-length", b"connection")
+        headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k not in skipped]
+        target = f"http://127.0.0.1:{backend.port}{scope['path']}"
+        async with (
+            httpx2.AsyncClient(timeout=60) as http,
+            http.stream(scope["method"], target, content=body, headers=headers) as answer,
+        ):
+            kept = [(k.encode(), v.encode()) for k, v in answer.headers.items() if k.lower() != "connection"]
+            await send({"type": "http.response.start", "status": answer.status_code, "headers": kept})
+            async for chunk in answer.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+
+
+async def test_a_modern_client_behind_a_round_robin_balancer_gets_its_answer_across_replicas(
+    tmp_path: Path, pg_url: str
+) -> None:
+    entry = {"command": PY, "args": [str(FIXTURE)], "protocol": "legacy", "prefix": ""}
+    with replicas(tmp_path, pg_url, {"conf": entry}) as backends:
+        for replica in backends:
+            await eventually(lambda r=replica: _lists(r.url, "test_elicitation"), timeout=60)
+        balancer = RoundRobin(backends)
+        asked: list[str] = []
+
+        async def person(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            asked.append(params.message)
+            return types.ElicitResult(action="accept", content={"username": "alice", "email": "a@x"})
+
+        with serving(balancer) as base:
+            for message in ("first", "second", "third"):
+                async with Client(f"{base}/mcp", mode="2026-07-28", elicitation_callback=person) as client:
+                    with anyio.fail_after(60):
+                        answered = await client.call_tool("test_elicitation", {"message": message})
+                assert not answered.is_error and "alice" in _text(answered), answered
+        assert asked == ["first", "second", "third"]
+        # Each call and its retry went to different replicas: every round crossed over.
+        assert len(balancer.calls) == 6 and all(
+            balancer.calls[i] != balancer.calls[i + 1] for i in range(0, 6, 2)
+        ), balancer.calls
 
 
 async def test_an_approval_question_asked_by_one_replica_is_answered_at_the_other_once(
