@@ -35,6 +35,7 @@ from conftest import (
     controllable,
     eventually,
     free_port,
+    gateway_client,
     spawn,
     stop,
     wait_port,
@@ -312,6 +313,15 @@ async def test_a_modern_clients_round_goes_on_at_whichever_replica_its_retry_rea
         replay = await anyio.to_thread.run_sync(lambda: retry(b))
         assert replay["error"]["code"] == -32602, replay
 
+        # A round whose replica stopped: the error names it and says how to pin clients.
+        result = (await anyio.to_thread.run_sync(first_round))["result"]
+        state = result["requestState"]
+        stop(a.process)
+        orphaned = await anyio.to_thread.run_sync(lambda: retry(b))
+        message = orphaned["error"]["message"]
+        assert "held by gateway replica 'a'" in message and "cannot be reached" in message, orphaned
+        assert "load balancer" in message, orphaned
+
 
 class RoundRobin:
     """A load balancer as plain as they come: each request to the next replica in turn, with no
@@ -432,3 +442,42 @@ def test_the_cli_names_the_replica_that_ran_an_approved_call() -> None:
         check=True,
     )
     assert "approved by person via cli, ran by b" in shown.stdout, shown.stdout
+
+
+def test_a_request_state_verifies_on_every_replica_of_the_key_and_names_its_issuer() -> None:
+    from toolkeeper.relay.seal import TokenSeal
+
+    key = bytes(range(32))
+    a, b, stranger = TokenSeal("a"), TokenSeal("b"), TokenSeal("c")
+    a.use_key(key)
+    b.use_key(key)
+    token = a.issue("http:session-a", "hash-1", 60, subject="exchange-1")
+    assert b.replica_of(token) == "a" and b.subject_of(token) == "exchange-1"
+    assert stranger.replica_of(token) is None  # another key: nothing it says is believed
+    assert (
+        stranger.check(token, "http:session-a", "hash-1")
+        == "the request state was not issued by this gateway"
+    )
+    spent = b.spent(token)
+    assert spent is not None and len(spent[0]) == 16
+    assert b.check(token, "http:session-a", "hash-1") is None
+    tampered = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    assert b.check(tampered, "http:session-a", "hash-1") == "the request state was not issued by this gateway"
+
+
+async def test_stdio_gateways_on_one_file_keep_their_own_modes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each desktop client starts its own stdio gateway on the same store: one entering
+    configuration mode does not switch the other's list."""
+    monkeypatch.setenv("TOOLKEEPER_ENABLE_CONFIG_TOOLS_MENU", "true")
+    config = write_config(tmp_path, {"ctl": controllable()})
+    async with gateway_client(config, "legacy") as first, gateway_client(config, "legacy") as second:
+        with anyio.fail_after(60):
+            while CONFIG_TOOL not in {t.name for t in (await first.list_tools()).tools}:
+                await anyio.sleep(0.1)
+        left = await first.call_tool("exit-configuration-mode", {})
+        assert json.loads(_text(left))["changed"] is True
+        assert CONFIG_TOOL not in {t.name for t in (await first.list_tools()).tools}
+        await anyio.sleep(1.5)  # past a poll of the store: nothing of the mode is there to follow
+        assert CONFIG_TOOL in {t.name for t in (await second.list_tools()).tools}
