@@ -915,7 +915,7 @@ def test_replica_name_defaults_to_the_host_and_is_checked(
     assert load_config(path).settings.replica == "gateway-2"
     path.write_text('{"mcpServers": {}, "toolkeeper": {"replica": "a b"}}')
     monkeypatch.delenv("TOOLKEEPER_REPLICA")
-    with pytest.raises(ConfigError, match="toolkeeper.replica must name this replica"):
+    with pytest.raises(ConfigError, match=r"toolkeeper\.replica must name this replica"):
         load_config(path)
 
 
