@@ -481,3 +481,13 @@ async def test_stdio_gateways_on_one_file_keep_their_own_modes(
         assert CONFIG_TOOL not in {t.name for t in (await first.list_tools()).tools}
         await anyio.sleep(1.5)  # past a poll of the store: nothing of the mode is there to follow
         assert CONFIG_TOOL in {t.name for t in (await second.list_tools()).tools}
+
+
+def test_a_replica_is_reached_at_its_configured_url_else_its_own_address() -> None:
+    from toolkeeper.edge.handover import own_address
+
+    assert own_address("http://gw-2:9000/mcp", "0.0.0.0", 8765, "/mcp") == "http://gw-2:9000/mcp"
+    assert own_address(None, "10.1.2.3", 8765, "/mcp") == "http://10.1.2.3:8765/mcp"
+    assert own_address(None, "::1", 8765, "/mcp") == "http://[::1]:8765/mcp"
+    anywhere = own_address(None, "0.0.0.0", 8765, "/mcp")
+    assert anywhere.startswith("http://") and anywhere.endswith(":8765/mcp") and "0.0.0.0" not in anywhere

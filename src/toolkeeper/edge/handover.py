@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any
 
+import anyio
 import httpx2
 from starlette.types import Send
 
@@ -71,7 +73,9 @@ def own_address(configured: str | None, host: str, port: int, path: str) -> str:
 
 
 class Handover:
-    def __init__(self, store: Store, seal: TokenSeal, address: str) -> None:
+    def __init__(self, store: Store, seal: TokenSeal, address: Callable[[], str]) -> None:
+        """`address`: where the other replicas reach this one (worked out as it is published,
+        off the start-up path: it may ask the resolver for this host's address)."""
         self.store = store
         self.seal = seal
         self.address = address
@@ -83,9 +87,10 @@ class Handover:
 
     async def publish(self) -> None:
         """Tell the other replicas where this one is reached."""
+        address = await anyio.to_thread.run_sync(self.address)
         try:
             async with self.store.write(bump_revision=False) as conn:
-                await publish_address(conn, self.replica, self.address)
+                await publish_address(conn, self.replica, address)
         except StoreError as exc:
             logger.warning(
                 "cannot publish where replica %r is reached (%s): rounds it holds stay here",

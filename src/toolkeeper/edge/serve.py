@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -333,7 +334,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
         max_request_body_size=max_bytes,
     )
     # A modern client's retry that a load balancer sent to another replica than its round's.
-    address = own_address(config.settings.http_replica_url, host, port, MCP_PATH)
+    address = partial(own_address, config.settings.http_replica_url, host, port, MCP_PATH)
     handover = Handover(store, gateway.relay.seal, address)
     # The edge sets X-Accel-Buffering on its own answers; everything else passes the SDK.
     fast = HttpFastLane(
