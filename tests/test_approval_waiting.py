@@ -254,7 +254,7 @@ async def test_a_late_yes_reaches_only_once_and_only_the_call_it_was_for(tmp_pat
 
         async def take(digest: str, principal: str, client_name: str) -> str | None:
             taken = await approvals.take_late_yes(
-                digest, principal=principal, client_name=client_name, within=30
+                digest, principal=principal, client_name=client_name, within=30, replica="r1"
             )
             return taken.id if taken is not None else None
 
@@ -263,6 +263,8 @@ async def test_a_late_yes_reaches_only_once_and_only_the_call_it_was_for(tmp_pat
         assert await take(row.call_hash, "alice", "c") is None
         assert await take(row.call_hash, "local", "c") == expired["id"]
         assert await take(row.call_hash, "local", "c") is None  # once
+        ran = await approvals.state(expired["id"])
+        assert ran is not None and ran.ran_by == "r1"  # the replica that took it runs it
 
 
 def typescript_sdk_call(config: Path) -> dict[str, Any]:

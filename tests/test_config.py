@@ -601,7 +601,7 @@ def test_schema_key_is_allowed():
             '{"toolkeeper": {"http": {"host": "h", "bind": 1}}}',
             '<config>: toolkeeper.http must look like {"host": "127.0.0.1", "port": 8765}, with optional '
             '"allowedHosts", "allowedOrigins" and "trustedProxies" (lists of strings), "publicUrl", '
-            '"maxRequestBytes" and "auth".',
+            '"replicaUrl", "maxRequestBytes" and "auth".',
         ),
         (
             '{"toolkeeper": {"featureFlags": {"x": "yes"}}}',
@@ -917,4 +917,20 @@ def test_replica_name_defaults_to_the_host_and_is_checked(
     path.write_text('{"mcpServers": {}, "toolkeeper": {"replica": "a b"}}')
     monkeypatch.delenv("TOOLKEEPER_REPLICA")
     with pytest.raises(ConfigError, match=r"toolkeeper\.replica must name this replica"):
+        load_config(path)
+
+
+def test_replica_url_is_an_http_url_of_an_endpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "config.json"
+    monkeypatch.delenv("TOOLKEEPER_HTTP_REPLICA_URL", raising=False)
+    path.write_text('{"mcpServers": {}}')
+    assert load_config(path).settings.http_replica_url is None
+    # Replicas talk over their own network: plain http off the loopback is accepted.
+    path.write_text('{"mcpServers": {}, "toolkeeper": {"http": {"replicaUrl": "http://10.0.0.5:8765/mcp"}}}')
+    assert load_config(path).settings.http_replica_url == "http://10.0.0.5:8765/mcp"
+    monkeypatch.setenv("TOOLKEEPER_HTTP_REPLICA_URL", "http://gw-2:8765/mcp")
+    assert load_config(path).settings.http_replica_url == "http://gw-2:8765/mcp"
+    monkeypatch.delenv("TOOLKEEPER_HTTP_REPLICA_URL")
+    path.write_text('{"mcpServers": {}, "toolkeeper": {"http": {"replicaUrl": "gw-2:8765"}}}')
+    with pytest.raises(ConfigError, match=r"toolkeeper\.http\.replicaUrl must be an absolute URL"):
         load_config(path)

@@ -83,6 +83,8 @@ def _print_calls(calls: list[dict[str, Any]], *, include_decided: bool) -> None:
             status = f"waits (expires {_when(call['expiresAt'])})"
         elif call.get("decidedBy"):
             status += f" by {call['decidedBy']}"
+        if call.get("ranBy"):
+            status += f", ran by {call['ranBy']}"
         table.add_row(call["id"], call["tool"], _what(call), _who(call), _when(call["createdAt"]), status)
     out.print(table)
     if any(call["status"] == "pending" for call in calls):

@@ -376,6 +376,20 @@ def _public_url(setting: Setting, found: Found) -> str:
     return _web_url(found.source, found.value, "https://gateway.example.com", query=False).rstrip("/")
 
 
+def _replica_url(setting: Setting, found: Found) -> str:
+    """Where the other replicas reach this one's /mcp: an absolute http(s) URL with a path. Plain
+    http is allowed off the loopback too: replicas usually talk over their own private network."""
+    parts = _url_parts(found.value)
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not parts.path:
+        raise ConfigError(
+            f"{found.source} must be an absolute URL of this replica's MCP endpoint, like "
+            f'"http://10.0.0.5:8765/mcp", got {found.value!r}.'
+        )
+    if parts.fragment or parts.query or parts.username is not None:
+        raise ConfigError(f"{found.source} must not hold a query, a fragment or a user name.")
+    return str(found.value)
+
+
 def _networks(setting: Setting, found: Found) -> tuple[str, ...]:
     """Addresses and networks (`10.0.0.5`, `10.0.0.0/8`, `fd00::/8`), each as a CIDR network."""
     networks = []
@@ -411,7 +425,7 @@ def _replica_name(setting: Setting, found: Found) -> str:
     if not isinstance(value, str) or not REPLICA_NAME.fullmatch(value):
         raise ConfigError(
             f"{found.source} must name this replica in 1 to 63 letters, digits, '.', '_', ':' or '-',"
-            f" starting with a letter or digit, like \"gateway-1\"; got {value!r}."
+            f' starting with a letter or digit, like "gateway-1"; got {value!r}.'
         )
     return value
 
@@ -569,6 +583,10 @@ SETTINGS = (
     Setting(
         key="http.publicUrl", field="http_public_url", read=_public_url, default=None,
         env=("TOOLKEEPER_HTTP_PUBLIC_URL",),
+    ),
+    Setting(
+        key="http.replicaUrl", field="http_replica_url", read=_replica_url, default=None,
+        env=("TOOLKEEPER_HTTP_REPLICA_URL",),
     ),
     Setting(
         key="http.maxRequestBytes", field="http_max_request_bytes", read=_number, kind=int,
@@ -761,7 +779,7 @@ SETTINGS_KEYS = frozenset(setting.key.partition(".")[0] for setting in SETTINGS)
 SECTION_SHAPES = {
     "http": '{where}: toolkeeper.http must look like {{"host": "127.0.0.1", "port": 8765}}, with optional '
     '"allowedHosts", "allowedOrigins" and "trustedProxies" (lists of strings), "publicUrl", '
-    '"maxRequestBytes" and "auth".',
+    '"replicaUrl", "maxRequestBytes" and "auth".',
     "http.auth": '{where}: toolkeeper.http.auth must look like {{"mode": "oauth", "oauth": {{"issuer": '
     '"https://auth.example.com", "audience": "https://gateway.example.com/mcp"}}}}, with the mode one of '
     + ", ".join(HTTP_AUTH_MODES)

@@ -252,6 +252,9 @@ class GatewaySettings:
     # Where clients reach the gateway from outside (a reverse proxy's https address), without a
     # trailing slash: its sign-in callback and its client ID metadata document are published there.
     http_public_url: str | None = None
+    # Where the other replicas of a store reach this one's /mcp (a round it holds is handed to it
+    # there); None: its own address and port (edge/handover.py).
+    http_replica_url: str | None = None
     http_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     http_auth_mode: HttpAuthMode = "auto"
     http_auth_oauth: OAuthSettings | None = None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.shared.inbound import decode_header_value
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -40,6 +40,8 @@ from toolkeeper.protocol import INVALID_REQUEST, Refusal, error_response, refusa
 # A path the edge answers itself, after the Host guard and before authentication (each decides
 # for itself who may have its answer): the probes, /metrics.
 Endpoint = Callable[[Scope, Mapping[str, str], Send], Awaitable[None]]
+if TYPE_CHECKING:
+    from toolkeeper.edge.handover import Handover
 
 # Most calls end sooner than this, and are not watched for their client leaving (a task each,
 # on every call's path); one that lasts longer is cancelled at most this late after it left.
@@ -57,9 +59,13 @@ class HttpFastLane:
         auth: Authenticator,
         max_bytes: int,
         endpoints: Mapping[str, Endpoint] | None = None,
+        handover: Handover | None = None,
     ) -> None:
+        """`handover`: where replicas share a store, how a modern client's retry that belongs to
+        another replica's round reaches it (see handover.py)."""
         self.app = app
         self.endpoints = dict(endpoints or {})
+        self.handover = handover
         self.lane = lane
         self.path = path
         self.guard = guard
@@ -130,9 +136,21 @@ class HttpFastLane:
             return
         call = self.lane.accept(message, principal) if accepts_json else None
         if call is None or not _headers_agree(headers, message):
+            owner = self.handover.owner(message, headers) if self.handover is not None else None
+            if owner is not None:
+                await self._hand_over(owner, message, headers, body, send)
+                return
             await self.app(scope, _replay(body, True, receive), send)
             return
         await self._answer_fast(receive, send, message["id"], call)
+
+    async def _hand_over(
+        self, replica: str, message: Any, headers: dict[str, str], body: bytes, send: Send
+    ) -> None:
+        assert self.handover is not None
+        failed = await self.handover.pass_on(replica, message, headers, body, send)
+        if failed is not None:
+            await respond(send, 200, jsonwire.dumps(failed), b"application/json")
 
     async def _in_session(
         self, scope: Scope, receive: Receive, send: Send, session: str, message: Any, body: bytes

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -328,11 +329,13 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
     from toolkeeper.edge.health import HEALTH_PATH, READY_PATH, Health
     from toolkeeper.edge.http_fastlane import Endpoint, HttpFastLane
     from toolkeeper.edge.metrics import METRICS_PATH, MetricsEndpoint
+    from toolkeeper.edge.handover import Handover, own_address
     from toolkeeper.edge.oauth import JwtVerifier
     from toolkeeper.edge.web import McpOrDashboard, dashboard
     from toolkeeper.services.keys import KeyRing
 
-    gateway = Gateway(config, store, menu=ConfigMenu)
+    # Replicas behind one address are one gateway to a client: they share the mode.
+    gateway = Gateway(config, store, menu=ConfigMenu, shared_mode=True)
     services = gateway.services
     keys = await services.keys.ring() if services is not None else KeyRing.empty()
     plan = AuthPlan.for_serving(config, host, keys)
@@ -359,6 +362,9 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
         READY_PATH: health,
         METRICS_PATH: MetricsEndpoint(gateway.call_metrics, auth),
     }
+    # A modern client's retry that a load balancer sent to another replica than its round's.
+    address = partial(own_address, config.settings.http_replica_url, host, port, MCP_PATH)
+    handover = Handover(store, gateway.relay.seal, address)
     # The edge sets X-Accel-Buffering on its own answers; everything else passes the SDK.
     fast = HttpFastLane(
         NoProxyBuffering(app),
@@ -368,6 +374,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
         auth=auth,
         max_bytes=max_bytes,
         endpoints=endpoints,
+        handover=handover,
     )
     # One count of failed authentications for /mcp and the dashboard: guesses at either add up.
     board = dashboard(gateway, config, host, fast.guard, throttle=auth.throttle) if ui else None
@@ -376,6 +383,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
     web = _web_server(streams, host, port, config.settings.http_trusted_proxies)
     async with exporting_telemetry(gateway), anyio.create_task_group() as tg:
         await tg.start(gateway.run)
+        tg.start_soon(handover.publish)
         tg.start_soon(_collect_garbage_once_up, gateway)
         tg.start_soon(_on_signals, _stop_web(web, gateway, streams), tg.cancel_scope, gateway)
         tg.start_soon(_announce_when_listening, web, gateway, host, port, plan)
@@ -386,6 +394,7 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
         try:
             await web.serve()
         finally:
+            await handover.aclose()
             if auth.oauth is not None:
                 await auth.oauth.aclose()
         tg.cancel_scope.cancel()

@@ -44,7 +44,7 @@ from toolkeeper.relay.seal import TokenSeal
 from toolkeeper.sdk_private import on_connection_end
 from toolkeeper.services.approvals import HOLDER
 from toolkeeper.store import StoreError
-from toolkeeper.store.approvals import DENIED, PENDING, STORE_RESTORED, PendingCall
+from toolkeeper.store.approvals import APPROVED, DENIED, PENDING, STORE_RESTORED, PendingCall
 
 if TYPE_CHECKING:
     from toolkeeper.policy.decide import Policy
@@ -149,7 +149,8 @@ class ApprovalGate:
 
     def __init__(self, gateway: GateHost) -> None:
         self.gateway = gateway
-        self.seal = TokenSeal()
+        # The relay's seal: one key (the replicas' where they share a store), one issuer's name.
+        self.seal: TokenSeal = gateway.relay.seal
         # Per session: call hash → when a person last approved it (for idempotent retries).
         self.approved: dict[str, dict[str, float]] = {}
         self._memo_policy: Policy | None = None
@@ -282,7 +283,10 @@ class ApprovalGate:
         """A modern client's retry: the sealed state must be ours, fresh, unused, for this
         client and these exact arguments; anything else is refused and recorded."""
         verdict = await self._verdict(call, tool)
-        problem = self.seal.check(state.removeprefix(STATE_PREFIX), call.client.session, digest)
+        token = state.removeprefix(STATE_PREFIX)
+        problem = self.seal.check(token, call.client.session, digest)
+        if problem is None:
+            problem = await self._spend_everywhere(token)
         if problem is not None:
             call.decision = DecisionRecord(
                 verdict, Decision.DENY, "toolkeeper", "elicitation", outcome="bad_token"
@@ -294,6 +298,19 @@ class ApprovalGate:
         # The retry's envelope was for the gate alone: the downstream sees the plain call.
         call.params = {k: v for k, v in call.params.items() if k not in ("requestState", "inputResponses")}
         return await self._conclude(Asking(call, tool, digest, verdict), Answered(answer, "elicitation"))
+
+    async def _spend_everywhere(self, token: str) -> str | None:
+        """A good token was spent on this replica; where replicas share a store, on every one
+        (None), or what is wrong."""
+        services, spent = self.gateway.services, self.seal.spent(token)
+        if services is None or spent is None:
+            return None
+        try:
+            if await services.approvals.spend_request_state(*spent):
+                return None
+        except StoreError as exc:
+            return f"the store could not record its use ({exc})"
+        return "the request state was already used"
 
     async def _queue(self, asking: Asking, question: dict[str, Any]) -> dict[str, Any] | None:
         """The call waits in the queue for a person's answer through the store. First, in order:
@@ -332,7 +349,35 @@ class ApprovalGate:
             telling.cancel_scope.cancel()
         if settled is None and services.approvals.stopping is not None:
             return self._shutting_down(asking, services.approvals.stopping, waited_ms=_ms_since(started))
-        return await self._conclude(asking, queue_answer(settled, _ms_since(started)))
+        answered = queue_answer(settled, _ms_since(started))
+        if settled is not None and settled.status == APPROVED:
+            refused = await self._claim_run(asking, answered, pending.id)
+            if refused is not None:
+                return refused
+        return await self._conclude(asking, answered)
+
+    async def _claim_run(self, asking: Asking, answered: Answered, approval_id: str) -> dict[str, Any] | None:
+        """An approved call runs on one replica, which its row names: this one, unless another
+        claimed it (None: this one runs it), or the store cannot say (refused, not run twice)."""
+        services = self.gateway.services
+        assert services is not None
+        replica = self.gateway.settings.replica
+        try:
+            if await services.approvals.claim_run(approval_id, replica):
+                return None
+            problem = "another replica of the gateway ran it"
+        except StoreError as exc:
+            problem = f"the store could not record which replica runs it ({exc})"
+        logger.warning("%s: approval %s was given, but %s", asking.tool.exposed_name, approval_id, problem)
+        asking.call.decision = DecisionRecord(
+            asking.verdict,
+            Decision.DENY,
+            answered.who,
+            channel=answered.channel,
+            wait_ms=answered.waited_ms,
+            outcome="not_claimed",
+        )
+        return refusal(asking.tool, f"it was approved, but {problem}; call the tool again")
 
     async def _late_yes(self, asking: Asking) -> Answered | None:
         """A person's yes that came after this call's earlier caller stopped waiting, kept for the
@@ -347,6 +392,7 @@ class ApprovalGate:
                 principal=client.principal.name,
                 client_name=client.name,
                 within=self.gateway.settings.retry_window,
+                replica=self.gateway.settings.replica,
             )
         except StoreError as exc:
             logger.warning("cannot look for a late approval of %s: %s", asking.tool.exposed_name, exc)

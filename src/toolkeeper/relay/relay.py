@@ -518,6 +518,13 @@ class Relay:
         carries the call on; anyone else is refused and the call keeps waiting for its client."""
         token = state.removeprefix(REQUEST_STATE_PREFIX)
         exchange = self._exchanges.get(self.seal.subject_of(token) or "")
+        holder = self.seal.replica_of(token)
+        if exchange is None and holder and holder != self.seal.replica:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"requestState belongs to a call held by gateway replica '{holder}', which this "
+                f"replica ('{self.seal.replica}') could not reach; call the tool again without it",
+            )
         if exchange is None:
             raise MCPError(
                 code=INVALID_PARAMS,

@@ -42,6 +42,7 @@ from toolkeeper.relay.notify import ClientNotifier
 from toolkeeper.relay.relay import Relay
 from toolkeeper.runtime.discovery import FindTools
 from toolkeeper.runtime.menu import Menu, Mode
+from toolkeeper.runtime.shared_mode import SharedMode, starting_mode
 from toolkeeper.runtime.views import FoundIndex, ToolRanking, View, Views
 from toolkeeper.runtime.working_sets import Caller, NoteUse, WorkingSets
 from toolkeeper.services import Services
@@ -50,6 +51,7 @@ from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.search import SearchAnswer, search_tools
 from toolkeeper.services.toolsets import Change
 from toolkeeper.store import Store, StoreError, audit_chain, audit_journal
+from toolkeeper.store.request_state_key import request_state_key
 from toolkeeper.toolsets.model import Toolset
 
 logger = logging.getLogger(__name__)
@@ -83,11 +85,15 @@ class Gateway:
         menu: Callable[[Gateway], Menu] | None = None,
         warm_tokenizer: bool = False,
         sign_ins: SignIns | None = None,
+        shared_mode: bool = False,
     ) -> None:
         """`warm_tokenizer`: load the tables token costs are counted with while the servers start
         (a gateway that will show costs), so that no request waits for them. `sign_ins`: the
-        accounts remote servers are signed in with (by default, those kept in the store)."""
+        accounts remote servers are signed in with (by default, those kept in the store).
+        `shared_mode`: the mode is kept in the store, shared by every replica of an HTTP gateway
+        (see runtime/shared_mode.py); otherwise this process's own."""
         self.config = config
+        self.shared_mode = SharedMode(store) if shared_mode and store is not None else None
         # Tokens of remote servers that sign in: read from the store at start and at each of its
         # changes (`toolkeeper login` in another process), renewed in the background.
         self.sign_ins = (
@@ -110,6 +116,8 @@ class Gateway:
             max_client_connections=config.settings.max_client_connections,
             client_connection_idle_seconds=config.settings.client_connection_idle_seconds,
         )
+        # Every request state names the replica that issued it (see relay/seal.py).
+        self.relay.seal.replica = config.settings.replica
         self.pool = DownstreamPool(config, self.relay, connect, sign_ins=self.sign_ins)
         self.catalog = Catalog()
         # The newest search index made, and the making of this moment's (see ranking_for).
@@ -218,10 +226,10 @@ class Gateway:
             await self._settle_orphaned_approvals()
             await self._end_sessions(starting=True)
             await self._load_state()
-            # Seed 001: start in normal mode when a toolset is equipped, else in configuration
-            # mode; with tool search on, normal mode has find-tools to offer all the same.
-            searching = self.settings.discovery == "search"
-            self.mode = Mode.NORMAL if self.toolset or searching else Mode.CONFIGURATION
+            # The replicas' key, so that a modern client's retry verifies on any of them.
+            self.relay.seal.use_key(await request_state_key(self.store))
+            if self.shared_mode is None:  # a shared mode was read with the rest of the state
+                self.mode = starting_mode(equipped=self.toolset is not None, searching=self._search_on)
             self._rebuild_view()
         try:
             await self._run(task_status)
@@ -408,16 +416,29 @@ class Gateway:
 
     # -- modes -----------------------------------------------------------------------------
 
-    def set_mode(self, mode: Mode) -> bool:
-        """Switch to `mode`; whether anything changed."""
+    @property
+    def _search_on(self) -> bool:
+        return self.settings.discovery == "search"
+
+    async def set_mode(self, mode: Mode) -> bool:
+        """Switch to `mode` (every replica, where they share it); whether anything changed."""
         # Explicit targets, never a toggle: repeating a call changes nothing.
-        if self.mode is mode:
-            return False
-        self.mode = mode
-        logger.info("mode: %s", mode.value)
-        self._rebuild_view()
-        self.notifier.tools_changed()
-        return True
+        current = self.mode
+        if self.shared_mode is not None:
+            # Under the load's lock, from the store's value: a replica that has not reloaded yet
+            # must not take its own stale mode for the current one.
+            async with self._loading_state:
+                current = await self.shared_mode.read(
+                    equipped=self.toolset is not None, searching=self._search_on
+                )
+                if current is not mode:
+                    await self.shared_mode.write(mode)
+        if self.mode is not mode:
+            self.mode = mode
+            logger.info("mode: %s", mode.value)
+            self._rebuild_view()
+            self.notifier.tools_changed()
+        return current is not mode
 
     # -- toolset state from the store ------------------------------------------------------
 
@@ -458,6 +479,10 @@ class Gateway:
             ):
                 # Equipped elsewhere (the CLI, another replica): the auto-exit applies there too.
                 self.mode = Mode.NORMAL
+            if self.shared_mode is not None:
+                self.mode = await self.shared_mode.read(
+                    equipped=self.toolset is not None, searching=self._search_on
+                )
             await self._follow_reload_requests()
 
     async def _load_sign_ins(self) -> None:

@@ -30,7 +30,7 @@ from toolkeeper.config.model import DEFAULT_RETRY_WINDOW
 from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.jsonwire import has_utf8_form
 from toolkeeper.policy.model import Answer
-from toolkeeper.store import Store, StoreError
+from toolkeeper.store import Store, StoreError, spent_states
 from toolkeeper.store import approvals as rows
 from toolkeeper.store.approvals import PENDING, PendingCall
 
@@ -74,6 +74,7 @@ def describe(call: PendingCall) -> dict[str, Any]:
         "decidedBy": call.decided_by,
         "decidedAt": call.decided_at.isoformat() if call.decided_at else None,
         "denyReason": call.reason,
+        "ranBy": call.ran_by,
     }
 
 
@@ -301,11 +302,11 @@ class ApprovalService:
         return len(self._waits)
 
     async def take_late_yes(
-        self, call_hash: str, *, principal: str | None, client_name: str | None, within: float
+        self, call_hash: str, *, principal: str | None, client_name: str | None, within: float, replica: str
     ) -> PendingCall | None:
         """A late yes, given within the last `within` seconds for this exact call made by the
-        same principal with the same client name, taken for one retry (None when there is none,
-        or another retry took it first)."""
+        same principal with the same client name, taken for one retry that `replica` runs (None
+        when there is none, or another retry took it first)."""
         since = datetime.now(UTC) - timedelta(seconds=within)
         async with self.store.read() as conn:  # most calls asked about have none: write nothing then
             kept = await rows.late_yeses(conn, call_hash, principal=principal, since=since)
@@ -313,9 +314,20 @@ class ApprovalService:
             if late.client.get("name") != client_name:
                 continue
             async with self.store.write(bump_revision=False) as conn:
-                if await rows.use_late_yes(conn, late.id):
-                    return replace(late, status=rows.RUN_ON_RETRY)
+                if await rows.use_late_yes(conn, late.id, replica):
+                    return replace(late, status=rows.RUN_ON_RETRY, ran_by=replica)
         return None
+
+    async def claim_run(self, call_id: str, replica: str) -> bool:
+        """`replica` runs the approved call; False when another replica runs it (or it is not
+        approved): whoever waits for an answer on any replica, the call runs once."""
+        async with self.store.write(bump_revision=False) as conn:
+            return await rows.claim_run(conn, call_id, replica)
+
+    async def spend_request_state(self, nonce: str, expires: float) -> bool:
+        """Mark an answered request state spent on every replica; False when it already was."""
+        async with self.store.write(bump_revision=False) as conn:
+            return await spent_states.spend(conn, nonce, datetime.fromtimestamp(expires, UTC))
 
     async def _until_decided(self, call_id: str) -> PendingCall | None:
         """Poll the row until it is no longer pending (None when it is gone)."""

@@ -57,6 +57,7 @@ class PendingCall:
     decided_at: datetime | None
     channel: str | None = None  # the face a person answered with (cli, dashboard); None if nobody did
     principal: str | None = None  # who the gateway let in to make the call; None before it was recorded
+    ran_by: str | None = None  # the replica that ran it once approved; None while nobody did
 
 
 def _row(row: Any) -> PendingCall:
@@ -78,6 +79,7 @@ def _row(row: Any) -> PendingCall:
         decided_at=aware(row.decided_at),
         channel=row.channel,
         principal=row.principal,
+        ran_by=row.ran_by,
     )
 
 
@@ -253,12 +255,27 @@ async def late_yeses(
     return [_row(row) for row in (await conn.execute(query)).all()]
 
 
-async def use_late_yes(conn: AsyncConnection, call_id: str) -> bool:
-    """Take a late yes for a retry; False when another retry took it first."""
+async def use_late_yes(conn: AsyncConnection, call_id: str, replica: str) -> bool:
+    """Take a late yes for a retry `replica` runs; False when another retry took it first."""
     result = await conn.execute(
         update(pending_approvals)
         .where(pending_approvals.c.id == call_id, pending_approvals.c.status == APPROVED_LATE)
-        .values(status=RUN_ON_RETRY)
+        .values(status=RUN_ON_RETRY, ran_by=replica)
+    )
+    return bool(result.rowcount)
+
+
+async def claim_run(conn: AsyncConnection, call_id: str, replica: str) -> bool:
+    """`replica` runs the approved call (on time, or on a retry's late yes); False when another
+    replica claimed it first, or it is not approved: exactly one replica runs it."""
+    result = await conn.execute(
+        update(pending_approvals)
+        .where(
+            pending_approvals.c.id == call_id,
+            pending_approvals.c.status.in_((APPROVED, RUN_ON_RETRY)),
+            pending_approvals.c.ran_by.is_(None),
+        )
+        .values(ran_by=replica)
     )
     return bool(result.rowcount)
 

@@ -189,6 +189,7 @@ class Store:
         try:
             if schema:
                 async with self._translate_errors(), engine.begin() as conn:
+                    await _one_at_a_time(conn, f"schema {schema}")
                     await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
             await self.migrate(up_to=up_to)
             if self.path is not None:
@@ -406,6 +407,7 @@ class Store:
 
         async with self.write() as conn:
             # Under the write lock, so two processes starting at once do not both migrate.
+            await _one_at_a_time(conn, "migrate")
             versions = await conn.run_sync(_schema_versions)
             if versions != [target]:
                 problem = await conn.run_sync(self._lost_data) if not versions else None
@@ -592,6 +594,16 @@ def _header_identity(path: Path) -> int:
             return int(db.execute("PRAGMA user_version").fetchone()[0])
     except sqlite3.Error:
         return -1  # not a SQLite file (any more)
+
+
+async def _one_at_a_time(conn: AsyncConnection, what: str) -> None:
+    """PostgreSQL: hold a lock on `what` in this store's schema until this transaction ends, so
+    that replicas starting together on a new store take turns (SQLite's writes already do)."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtext(:what || ' ' || current_setting('search_path')))"),
+            {"what": what},
+        )
 
 
 def known_schemas() -> tuple[str, ...]:

@@ -145,6 +145,18 @@ pending_approvals = Table(
     Column("decided_at", DateTime(timezone=True), nullable=True),
     Column("channel", String(50), nullable=True),  # the face the person answered with: cli, dashboard
     Column("principal", String(200), nullable=True),  # who the gateway let in: a key's name, "local", …
+    # The replica (`settings.replica`) that ran the call once it was approved: one, by a
+    # conditional update; None while nobody ran it.
+    Column("ran_by", String(63), nullable=True),
+)
+
+# The nonces of 2026-07-28 request states already answered, until they expire: a state holds
+# once on whichever replica its retry reaches (see relay/seal.py).
+spent_request_states = Table(
+    "spent_request_states",
+    metadata,
+    Column("nonce", String(32), primary_key=True),
+    Column("expires_at", DateTime(timezone=True), nullable=False, index=True),
 )
 
 # The kinds of audit record (`audit_log.kind`).

@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from toolkeeper.config.model import Discovery
+from toolkeeper.store.gateway_mode import write_mode
 from toolkeeper.store.gateway_values import put_value, read_value
 from toolkeeper.store.tables import tool_notes, toolset_tools, toolsets
 from toolkeeper.toolsets.model import Note, ToolNotes, ToolRef, Toolset, ToolsetError, check_discovery
@@ -268,3 +269,5 @@ async def get_equipped(conn: AsyncConnection) -> str | None:
 
 async def set_equipped(conn: AsyncConnection, name: str | None) -> None:
     await put_value(conn, EQUIPPED, name)
+    if name is not None:  # seed 001's auto-exit, for the replicas that share their mode
+        await write_mode(conn, None)

@@ -56,7 +56,7 @@ class ConfigHost(Protocol):
         """Whether normal mode lists find-tools (tool search is on)."""
         ...
 
-    def set_mode(self, mode: Mode) -> bool:
+    async def set_mode(self, mode: Mode) -> bool:
         """Switch to `mode`; whether anything changed."""
         ...
 
@@ -326,7 +326,7 @@ async def _explain_policy(gateway: ConfigHost, args: dict[str, Any]) -> dict[str
 
 
 async def _enter(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
-    changed = gateway.set_mode(Mode.CONFIGURATION)
+    changed = await gateway.set_mode(Mode.CONFIGURATION)
     return {
         "success": True,
         "currentMode": Mode.CONFIGURATION.value,
@@ -339,7 +339,7 @@ async def _enter(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _exit(gateway: ConfigHost, args: dict[str, Any]) -> dict[str, Any]:
-    changed = gateway.set_mode(Mode.NORMAL)
+    changed = await gateway.set_mode(Mode.NORMAL)
     toolset = gateway.toolset_name
     message = "Returned to normal mode." if changed else "Already in normal mode; nothing changed."
     if toolset:

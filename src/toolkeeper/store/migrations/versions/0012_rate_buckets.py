@@ -1,15 +1,15 @@
 """Rate limits counted in the store: one bucket per principal (and per principal and tool).
 
-Revision ID: 0011_limits
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-11-29
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011_limits"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
