@@ -326,10 +326,10 @@ async def serve_http(config: Config, store: Store, host: str, port: int, *, ui: 
     CannotStart when it would reach beyond this machine with no way for a client to
     authenticate."""
     from toolkeeper.edge.auth import Authenticator, AuthPlan
+    from toolkeeper.edge.handover import Handover, own_address
     from toolkeeper.edge.health import HEALTH_PATH, READY_PATH, Health
     from toolkeeper.edge.http_fastlane import Endpoint, HttpFastLane
     from toolkeeper.edge.metrics import METRICS_PATH, MetricsEndpoint
-    from toolkeeper.edge.handover import Handover, own_address
     from toolkeeper.edge.oauth import JwtVerifier
     from toolkeeper.edge.web import McpOrDashboard, dashboard
     from toolkeeper.services.keys import KeyRing
