@@ -3,16 +3,18 @@ pins and argument rules, the approval policy, the client keys and their toolsets
 accounts and the reload requests.
 
 The hot path never reads the store; this class reads it when something changed: at start, after
-the gateway's own services wrote, and when another process (the CLI, another replica) did, which
-it notices by the store's revision. It also settles what a gateway that is gone left behind (its
-pending approvals, its session rules).
+the gateway's own services wrote, and when another process (the CLI, another replica) did. On
+SQLite it notices that by polling the store's revision; on PostgreSQL it hears each change as it
+commits (a LISTEN on a connection of its own) and reads again only what the change touched,
+everything when a notice was missed, garbled, or the connection was lost meanwhile. It also
+settles what a gateway that is gone left behind (its pending approvals, its session rules).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -23,12 +25,36 @@ from toolkeeper.runtime.menu import Mode
 from toolkeeper.services import Services
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.store import Store, StoreError
+from toolkeeper.store.change_notices import ALL_TOPICS, ChangeNotice
 from toolkeeper.toolsets.model import Toolset
+
+if TYPE_CHECKING:
+    from toolkeeper.store.change_listener import ChangeListener
 
 logger = logging.getLogger(__name__)
 
-# How often the gateway looks for changes other processes (the CLI, a replica) made to the store.
+# How often the gateway looks for changes other processes (the CLI, a replica) made to a SQLite store.
 STORE_POLL_SECONDS = 1.0
+# How long a PostgreSQL store's listener waits for a notice before it checks that its connection
+# still answers and that no notice was missed (the revision it read is the one it knows).
+LISTENER_CHECK_SECONDS = 5.0
+# After the listener's connection is lost: the first wait before connecting again, and the longest.
+RECONNECT_FIRST_SECONDS = 0.1
+RECONNECT_LONGEST_SECONDS = 5.0
+
+# What the gateway keeps of the store, in pieces read together, and the pieces each topic of a
+# change notice (store/change_notices.py) makes it read again.
+ALL_PIECES = frozenset({"toolset", "annotator", "policy", "keys", "signins", "reloads"})
+PIECES_OF_TOPIC = {
+    "toolsets": frozenset({"toolset"}),
+    "hints": frozenset({"annotator"}),
+    "rules": frozenset({"annotator"}),
+    "policy": frozenset({"policy"}),
+    "keys": frozenset({"keys"}),
+    "signins": frozenset({"signins"}),
+    "state": frozenset({"toolset", "reloads"}),  # the equipped toolset, reload requests
+    "approvals": frozenset(),  # the waiting calls read their own rows
+}
 
 
 class SyncedGateway(Protocol):
@@ -75,6 +101,11 @@ class StoreSync:
 
     async def load(self, revision: int | None = None) -> None:
         """Read everything the gateway keeps of the store again."""
+        await self._load(ALL_PIECES, revision)
+
+    async def _load(self, pieces: frozenset[str], revision: int | None) -> None:
+        """Read `pieces` of what the gateway keeps again (see `PIECES_OF_TOPIC`); the state is
+        then at least as new as `revision` (None: the revision read first)."""
         gateway, services = self.gateway, self._services
         # One load at a time: a load that began before this gateway's own equip wrote, and ended
         # after the model entered configuration mode again, would take that equip for one made
@@ -82,27 +113,33 @@ class StoreSync:
         async with self._loading:
             if revision is None:
                 revision = await self._store.revision()
-            previous = gateway.toolset
-            gateway.toolset = await services.toolsets.equipped()
-            gateway.annotator = replace(
-                gateway.annotator,
-                overrides=await services.hints.overrides(),
-                rules=await services.rules.load(),
-            )
-            gateway.policy = await services.policy.load()
-            gateway.keys = await services.keys.ring()
-            gateway.scope_toolsets = await services.toolsets.named(gateway.keys.scope_toolsets())
-            self.revision = revision
-            if gateway.started.is_set():
+            if "toolset" in pieces:
+                previous = gateway.toolset
+                gateway.toolset = await services.toolsets.equipped()
+                if (
+                    gateway.toolset
+                    and (previous is None or previous.name != gateway.toolset.name)
+                    and gateway.started.is_set()
+                ):
+                    # Equipped elsewhere (the CLI, another replica): the auto-exit applies there too.
+                    gateway.mode = Mode.NORMAL
+            if "annotator" in pieces:
+                gateway.annotator = replace(
+                    gateway.annotator,
+                    overrides=await services.hints.overrides(),
+                    rules=await services.rules.load(),
+                )
+            if "policy" in pieces:
+                gateway.policy = await services.policy.load()
+            if "keys" in pieces:
+                gateway.keys = await services.keys.ring()
+            if "keys" in pieces or "toolset" in pieces:
+                gateway.scope_toolsets = await services.toolsets.named(gateway.keys.scope_toolsets())
+            self.revision = max(self.revision, revision)
+            if "signins" in pieces and gateway.started.is_set():
                 await self.load_sign_ins()
-            if (
-                gateway.toolset
-                and (previous is None or previous.name != gateway.toolset.name)
-                and gateway.started.is_set()
-            ):
-                # Equipped elsewhere (the CLI, another replica): the auto-exit applies there too.
-                gateway.mode = Mode.NORMAL
-            await self._follow_reload_requests()
+            if "reloads" in pieces:
+                await self._follow_reload_requests()
 
     async def load_sign_ins(self) -> None:
         try:
@@ -152,6 +189,13 @@ class StoreSync:
 
     async def watch(self) -> None:
         """Follow the changes other processes make to the store until cancelled."""
+        if self._store.is_sqlite:
+            await self._poll()
+        else:
+            await self._listen()
+
+    async def _poll(self) -> None:
+        """SQLite: one revision read a tick, and a whole load when it moved."""
         store = self._store
         while True:
             await anyio.sleep(STORE_POLL_SECONDS)
@@ -159,13 +203,82 @@ class StoreSync:
                 revision = await store.revision()
                 if revision == self.revision:
                     continue
-                before = self._seen()
-                await self.load(revision)
+                await self._reload(ALL_PIECES, revision)
             except StoreError as exc:
                 logger.warning("cannot read the store for changes: %s", exc)
+
+    async def _reload(self, pieces: frozenset[str], revision: int | None) -> None:
+        """Read `pieces` again and tell the clients when what they see changed."""
+        before = self._seen()
+        await self._load(pieces, revision)
+        if self._seen() != before:
+            self.gateway.state_changed()
+
+    async def _listen(self) -> None:
+        """PostgreSQL: hear each committed change as it commits and read again what it changed;
+        connect again when the connection is lost, and then read everything (notices sent while
+        nobody listened are gone)."""
+        # Imported here: a gateway on SQLite never loads the PostgreSQL driver.
+        from toolkeeper.store.change_listener import ChangeListener
+
+        store = self._store
+        wait = RECONNECT_FIRST_SECONDS
+        lost: StoreError | None = None
+        while True:
+            try:
+                async with ChangeListener.listening(store) as listener:
+                    if lost is None:
+                        await self._catch_up(await listener.revision())
+                    else:
+                        await self._reload(ALL_PIECES, None)
+                        self._services.approvals.decisions_changed()
+                        logger.warning("hearing the store's changes again; everything was read again")
+                    lost, wait = None, RECONNECT_FIRST_SECONDS
+                    await self._follow(listener)
+            except StoreError as exc:
+                if lost is None:
+                    logger.warning("cannot hear the store's changes (trying again): %s", exc)
+                lost = exc
+                await anyio.sleep(wait)
+                wait = min(wait * 2, RECONNECT_LONGEST_SECONDS)
+
+    async def _catch_up(self, revision: int) -> None:
+        if revision != self.revision:
+            await self._reload(ALL_PIECES, revision)
+
+    async def _follow(self, listener: ChangeListener) -> None:
+        while True:
+            with anyio.move_on_after(LISTENER_CHECK_SECONDS):
+                await self._take(await listener.heard())
                 continue
-            if self._seen() != before:
-                self.gateway.state_changed()
+            # Nothing heard for a while: the connection still answers, and missed nothing.
+            await self._catch_up(await listener.revision())
+
+    async def _take(self, heard: list[ChangeNotice | None]) -> None:
+        """Read again what the notices heard say changed; everything, when one could not be
+        understood or the revisions they carry skip one (a notice missed)."""
+        topics: set[str] = set()
+        revisions: list[int] = []
+        for notice in heard:
+            if notice is None:
+                topics.add(ALL_TOPICS)
+                continue
+            if notice.revision is None:
+                topics |= notice.topics
+            elif notice.revision > self.revision:
+                topics |= notice.topics
+                revisions.append(notice.revision)
+        if "approvals" in topics:
+            self._services.approvals.decisions_changed()
+        newest = max(revisions, default=None)
+        if newest is not None and sorted(revisions) != list(range(self.revision + 1, newest + 1)):
+            topics.add(ALL_TOPICS)
+        if ALL_TOPICS in topics or topics - PIECES_OF_TOPIC.keys():
+            pieces = ALL_PIECES
+        else:
+            pieces = frozenset().union(*(PIECES_OF_TOPIC[topic] for topic in topics))
+        if pieces or newest is not None:
+            await self._reload(pieces, newest)
 
     def _seen(self) -> tuple[object, ...]:
         """What clients' lists are made from, of what the store holds."""
