@@ -443,6 +443,7 @@ class Gateway:
         await self.sync.reload_policy()
 
     def state_changed(self) -> None:
-        """The store's state changed what clients see: rebuild the view and tell them."""
+        """The store's state changed what clients see: rebuild the view and tell them, at once (a
+        store's change comes whole, not in a burst like servers starting)."""
         self._rebuild_view()
-        self.notifier.tools_changed()
+        self.notifier.tools_changed(at_once=True)

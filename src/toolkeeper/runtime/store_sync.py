@@ -134,7 +134,9 @@ class StoreSync:
             if "keys" in pieces:
                 gateway.keys = await services.keys.ring()
             if "keys" in pieces or "toolset" in pieces:
-                gateway.scope_toolsets = await services.toolsets.named(gateway.keys.scope_toolsets())
+                scopes = gateway.keys.scope_toolsets()
+                # Most stores have no scoped key: no read then, on the way of every change.
+                gateway.scope_toolsets = await services.toolsets.named(scopes) if scopes else {}
             self.revision = max(self.revision, revision)
             if "signins" in pieces and gateway.started.is_set():
                 await self.load_sign_ins()
@@ -248,11 +250,14 @@ class StoreSync:
 
     async def _follow(self, listener: ChangeListener) -> None:
         while True:
+            heard = None
+            # Only the wait is given up: a load cut short would leave part of the state behind.
             with anyio.move_on_after(LISTENER_CHECK_SECONDS):
-                await self._take(await listener.heard())
-                continue
-            # Nothing heard for a while: the connection still answers, and missed nothing.
-            await self._catch_up(await listener.revision())
+                heard = await listener.heard()
+            if heard is not None:
+                await self._take(heard)
+            else:  # nothing heard for a while: the connection still answers, and missed nothing
+                await self._catch_up(await listener.revision())
 
     async def _take(self, heard: list[ChangeNotice | None]) -> None:
         """Read again what the notices heard say changed; everything, when one could not be
