@@ -51,11 +51,9 @@ class ChangeListener:
             yield listener
         finally:
             connection.remove_termination_listener(listener._ended)
-            with anyio.CancelScope(shield=True), anyio.move_on_after(store.timeout):
-                try:
-                    await connection.close(timeout=store.timeout)
-                except Exception:  # lost already: nothing to close politely
-                    connection.terminate()
+            # Closed at once, not politely: a stop must not wait for a server that does not
+            # answer, and the server forgets a LISTEN with its session anyway.
+            connection.terminate()
 
     def _notified(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
         self._sender.send_nowait(ChangeNotice.parse(payload))
