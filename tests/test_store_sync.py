@@ -172,6 +172,7 @@ async def test_a_garbled_notice_or_a_skipped_revision_makes_the_gateway_read_eve
 ) -> None:
     url = url_in(schema)
     async with gateway_on(url) as running, Store(url) as elsewhere:
+        await eventually(lambda: running.sync.hearing)
         await KeyService(elsewhere).create("alice")
         await KeyService(elsewhere).create("bob")
         await eventually(lambda: key_names(running) == {"alice", "bob"})

@@ -82,6 +82,9 @@ class StoreSync:
     def __init__(self, gateway: SyncedGateway) -> None:
         self.gateway = gateway
         self.revision = -1  # the store revision the loaded state is at least as new as
+        # PostgreSQL: whether this gateway hears the store's changes now (its listening connection
+        # is up and it caught up after connecting); what a readiness check can report.
+        self.hearing = False
         self._loading = anyio.Lock()
         # The latest `toolkeeper reload` request seen; the first look only notes it.
         self._reload_request: str | None = None
@@ -236,8 +239,10 @@ class StoreSync:
                         self._services.approvals.decisions_changed()
                         logger.warning("hearing the store's changes again; everything was read again")
                     lost, wait = None, RECONNECT_FIRST_SECONDS
+                    self.hearing = True
                     await self._follow(listener)
             except StoreError as exc:
+                self.hearing = False
                 if lost is None:
                     logger.warning("cannot hear the store's changes (trying again): %s", exc)
                 lost = exc
