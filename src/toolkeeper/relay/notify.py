@@ -48,6 +48,7 @@ class ClientNotifier:
         self._legacy_sessions: weakref.WeakKeyDictionary[object, ServerSession] = weakref.WeakKeyDictionary()
         self._pending = anyio.Event()
         self._kinds: set[str] = set()
+        self._at_once = False
         # Events for one principal's listen streams alone, by principal name.
         self._principal_buses: dict[str, InMemorySubscriptionBus] = {}
 
@@ -74,22 +75,28 @@ class ClientNotifier:
         except Exception as exc:  # a client that went away hears nothing; nothing else depends on it
             logger.debug("could not tell a client session its tool list changed: %s", exc)
 
-    def tools_changed(self) -> None:
-        self.changed("tools")
+    def tools_changed(self, *, at_once: bool = False) -> None:
+        self.changed("tools", at_once=at_once)
 
-    def changed(self, *kinds: str) -> None:
-        """Ask for a notification; safe to call from anywhere on the event loop, any number of times."""
+    def changed(self, *kinds: str, at_once: bool = False) -> None:
+        """Ask for a notification; safe to call from anywhere on the event loop, any number of times.
+        `at_once`: without waiting for more of a burst (a change already whole, such as a store's
+        change, which its listener hears in batches)."""
         self._kinds.update(kinds)
+        self._at_once = self._at_once or at_once
         self._pending.set()
 
     def discard_pending(self) -> None:
         self._pending = anyio.Event()
         self._kinds = set()
+        self._at_once = False
 
     async def run(self) -> None:
         while True:
             await self._pending.wait()
-            await anyio.sleep(DEBOUNCE_SECONDS)
+            if not self._at_once:
+                await anyio.sleep(DEBOUNCE_SECONDS)
+            self._at_once = False
             self._pending = anyio.Event()
             kinds, self._kinds = self._kinds, set()
             for kind in _KINDS:

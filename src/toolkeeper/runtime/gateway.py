@@ -1,4 +1,5 @@
-"""The running gateway: downstream pool, live catalog, toolset and mode, routing, change propagation.
+"""The running gateway: downstream pool, live catalog, toolset and mode, routing, change propagation
+(what the store holds is kept current by `runtime/store_sync.py`).
 
 The hot path (`listing`, `lookup`) does no I/O besides the downstream call itself and builds
 nothing per request: the exposed view (listing plus routing table) is rebuilt only when a
@@ -13,7 +14,6 @@ import asyncio
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -43,6 +43,7 @@ from toolkeeper.relay.relay import Relay
 from toolkeeper.runtime.discovery import FindTools
 from toolkeeper.runtime.menu import Menu, Mode
 from toolkeeper.runtime.shared_mode import SharedMode, starting_mode
+from toolkeeper.runtime.store_sync import StoreSync
 from toolkeeper.runtime.views import FoundIndex, ToolRanking, View, Views
 from toolkeeper.runtime.working_sets import Caller, NoteUse, WorkingSets
 from toolkeeper.services import Services
@@ -50,15 +51,13 @@ from toolkeeper.services.costs import ListingCosts, tokenizer_ready
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.search import SearchAnswer, search_tools
 from toolkeeper.services.toolsets import Change
-from toolkeeper.store import Store, StoreError, audit_chain, audit_journal
+from toolkeeper.store import Store, audit_chain, audit_journal
 from toolkeeper.store.request_state_key import request_state_key
 from toolkeeper.toolsets.model import Toolset
 
 logger = logging.getLogger(__name__)
 
 STARTUP_GRACE_SECONDS = 15.0
-# How often the gateway looks for changes other processes (the CLI, a replica) made to the store.
-STORE_POLL_SECONDS = 1.0
 SESSIONS_END_SECONDS = 5.0  # at most, for removing this process's session rules as it stops
 
 
@@ -154,11 +153,8 @@ class Gateway:
             if store
             else None
         )
-        self._store_revision = -1
-        self._loading_state = anyio.Lock()
-        # The latest `toolkeeper reload` request seen; the first look only notes it.
-        self._reload_request: str | None = None
-        self._reload_request_seen = False
+        # The store's state, loaded into this gateway and kept current.
+        self.sync = StoreSync(self)
         self.started = anyio.Event()
         self._rebuild()
         # Every tools/call passes this: the approval gate decides, the audit log records (a call
@@ -223,9 +219,9 @@ class Gateway:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Connect every server and keep the catalog and view current until cancelled."""
         if self.store is not None:
-            await self._settle_orphaned_approvals()
-            await self._end_sessions(starting=True)
-            await self._load_state()
+            await self.sync.settle_orphaned_approvals()
+            await self.sync.end_sessions(starting=True)
+            await self.sync.load()
             # The replicas' key, so that a modern client's retry verifies on any of them.
             self.relay.seal.use_key(await request_state_key(self.store))
             if self.shared_mode is None:  # a shared mode was read with the rest of the state
@@ -237,14 +233,14 @@ class Gateway:
             if self.store is not None:
                 # A stop must not hang on a store that does not answer.
                 with anyio.move_on_after(SESSIONS_END_SECONDS, shield=True):
-                    await self._end_sessions(starting=False)
+                    await self.sync.end_sessions(starting=False)
 
     async def _run(self, task_status: anyio.abc.TaskStatus[None]) -> None:
         async with anyio.create_task_group() as tg:
             await tg.start(self.relay.run)
             if self.audit_writer is not None:
                 await tg.start(self.audit_writer.run)
-            await self._load_sign_ins()
+            await self.sync.load_sign_ins()
             tg.start_soon(self.sign_ins.run)
             tg.start_soon(self.pool.run)
             if self._warm_tokenizer:
@@ -257,7 +253,7 @@ class Gateway:
             self.started.set()
             tg.start_soon(self.notifier.run)
             if self.store is not None:
-                tg.start_soon(self._watch_store)
+                tg.start_soon(self.sync.watch)
 
     # -- catalog and view ------------------------------------------------------------------
 
@@ -427,7 +423,7 @@ class Gateway:
         if self.shared_mode is not None:
             # Under the load's lock, from the store's value: a replica that has not reloaded yet
             # must not take its own stale mode for the current one.
-            async with self._loading_state:
+            async with self.sync.loading:
                 current = await self.shared_mode.read(
                     equipped=self.toolset is not None, searching=self._search_on
                 )
@@ -446,58 +442,10 @@ class Gateway:
         if change is Change.POLICY:  # what clients see is the same: no listing to rebuild
             await self.reload_policy()
             return
-        await self._load_state()
+        await self.sync.load()
         if change is Change.EQUIPPED:
             self.mode = Mode.NORMAL  # seed 001's auto-exit, however equip was reached
-        self._rebuild_view()
-        self.notifier.tools_changed()
-
-    async def _load_state(self, revision: int | None = None) -> None:
-        services, store = self.services, self.store
-        assert services is not None and store is not None, "only a gateway with a store loads state"
-        # One load at a time: a load that began before this gateway's own equip wrote, and ended
-        # after the model entered configuration mode again, would take that equip for one made
-        # elsewhere and leave configuration mode under the model's feet.
-        async with self._loading_state:
-            if revision is None:
-                revision = await store.revision()
-            previous = self.toolset
-            self.toolset = await services.toolsets.equipped()
-            self.annotator = replace(
-                self.annotator, overrides=await services.hints.overrides(), rules=await services.rules.load()
-            )
-            self.policy = await services.policy.load()
-            self.keys = await services.keys.ring()
-            self.scope_toolsets = await services.toolsets.named(self.keys.scope_toolsets())
-            self._store_revision = revision
-            if self.started.is_set():
-                await self._load_sign_ins()
-            if (
-                self.toolset
-                and (previous is None or previous.name != self.toolset.name)
-                and self.started.is_set()
-            ):
-                # Equipped elsewhere (the CLI, another replica): the auto-exit applies there too.
-                self.mode = Mode.NORMAL
-            if self.shared_mode is not None:
-                self.mode = await self.shared_mode.read(
-                    equipped=self.toolset is not None, searching=self._search_on
-                )
-            await self._follow_reload_requests()
-
-    async def _load_sign_ins(self) -> None:
-        try:
-            await self.sign_ins.load()
-        except Exception as exc:  # the servers that need a sign-in then say so; the others serve
-            logger.warning("the signed-in accounts could not be read from the store: %s", exc)
-
-    async def _follow_reload_requests(self) -> None:
-        """A `toolkeeper reload` made since the last look: read the sources again."""
-        assert self.services is not None
-        latest = await self.services.reloads.latest()
-        if self._reload_request_seen and latest != self._reload_request:
-            self.reload_sources("toolkeeper reload")
-        self._reload_request, self._reload_request_seen = latest, True
+        self.state_changed()
 
     def reload_sources(self, reason: str) -> None:
         """Every source made from files of its own reads them again (`reason`: who asked); a
@@ -505,22 +453,6 @@ class Gateway:
         logger.info("reading the sources again (%s)", reason)
         for downstream in self.pool:
             downstream.reload()
-
-    async def _settle_orphaned_approvals(self) -> None:
-        """Calls that waited for approval in a gateway that is gone never ran, and never will."""
-        assert self.services is not None
-        try:
-            settled = await self.services.approvals.settle_orphans()
-            forgotten = await self.services.approvals.forget_decided_arguments()
-        except StoreError as exc:
-            logger.warning("cannot settle the calls that waited for approval before: %s", exc)
-            return
-        if forgotten:
-            logger.info("removed the argument values kept in %d decided approval(s)", forgotten)
-        if settled:
-            logger.info(
-                "%d call(s) that waited for approval before a restart are recorded as not run", settled
-            )
 
     def stop_calls(self, reason: str) -> int:
         """The gateway is stopping (`reason`): the calls waiting for a person's approval are
@@ -540,37 +472,12 @@ class Gateway:
             return await self.pool.calls_ended(timeout)
         return False
 
-    async def _end_sessions(self, *, starting: bool) -> None:
-        """A "for this session" yes ends with its session: the gateway's own as it stops, and, as
-        it starts, those of gateway processes that are gone."""
-        assert self.services is not None
-        policy = self.services.policy
-        try:
-            ended = await (policy.drop_ended_sessions() if starting else policy.end_sessions())
-        except StoreError as exc:
-            logger.warning("cannot remove the approval rules of ended client sessions: %s", exc)
-            return
-        if ended:
-            logger.info("%d approval rule(s) given for client sessions that ended were removed", ended)
-
     async def reload_policy(self) -> None:
         """Read the confirm modes and approval rules again (after the gate or a service wrote one)."""
-        if self.services is not None:
-            self.policy = await self.services.policy.load()
+        await self.sync.reload_policy()
 
-    async def _watch_store(self) -> None:
-        assert self.store is not None
-        while True:
-            await anyio.sleep(STORE_POLL_SECONDS)
-            try:
-                revision = await self.store.revision()
-                if revision == self._store_revision:
-                    continue
-                before = (self.toolset, self.mode, self.annotator, self.scope_toolsets)
-                await self._load_state(revision)
-            except StoreError as exc:
-                logger.warning("cannot read the store for changes: %s", exc)
-                continue
-            if (self.toolset, self.mode, self.annotator, self.scope_toolsets) != before:
-                self._rebuild_view()
-                self.notifier.tools_changed()
+    def state_changed(self) -> None:
+        """The store's state changed what clients see: rebuild the view and tell them, at once (a
+        store's change comes whole, not in a burst like servers starting)."""
+        self._rebuild_view()
+        self.notifier.tools_changed(at_once=True)

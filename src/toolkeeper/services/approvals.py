@@ -103,6 +103,8 @@ class ApprovalService:
         # are ended, and no call waits from then on.
         self.stopping: str | None = None
         self._waits: set[anyio.CancelScope] = set()
+        # Set when a decision may have been written elsewhere; made by the first waiting call.
+        self._news: anyio.Event | None = None
 
     # -- the person's side -------------------------------------------------------------------
 
@@ -329,17 +331,30 @@ class ApprovalService:
         async with self.store.write(bump_revision=False) as conn:
             return await spent_states.spend(conn, nonce, datetime.fromtimestamp(expires, UTC))
 
+    def decisions_changed(self) -> None:
+        """A decision may have been written (a PostgreSQL store's notice said so): every waiting
+        call reads its row now instead of at its next poll."""
+        news, self._news = self._news, None
+        if news is not None:
+            news.set()
+
     async def _until_decided(self, call_id: str) -> PendingCall | None:
-        """Poll the row until it is no longer pending (None when it is gone)."""
+        """Read the row until it is no longer pending (None when it is gone): at each of
+        `decisions_changed`, and every `POLL_SECONDS` whatever is heard."""
         while True:
-            await anyio.sleep(POLL_SECONDS)
+            # Taken before the read: news that comes during it is not missed.
+            if self._news is None:
+                self._news = anyio.Event()
+            news = self._news
             try:
                 call = await self.state(call_id)
             except StoreError as exc:
                 logger.warning("cannot read approval %s: %s", call_id, exc)
-                continue
-            if call is None or call.status != PENDING:
-                return call
+            else:
+                if call is None or call.status != PENDING:
+                    return call
+            with anyio.move_on_after(POLL_SECONDS):
+                await news.wait()
 
     async def _stop_waiting(self, call_id: str, status: str, why: str) -> PendingCall | None:
         """Settle a row nobody answered; the row as it is when a person answered meanwhile."""

@@ -1,9 +1,10 @@
 """Where a person's work is kept: a SQLite file by default, PostgreSQL for a team.
 
 Every write is one transaction that also bumps the store revision, so a running gateway can
-notice what another process (the CLI, a second replica) changed. Database errors a person can
-act on (a read-only or locked file, an unreachable server) become `StoreError`s that name the
-store and the next step.
+notice what another process (the CLI, a second replica) changed: on SQLite by polling the
+revision, on PostgreSQL by a notice the transaction sends as it commits (`change_notices.py`).
+Database errors a person can act on (a read-only or locked file, an unreachable server) become
+`StoreError`s that name the store and the next step.
 
 Nothing is lost quietly: closing a SQLite store folds its write-ahead log into the file (so a
 copy of the file alone holds everything); a store that lost its data is refused, not migrated
@@ -38,13 +39,25 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import platformdirs
-from sqlalchemy import Connection, Engine, StaticPool, create_engine, event, inspect, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    StaticPool,
+    create_engine,
+    event,
+    func,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from toolkeeper.config.model import DEFAULT_DATABASE_TIMEOUT, GatewaySettings
 from toolkeeper.errors import ErrorKind, ServiceError
+from toolkeeper.store import change_notices
 from toolkeeper.store.migrations import SCHEMA_HEAD, VERSION_TABLE
 from toolkeeper.store.tables import metadata, store_revision
 
@@ -150,6 +163,9 @@ class Store:
         # What error messages call the store: the file, or the URL without its password.
         self.label = str(self.path) if self.path else parsed.render_as_string(hide_password=True)
         self.address = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
+        # Where a PostgreSQL store announces its changes (store/change_notices.py).
+        schema = parsed.query.get("schema")
+        self.channel = change_notices.channel_for(schema if isinstance(schema, str) else None)
         # The SQLite file this process opened, to notice it deleted, replaced or overwritten; and
         # the identity SQLite reports for the store (what the header holds once the log is folded).
         self._identity: _FileIdentity | None = None
@@ -185,6 +201,8 @@ class Store:
         engine = create_async_engine(async_url, connect_args=connect_args, **options)
         if self.is_sqlite:
             _use_explicit_sqlite_transactions(engine.sync_engine)
+        else:
+            change_notices.note_written_tables(engine.sync_engine)
         self._engine = engine
         try:
             if schema:
@@ -256,7 +274,9 @@ class Store:
         """One transaction: everything inside commits together or not at all.
 
         Writes that no running gateway needs to reload for (audit records, a pending call's
-        row, which its gateway watches itself) pass `bump_revision=False`.
+        row, which its gateway watches itself) pass `bump_revision=False`. On PostgreSQL the
+        transaction announces what it changed as it commits (a pending call's row too, so the
+        gateway waiting on it hears the decision at once).
 
         A write once begun is not cancelled: cancelling the driver mid-statement can leave its
         connection holding the write lock, and then the next writer (the gateway's last audit
@@ -273,12 +293,35 @@ class Store:
             # when both try to upgrade a read lock.
             conn = await conn.execution_options(sqlite_begin="BEGIN IMMEDIATE")
             async with conn.begin():
-                yield conn
-                if bump_revision:
-                    await conn.execute(update(store_revision).values(value=store_revision.c.value + 1))
+                if self.is_sqlite:  # its gateways poll the revision
+                    yield conn
+                    if bump_revision:
+                        await conn.execute(update(store_revision).values(value=store_revision.c.value + 1))
+                else:
+                    async with self._announced(conn, bump_revision):
+                        yield conn
                 # Last, just before the commit: a write that reached a file nobody reads any
                 # more is rolled back and reported, not reported as saved.
                 self._check_identity()
+
+    @asynccontextmanager
+    async def _announced(self, conn: AsyncConnection, bump_revision: bool) -> AsyncIterator[None]:
+        """Bump the revision and announce what the transaction changed, in the transaction, so
+        the notice goes out exactly when the change commits (see store/change_notices.py)."""
+        sync_connection = conn.sync_connection
+        assert sync_connection is not None  # a connection in a transaction
+        written = change_notices.collecting(sync_connection)
+        try:
+            yield
+            revision = None
+            if bump_revision:
+                bumped = update(store_revision).values(value=store_revision.c.value + 1)
+                revision = int((await conn.execute(bumped.returning(store_revision.c.value))).scalar_one())
+            notice = change_notices.notice_for(written, revision)
+            if notice is not None:
+                await conn.execute(select(func.pg_notify(self.channel, notice.payload())))
+        finally:
+            change_notices.stop_collecting(sync_connection)
 
     async def _take_identity(self) -> None:
         """Note which file this process opened, giving the store its identity on first use.
