@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, insert, text
 
+from tests.postgres import drop_schema
 from toolkeeper.config.loader import ConfigError, load_config
 from toolkeeper.config.model import GatewaySettings
 from toolkeeper.pipeline.audit_writer import AuditWriter
@@ -75,8 +76,7 @@ async def place(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         pass  # made, with its schema
     yield Place(url, config, home, chain.load_chain_key(home), schema)
     if schema is not None:
-        async with Store(POSTGRES) as cleanup, cleanup.engine.begin() as conn:
-            await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        await drop_schema(schema)
 
 
 def call_row(

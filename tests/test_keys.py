@@ -17,6 +17,7 @@ from sqlalchemy import MetaData, select, text
 from test_cli_toolsets import tk
 from test_store import POSTGRES, store_url  # noqa: F401 - the fixture: SQLite and PostgreSQL
 
+from tests.postgres import drop_schema
 from toolkeeper.catalog import ServerTools, build_catalog
 from toolkeeper.config.model import Config, GatewaySettings, ServerConfig
 from toolkeeper.errors import ErrorKind, ServiceError
@@ -413,5 +414,4 @@ async def test_a_postgresql_dump_keeps_the_keys_digests_into_sqlite(tmp_path: Pa
         assert back is not None and back.admin and back.expires_at is not None
         assert back.expires_at.tzinfo is not None
     finally:
-        async with Store(POSTGRES) as cleanup, cleanup.engine.begin() as conn:
-            await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        await drop_schema(schema)

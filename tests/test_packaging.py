@@ -25,12 +25,11 @@ from conftest import ROOT, free_port, stop, wait_port
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from sqlalchemy import text
 from test_store import POSTGRES
 
+from tests.postgres import drop_schema
 from toolkeeper import __version__
 from toolkeeper.config.loader import SETTINGS
-from toolkeeper.store.db import Store
 
 # The demo configuration's tools, as the gateway exposes them: proof that the demo servers,
 # their configuration file and the PyPI time server all came with the install.
@@ -357,5 +356,4 @@ async def test_the_image_entry_command_serves_after_a_key_is_made(
         run([wheel_venv / "python", *image.healthcheck[1:]], env=env, cwd=tmp_path, code=1)
     finally:
         if store == "postgresql":
-            async with Store(POSTGRES) as cleanup, cleanup.engine.begin() as conn:
-                await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+            await drop_schema(schema)

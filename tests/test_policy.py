@@ -15,9 +15,9 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
 from tests.conftest import write_config
+from tests.postgres import drop_schema
 from tests.test_toolsets_mcp import menu_client, ok, refused
 from toolkeeper.annotations.effective import NO_PINS, Annotator, HintPolicy, Pins, compute
 from toolkeeper.annotations.hints import SPEC_DEFAULTS
@@ -408,8 +408,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     schema = f"tk_test_{uuid.uuid4().hex[:12]}"
     async with Store(f"{POSTGRES}?schema={schema}") as opened:
         yield opened
-    async with Store(POSTGRES) as cleanup, cleanup.engine.begin() as conn:
-        await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    await drop_schema(schema)
 
 
 def live_catalog() -> Catalog:

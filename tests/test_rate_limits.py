@@ -32,6 +32,7 @@ from sqlalchemy.engine import make_url
 from test_auth import client_with, new_key, team_config, tk
 from test_store import POSTGRES
 
+from tests.postgres import drop_schema
 from toolkeeper.config.loader import ConfigError, parse_config_text
 from toolkeeper.config.rates import Rate, parse_rate
 from toolkeeper.pipeline.call import ClientIdentity, Principal, ToolCall
@@ -182,8 +183,7 @@ async def pg_store() -> AsyncIterator[Store]:
         async with Store(f"{POSTGRES}?schema={schema}") as store:
             yield store
     finally:
-        async with Store(POSTGRES) as cleanup, cleanup.engine.begin() as conn:
-            await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        await drop_schema(schema)
 
 
 async def take_in(store: Store, subject: str, limit: Rate) -> float | None:
@@ -433,8 +433,7 @@ async def test_over_http_a_flood_from_one_key_is_limited_and_the_others_calls_al
 async def pg_schema() -> AsyncIterator[str]:
     schema = f"tk_limits_{uuid.uuid4().hex[:12]}"
     yield f"{POSTGRES}?schema={schema}"
-    async with Store(POSTGRES) as cleanup, cleanup.engine.begin() as conn:
-        await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    await drop_schema(schema)
 
 
 async def test_two_replicas_on_one_postgresql_store_share_each_principals_count(

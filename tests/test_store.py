@@ -17,6 +17,7 @@ import anyio
 import pytest
 from sqlalchemy import func, insert, select, text
 
+from tests.postgres import drop_schema
 from toolkeeper.annotations.rules import RuleError
 from toolkeeper.catalog import Catalog, ServerTools, build_catalog
 from toolkeeper.services.toolsets import Change, ToolsetService
@@ -48,8 +49,7 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         return
     schema = f"tk_test_{uuid.uuid4().hex[:12]}"
     yield f"{POSTGRES}?schema={schema}"
-    async with Store(POSTGRES) as cleanup, cleanup.engine.begin() as conn:
-        await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    await drop_schema(schema)
 
 
 async def service(url: str, live: Catalog | None = None) -> tuple[Store, ToolsetService, list[Change]]:
