@@ -34,10 +34,17 @@ AUDIT_KEY = "0" * 64
 KNOWN_VARIABLES = {name for setting in SETTINGS for name in setting.env} | {"TOOLKEEPER_CONFIG"}
 
 
+# Applied on its own, once its placeholders are replaced; kustomization.yaml applies the rest.
+SECRET = "secret.yaml"
+
+
 def manifests() -> dict[str, dict[str, Any]]:
-    """Every manifest kustomization.yaml applies, by file name."""
-    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
-    return {name: yaml.safe_load((KUBERNETES / name).read_text()) for name in kustomization["resources"]}
+    """Every Kubernetes object the recipe holds, by file name."""
+    return {
+        path.name: yaml.safe_load(path.read_text())
+        for path in sorted(KUBERNETES.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+    }
 
 
 def of_kind(kind: str) -> dict[str, Any]:
@@ -72,9 +79,10 @@ def interpolate(value: str, env: Mapping[str, str]) -> str:
 # --------------------------------------------------------------------------- Kubernetes
 
 
-def test_every_manifest_in_the_folder_is_applied() -> None:
-    written = {p.name for p in KUBERNETES.glob("*.yaml")} - {"kustomization.yaml"}
-    assert written == set(manifests())
+def test_kustomization_applies_every_manifest_but_the_secret() -> None:
+    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+    assert sorted(kustomization["resources"]) == sorted(set(manifests()) - {SECRET})
+    assert manifests()[SECRET]["metadata"]["namespace"] == kustomization["namespace"]
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
