@@ -1,5 +1,6 @@
 """The team recipe in deploy/: the Kubernetes manifests against the Kubernetes API schemas
-(kubernetes-validate bundles them, so this runs offline), and deploy/compose.yaml with its
+(kubernetes-validate bundles them, so this runs offline), the compose files against the Compose
+Specification's schema (check-jsonschema ships it), and deploy/compose.yaml with its
 HAProxy configuration for the facts that make two replicas one gateway: one store, one audit
 key, a name each, health checks, and a proxy over both. No container runtime is needed."""
 
@@ -10,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -165,6 +167,32 @@ def test_the_configuration_in_the_config_map_is_the_compose_one_and_loads() -> N
 
 def replicas() -> dict[str, dict[str, Any]]:
     return {name: service for name, service in compose()["services"].items() if name.startswith("toolkeeper")}
+
+
+@pytest.mark.parametrize("path", [COMPOSE, ROOT / "compose.yaml"], ids=["deploy", "root"])
+def test_compose_files_match_the_compose_specification(path: Path) -> None:
+    """The Compose Specification's schema, as check-jsonschema ships it: a misspelt key fails."""
+    checked = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_compose_schema_check_refuses_a_misspelt_key(tmp_path: Path) -> None:
+    broken = tmp_path / "compose.yaml"
+    broken.write_text(COMPOSE.read_text().replace("    healthcheck:\n", "    healthchek:\n", 1))
+    checked = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec", str(broken)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert checked.returncode == 1 and "healthchek" in checked.stdout
 
 
 def test_compose_runs_two_replicas_on_one_store_with_one_audit_key_and_a_name_each() -> None:
