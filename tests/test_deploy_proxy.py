@@ -150,11 +150,18 @@ def haproxy() -> None:
 
 @pytest.fixture
 async def ready(replicas: list[Replica]) -> None:
-    """The recipe's proxy sends requests only to replicas whose /readyz answers 200."""
+    """Every replica ready before the proxy starts: the recipe's proxy sends requests only to
+    replicas whose /readyz answers 200."""
     async with httpx2.AsyncClient() as plain:
-        answer = await plain.get(f"http://127.0.0.1:{replicas[0].port}/readyz")
-    if answer.status_code == 404:
-        pytest.skip("this gateway serves no /readyz yet, which the recipe's health check asks")
+        if (await plain.get(f"http://127.0.0.1:{replicas[0].port}/readyz")).status_code == 404:
+            pytest.skip("this gateway serves no /readyz yet, which the recipe's health check asks")
+        for replica in replicas:
+            url = f"http://127.0.0.1:{replica.port}/readyz"
+            await eventually(lambda url=url: _answers_ok(plain, url), timeout=60)
+
+
+async def _answers_ok(client: httpx2.AsyncClient, url: str) -> bool:
+    return (await client.get(url)).status_code == 200
 
 
 @pytest.mark.anyio
