@@ -18,9 +18,9 @@ WORKDIR /home/toolkeeper
 ENV TOOLKEEPER_HOME=/data PYTHONUNBUFFERED=1
 VOLUME /data
 EXPOSE 8765
-# The protected-resource document is served before authentication, so the check needs no key.
+# /healthz is answered before authentication, so the check needs no key.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/.well-known/oauth-protected-resource' % os.environ.get('TOOLKEEPER_HTTP_PORT', '8765'), timeout=4)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('TOOLKEEPER_HTTP_PORT', '8765'), timeout=4)"]
 # Bound to every interface, so every client must authenticate: the gateway refuses to start
 # until the store holds a client key (toolkeeper keys create NAME) or OAuth is set up.
 CMD ["toolkeeper", "serve", "--transport", "http", "--host", "0.0.0.0"]
