@@ -14,8 +14,8 @@ from conftest import controllable
 from test_audit import a_record
 from web_support import Dashboard, config_for, running_dashboard
 
-from toolkeeper.pipeline.audit_writer import AuditWriter
-from toolkeeper.store import audit_chain
+from toolkeeper.store.audit import key as audit_key
+from toolkeeper.store.audit.writer import AuditWriter
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ async def write_records(board: Dashboard) -> None:
     """Eight calls, oldest first, two of them denied and one by another client, then, from a
     writer that could keep only two, a gap where three were dropped."""
     assert board.gateway.store is not None
-    key = partial(audit_chain.chain_key, board.config.settings)
+    key = partial(audit_key.chain_key, board.config.settings)
     writer = AuditWriter(board.gateway.store, 30, key=key)
     # Taken when the records are written, not when the module is imported: the test's windows
     # ("since 65m") are reckoned from the moment of the request.
@@ -146,7 +146,7 @@ def test_the_page_filters_pages_and_shows_gaps_as_gaps(board: Dashboard) -> None
 
 async def more_records(board: Dashboard, count: int) -> None:
     assert board.gateway.store is not None
-    writer = AuditWriter(board.gateway.store, 30, key=partial(audit_chain.chain_key, board.config.settings))
+    writer = AuditWriter(board.gateway.store, 30, key=partial(audit_key.chain_key, board.config.settings))
     now = datetime.now(UTC)
     for number in range(count):
         writer.add(a_record(at=now - timedelta(hours=2, seconds=number), client_name="audit-web"))

@@ -16,21 +16,10 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from toolkeeper.store.audit_chain import (
-    ANCHOR,
-    Broken,
-    ChainKey,
-    anchor_row,
-    chain_start,
-    facts_of,
-    iso,
-    lock_head,
-    newest_entry,
-    segment_start,
-    verify_store,
-    walk_segment,
-    write_entries,
-)
+from toolkeeper.store.audit.append import lock_head, newest_entry, write_entries
+from toolkeeper.store.audit.key import ChainKey
+from toolkeeper.store.audit.record import ANCHOR, anchor_row, facts_of, iso
+from toolkeeper.store.audit.verify import Broken, chain_start, segment_start, verify_store, walk_segment
 from toolkeeper.store.db import StoreError
 from toolkeeper.store.tables import audit_log
 
