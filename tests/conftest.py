@@ -306,3 +306,18 @@ async def page_at(browser: Browser) -> AsyncIterator[PageAt]:
 
     async with page_opener(browser) as open_page:
         yield open_page
+
+
+async def drop_postgres_schema(url: str, schema: str) -> None:
+    """Drop a test's schema over a bare connection to the database at `url`: a `Store` opened on
+    the database's default schema would migrate that schema, which every branch's tests share
+    (one that migrated it further makes the others refuse it)."""
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(url.replace("postgresql://", "postgresql+asyncpg://", 1))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    finally:
+        await engine.dispose()

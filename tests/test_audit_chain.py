@@ -21,11 +21,10 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import ROOT, write_config
+from conftest import ROOT, drop_postgres_schema, write_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, insert, text
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from toolkeeper.config.loader import ConfigError, load_config
 from toolkeeper.config.model import GatewaySettings
@@ -81,18 +80,7 @@ async def place(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         pass  # made, with its schema
     yield Place(url, config, home, audit_key.load_chain_key(home), schema)
     if schema is not None:
-        await drop_schema(schema)
-
-
-async def drop_schema(schema: str) -> None:
-    """Drop a test's schema over a bare connection: a `Store` opened on the database's default
-    schema would migrate that schema, which the tests of other versions share."""
-    engine = create_async_engine(POSTGRES.replace("postgresql://", "postgresql+asyncpg://", 1))
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    finally:
-        await engine.dispose()
+        await drop_postgres_schema(POSTGRES, schema)
 
 
 def call_row(

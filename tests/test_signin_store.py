@@ -19,7 +19,8 @@ from conftest import controllable, write_config
 from sqlalchemy import text, update
 
 from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignedIn
-from toolkeeper.store import Store, StoreError
+from toolkeeper.store import Store
+from toolkeeper.store.migrations import SCHEMA_HEAD, StoreError
 from toolkeeper.store.signin_key import KEY_FILE
 from toolkeeper.store.signin_tokens import StoreTokenShelf, accounts
 from toolkeeper.store.tables import signin_tokens
@@ -245,7 +246,7 @@ async def test_a_store_at_0009_is_migrated_and_keeps_what_it_held(store_url: str
         async with store.read() as conn:
             assert (
                 await conn.execute(text("SELECT version_num FROM alembic_version"))
-            ).scalar_one() == "0010"
+            ).scalar_one() == SCHEMA_HEAD
             assert (await conn.execute(text("SELECT value FROM gateway_state"))).scalar_one() == "kept"
             assert await accounts(conn) == []
         shelf = StoreTokenShelf(store, tmp_path / KEY_FILE)

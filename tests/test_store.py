@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import drop_postgres_schema
 from sqlalchemy import func, insert, select, text
 
 from toolkeeper.annotations.rules import RuleError
@@ -48,8 +49,7 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         return
     schema = f"tk_test_{uuid.uuid4().hex[:12]}"
     yield f"{POSTGRES}?schema={schema}"
-    async with Store(POSTGRES) as cleanup, cleanup.engine.begin() as conn:
-        await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    await drop_postgres_schema(POSTGRES, schema)
 
 
 async def service(url: str, live: Catalog | None = None) -> tuple[Store, ToolsetService, list[Change]]:

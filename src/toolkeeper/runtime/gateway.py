@@ -158,6 +158,7 @@ class Gateway:
                 key=partial(audit_key.chain_key, config.settings),
                 max_waiting=config.settings.audit_max_waiting,
                 journal_folder=audit_journal.journal_folder(config.settings),
+                replica=config.settings.replica,
             )
             if store
             else None

@@ -249,7 +249,9 @@ class AuditService:
             )
         try:
             async with self.store.write(bump_revision=False) as conn:
-                await conn.run_sync(audit_segments.start_segment, key, reason.strip(), by)
+                await conn.run_sync(
+                    audit_segments.start_segment, key, reason.strip(), by, self.settings.replica
+                )
         except audit_segments.NothingToRepair as exc:
             raise ServiceError(str(exc), ErrorKind.CONFLICT) from None
         return await self.verify()
@@ -447,6 +449,8 @@ def _record_json(values: Mapping[str, Any]) -> dict[str, Any]:
         # Who the gateway let in, and the OAuth client it came through; None before it recorded them.
         "principal": v("principal"),
         "principalClient": v("principal_client"),
+        # The gateway process (replica) that wrote the record; None before records named one.
+        "replica": v("replica"),
         "exposedName": v("exposed_name"),
         "server": v("server"),
         "tool": v("tool"),
@@ -462,6 +466,12 @@ def _record_json(values: Mapping[str, Any]) -> dict[str, Any]:
         "detail": v("detail"),
         "latencyMs": v("latency_ms"),
     }
+
+
+def several_replicas(records: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether these records (as every face shows them) were written by more than one gateway
+    process: the faces then show each record's replica beside it."""
+    return len({record.get("replica") for record in records if record.get("replica")}) > 1
 
 
 def _remote_account(values: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -202,19 +202,23 @@ def append(
     key: ChainKey,
     rows: Sequence[Mapping[str, Any]],
     completions: Sequence[Mapping[str, Any]] = (),
+    *,
+    replica: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Write `rows` (values keyed by column; `kind` "call", "gap" or "anchor"; a call recorded
     before it runs has outcome "started") and complete earlier started calls with `completions`
     (each: `id`, `outcome`, `detail`, `latency_ms`, and optionally `STORED`: the values an earlier
     append returned for it, so that it need not be read back), in the caller's transaction. Each
     new row and each completion takes the chain's next place. Text is cut to what its column
-    takes. The values stored for the rows written as started and not completed, by id.
+    takes. A row that names no replica is written as `replica`'s (the process writing it; None
+    for a row whose writer is not known, such as one recovered from a journal that kept none).
+    The values stored for the rows written as started and not completed, by id.
 
     A completion of a record that is not there as started (retention deleted it, or it was
     completed already) is logged and left out."""
     if not rows and not completions:
         return {}
-    return write_entries(conn, check_writable(conn, key), key, rows, completions)
+    return write_entries(conn, check_writable(conn, key), key, rows, completions, replica=replica)
 
 
 class ChainHeadError(StoreError):
@@ -282,15 +286,18 @@ def write_entries(
     key: ChainKey,
     rows: Sequence[Mapping[str, Any]],
     completions: Sequence[Mapping[str, Any]] = (),
+    *,
+    replica: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Append under the locked head, then move it; the values of the rows left started, by id."""
+    """Append under the locked head, then move it; the values of the rows left started, by id.
+    Rows that name no replica, and the chain's first anchor, are written as `replica`'s."""
     statements = _statements_for(conn.dialect)
     anchor = [_start_anchor(conn, rows)] if head.seq == 0 else []
     started: dict[str, dict[str, Any]] = {}
 
     def driver_rows() -> Iterator[Any]:
         for row in itertools.chain(anchor, rows):
-            values = _add_row(head, key, row)
+            values = _add_row(head, key, row, replica)
             if values["outcome"] == STARTED:
                 started[values["id"]] = values
             yield statements.driver_row(values)
@@ -302,9 +309,9 @@ def write_entries(
     return started
 
 
-def _add_row(head: LockedHead, key: ChainKey, row: Mapping[str, Any]) -> dict[str, Any]:
+def _add_row(head: LockedHead, key: ChainKey, row: Mapping[str, Any], replica: str | None) -> dict[str, Any]:
     """The row's values as stored, in the head's next place (the head moved on)."""
-    values = stored_values(row)
+    values = stored_values(row, replica)
     phase = STARTED if values["outcome"] == STARTED else RECORD
     head.seq += 1
     head.mac = entry_mac(key.secret, head.mac, head.seq, phase, content(values, phase))

@@ -19,12 +19,15 @@ from toolkeeper.store.audit.verify import Broken, ChainSummary, Walk, chain_star
 from toolkeeper.store.tables import audit_log
 
 EXPORT_FORMAT = "toolkeeper-audit-export"
-EXPORT_VERSION = 1
+# Version 2: records name their replica (see `record.py`); an export of version 1, whose records
+# name none, is read the same way.
+EXPORT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MAC_CONSTRUCTION = (
     'HMAC-SHA256(key, prev_mac + "\\n" + seq + "\\n" + phase + "\\n" + content): phase "record", '
     '"started" (content without outcome, detail, latency_ms) or "done"; content the JSON array '
     '(separators "," and ":", ASCII escapes) of the columns in content_columns, at as integer '
-    "microseconds since the epoch (UTC)"
+    "microseconds since the epoch (UTC), and without replica where a record's replica is null"
 )
 
 
@@ -140,9 +143,10 @@ def _export_header(line: str) -> dict[str, Any]:
             "its first line is not the header of a toolkeeper audit export "
             "(made by `toolkeeper audit export --format jsonl`)"
         )
-    if header.get("version") != EXPORT_VERSION:
+    if header.get("version") not in READABLE_VERSIONS:
         raise ExportUnreadable(
-            f"it is an export of version {header.get('version')!r}; this toolkeeper reads {EXPORT_VERSION}"
+            f"it is an export of version {header.get('version')!r}; this toolkeeper reads "
+            f"{' and '.join(str(version) for version in READABLE_VERSIONS)}"
         )
     for name in ("from_seq", "head_seq"):
         if not isinstance(header.get(name), int):

@@ -9,6 +9,12 @@ completion of a started call), and `content` the JSON array (separators "," and 
 escapes) of the record's columns in `CONTENT_COLUMNS` order, `at` as integer microseconds since
 the epoch in UTC. A "started" entry leaves out the result (`RESULT_COLUMNS`), which the "done"
 entry covers with everything else.
+
+Records have two formats. A record of the second names the replica (the gateway process) that
+wrote it, and its content ends with `replica`; a record whose replica is null was written in the
+first format, before records named one, and its content leaves that column out. The two arrays
+differ in length, so giving a record a replica, or taking its replica away, changes its content
+and its MAC no longer matches: which format a record is read in cannot be changed unnoticed.
 """
 
 from __future__ import annotations
@@ -55,16 +61,34 @@ CONTENT_COLUMNS = (
     "principal_client",
     "kind",
     "facts",
+    "replica",  # the second format's; a record without a replica leaves it out
 )
 RESULT_COLUMNS = ("outcome", "detail", "latency_ms")
 STARTED_COLUMNS = tuple(column for column in CONTENT_COLUMNS if column not in RESULT_COLUMNS)
 CHAIN_COLUMNS = ("seq", "mac", "done_seq", "done_mac")
 INTEGER_COLUMNS = ("wait_ms", "latency_ms")
-_AT = CONTENT_COLUMNS.index("at")
-_STARTED_AT = STARTED_COLUMNS.index("at")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CONTENT_ENCODER = json.JSONEncoder(separators=(",", ":"))
 _FACTS_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class _Format:
+    """The columns one format of record covers, whole and as started, with the place of `at`."""
+
+    whole: tuple[str, ...]
+    started: tuple[str, ...]
+    whole_at: int
+    started_at: int
+
+    @classmethod
+    def of(cls, columns: tuple[str, ...]) -> _Format:
+        started = tuple(column for column in columns if column not in RESULT_COLUMNS)
+        return cls(columns, started, columns.index("at"), started.index("at"))
+
+
+_FIRST_FORMAT = _Format.of(tuple(column for column in CONTENT_COLUMNS if column != "replica"))
+_NAMING_FORMAT = _Format.of(CONTENT_COLUMNS)
 
 
 # --- entries -------------------------------------------------------------------------------------
@@ -78,13 +102,14 @@ def micros(at: datetime) -> int:
 
 def content(values: Mapping[str, Any], phase: str) -> bytes:
     """The canonical bytes an entry of `phase` covers of a record's `values`."""
+    form = _FIRST_FORMAT if values.get("replica") is None else _NAMING_FORMAT
     listed: list[Any]
     if phase == STARTED:
-        listed = [values.get(column) for column in STARTED_COLUMNS]
-        listed[_STARTED_AT] = micros(values["at"])
+        listed = [values.get(column) for column in form.started]
+        listed[form.started_at] = micros(values["at"])
     else:
-        listed = [values.get(column) for column in CONTENT_COLUMNS]
-        listed[_AT] = micros(values["at"])
+        listed = [values.get(column) for column in form.whole]
+        listed[form.whole_at] = micros(values["at"])
     return _CONTENT_ENCODER.encode(listed).encode()
 
 
@@ -122,9 +147,12 @@ def entries_of(values: Mapping[str, Any]) -> Iterator[Entry]:
 # --- the values an entry covers ------------------------------------------------------------------
 
 
-def stored_values(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A row's values exactly as the store will hand them back (the MAC covers these)."""
+def stored_values(row: Mapping[str, Any], replica: str | None = None) -> dict[str, Any]:
+    """A row's values exactly as the store will hand them back (the MAC covers these); one that
+    names no replica is `replica`'s."""
     values = dict(row)
+    if values.get("replica") is None:
+        values["replica"] = replica
     if values.get("id") is None:
         values["id"] = secrets.token_hex(16)
     if values.get("kind") is None:

@@ -29,14 +29,14 @@ class ChainNotWhole(StoreError):
     """Retention is held: the part of the chain it would delete is not whole."""
 
 
-def retain(conn: Connection, key: ChainKey, cutoff: datetime) -> int:
+def retain(conn: Connection, key: ChainKey, cutoff: datetime, *, replica: str | None = None) -> int:
     """Delete the records that started before `cutoff`, as far as the chain allows: a prefix of
     it (up to the first record that started later, and never a record completed after that
     point), and the records from before the chain; then append an anchor saying what went and
     where the chain now starts. How many records went. In the caller's transaction.
 
     The part to delete is walked first: when it is not whole nothing is deleted (ChainNotWhole),
-    so retention never wipes out the evidence of a change."""
+    so retention never wipes out the evidence of a change. The anchor is `replica`'s."""
     head = lock_head(conn)
     check_key(head, key)
     old_unchained = (audit_log.c.seq.is_(None)) & (audit_log.c.at < cutoff)
@@ -71,7 +71,7 @@ def retain(conn: Connection, key: ChainKey, cutoff: datetime) -> int:
         "unchained_newest": iso(unchained_newest),
     }
     detail = f"Retention removed {count} records that started before {iso(cutoff)}."
-    write_entries(conn, head, key, [anchor_row(facts, detail)])
+    write_entries(conn, head, key, [anchor_row(facts, detail)], replica=replica)
     return int(count)
 
 

@@ -30,10 +30,13 @@ class NothingToRepair(StoreError):
     """The store has no audit chain yet."""
 
 
-def start_segment(conn: Connection, key: ChainKey, reason: str, by: str) -> dict[str, Any]:
+def start_segment(
+    conn: Connection, key: ChainKey, reason: str, by: str, replica: str | None = None
+) -> dict[str, Any]:
     """Append the anchor of a new segment, keyed with `key`, saying why (`reason`, by `by`) and
     what the segment before it was: its places, last MAC, key and how it verified now. The
-    anchor's facts. In the caller's transaction."""
+    anchor's facts; the anchor is `replica`'s (the process writing it). In the caller's
+    transaction."""
     head = lock_head(conn, remake=True)
     newest, newest_mac = newest_entry(conn)
     end = max(head.seq, newest)
@@ -65,7 +68,7 @@ def start_segment(conn: Connection, key: ChainKey, reason: str, by: str) -> dict
     }
     head.seq, head.mac = end, ""  # built on nothing: the new segment verifies on its own
     detail = f"A new audit chain segment starts here ({by}): {reason}"
-    write_entries(conn, head, key, [anchor_row(facts, detail)])
+    write_entries(conn, head, key, [anchor_row(facts, detail)], replica=replica)
     return facts
 
 

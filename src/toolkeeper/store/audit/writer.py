@@ -157,6 +157,7 @@ class AuditWriter:
         write_ahead_seconds: float = WRITE_AHEAD_SECONDS,
         journal_folder: Path | None = None,
         ahead_seconds: float = AHEAD_SECONDS,
+        replica: str | None = None,
     ) -> None:
         self.store = store
         self.retention_days = retention_days
@@ -173,6 +174,9 @@ class AuditWriter:
         # recovered from; None: no journal (every call recorded before it runs waits for the store).
         self.journal_folder = journal_folder
         self.ahead_seconds = ahead_seconds
+        # The name of this process among the replicas of its store, which every record it writes
+        # carries (one the journal keeps too, so that a recovered record names its own).
+        self.replica = replica
         self._journal: AuditJournal | None = None
         self._alarm: asyncio.TimerHandle | None = None  # the loop's: when the thread writes next
         # Shared by the loop's thread and the writer's: the items handed over, under `_lock`.
@@ -240,7 +244,14 @@ class AuditWriter:
         written soon, or else written at once (`written` waits for that); its outcome follows
         with `complete`."""
         # Its id is given now, so that a record recovered from the journal is known by it.
-        fresh = {**record, "id": os.urandom(16).hex(), "outcome": STARTED, "detail": None, "latency_ms": None}
+        fresh = {
+            **record,
+            "id": os.urandom(16).hex(),
+            "outcome": STARTED,
+            "detail": None,
+            "latency_ms": None,
+            "replica": self.replica,
+        }
         started = Started(fresh)
         self._running[started] = None
         journal = self._journal
@@ -484,7 +495,9 @@ class AuditWriter:
     def _retain(self, cutoff: datetime) -> int:
         with self._writing:
             key = self._key_now()
-            return self._connection_now().transaction(lambda conn: retain(conn, key, cutoff))
+            return self._connection_now().transaction(
+                lambda conn: retain(conn, key, cutoff, replica=self.replica)
+            )
 
     # -- the writer's thread ----------------------------------------------------------------------
 
@@ -682,7 +695,7 @@ class AuditWriter:
         if batch.gap is not None:
             rows.insert(0, gap_row(batch.gap, os.urandom(16).hex()))
         completions = [_completion_values(done) for done in batch.completions]
-        return connection.transaction(lambda conn: append(conn, key, rows, completions))
+        return connection.transaction(lambda conn: append(conn, key, rows, completions, replica=self.replica))
 
     def _key_home(self) -> Path:
         if self.home is not None:
