@@ -79,6 +79,10 @@ def replicas_serving(config: Path, stack: ExitStack) -> dict[str, str]:
 async def calls_of_a_client(url: str, mode: str, said: str) -> None:
     async with Client(url, mode=mode) as client:
         for number in range(CALLS):
+            if number % 2:  # not read-only: recorded as started before it runs, completed after
+                result = await client.call_tool("ctl__sleep", {"seconds": 0.01})
+                assert not result.is_error
+                continue
             result = await client.call_tool("ctl__echo", {"text": f"{said}-{number}"})
             assert result.content[0].text == f"{said}-{number}"
 
@@ -101,6 +105,9 @@ async def test_replicas_append_to_one_chain_and_name_themselves(shared: Place) -
     assert code == EXIT_WHOLE, said
     calls = [record for record in records(shared) if record["kind"] == "call"]
     assert Counter(record["replica"] for record in calls) == {name: CALLS * len(MODES) for name in REPLICAS}
+    ahead = [record for record in calls if record["exposedName"] == "ctl__sleep"]
+    assert len(ahead) == len(REPLICAS) * len(MODES) * (CALLS // 2)
+    assert all(record["outcome"] == "ok" and record["seq"] is not None for record in ahead)
     shown = toolkeeper(shared, "-n", "1000").stdout
     assert "replica" in shown  # the column, since more than one replica wrote
 
