@@ -19,8 +19,8 @@ from conftest import controllable, write_config
 from sqlalchemy import text, update
 
 from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignedIn
-from toolkeeper.store import Store
-from toolkeeper.store.migrations import SCHEMA_HEAD, StoreError
+from toolkeeper.store import Store, StoreError
+from toolkeeper.store.migrations import SCHEMA_HEAD
 from toolkeeper.store.signin_key import KEY_FILE
 from toolkeeper.store.signin_tokens import StoreTokenShelf, accounts
 from toolkeeper.store.tables import signin_tokens
