@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import controllable, write_config
+from conftest import controllable, drop_postgres_schema, write_config
 from sqlalchemy import text, update
 
 from toolkeeper.downstreams.signin.tokens import SHARED_ACCOUNT, SignedIn
@@ -67,8 +67,7 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         return
     schema = f"tk_signin_{uuid.uuid4().hex[:12]}"
     yield f"{POSTGRES}?schema={schema}"
-    async with Store(POSTGRES) as cleanup, cleanup.engine.begin() as conn:
-        await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    await drop_postgres_schema(POSTGRES, schema)
 
 
 async def test_save_load_forget_round_trip_each_write_bumping_the_revision(
@@ -235,8 +234,7 @@ async def test_a_backup_holds_no_token_in_clear_nor_the_key_and_restored_elsewhe
             }
     finally:
         if backend == "postgresql":
-            async with Store(POSTGRES) as cleanup, cleanup.engine.begin() as conn:
-                await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+            await drop_postgres_schema(POSTGRES, schema)
 
 
 async def test_a_store_at_0009_is_migrated_and_keeps_what_it_held(store_url: str, tmp_path: Path) -> None:
