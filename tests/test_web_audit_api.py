@@ -166,3 +166,26 @@ def test_a_records_page_shows_the_whole_record_and_leads_back_to_the_same_listin
     gap_page = board.client.get(f"/audit/{gap['id']}")
     assert "3 records lost" in gap_page.text and "&#34;dropped&#34;: 3" in gap_page.text
     assert board.client.get("/audit/nothing-here").status_code == 404
+
+
+async def records_of_replicas(board: Dashboard) -> None:
+    """A call recorded by each of two gateway processes sharing the store."""
+    assert board.gateway.store is not None
+    key = partial(audit_key.chain_key, board.config.settings)
+    now = datetime.now(UTC)
+    for replica in ("east", "west"):
+        writer = AuditWriter(board.gateway.store, 30, key=key, replica=replica)
+        writer.add(a_record(at=now - timedelta(seconds=5), client_name=f"client-{replica}"))
+        assert await writer.flush() is True
+
+
+def test_the_page_names_each_records_replica_where_several_wrote(board: Dashboard) -> None:
+    assert ">replica</th>" not in board.client.get("/audit").text  # no record names one yet
+    board.call(records_of_replicas, board)
+    page = board.client.get("/audit").text
+    assert ">replica</th>" in page
+    assert '<td class="hide-narrow">east</td>' in page and '<td class="hide-narrow">west</td>' in page
+    one = board.client.get("/audit?client=client-east").text
+    assert "client-east" in one and ">replica</th>" not in one  # one replica's records: no column
+    west = next(record for record in calls(listed(board)["records"]) if record["replica"] == "west")
+    assert "<dt>Replica</dt><dd><code>west</code>" in board.client.get(f"/audit/{west['id']}").text
