@@ -300,6 +300,8 @@ def _tool(record: dict[str, Any]) -> Text:
 
 
 def _print_table(records: list[dict[str, Any]]) -> None:
+    from toolkeeper.services.audit import several_replicas
+
     table = new_table(title="Audit log, newest first")
     table.add_column("time", no_wrap=True)
     # Who the gateway let in, then the client they used (as it names itself).
@@ -311,8 +313,6 @@ def _print_table(records: list[dict[str, Any]]) -> None:
     table.add_column("outcome", no_wrap=True, overflow="ellipsis", max_width=30)
     detailed = out.width >= WIDE
     table.add_column("latency", justify="right", no_wrap=True)
-    from toolkeeper.services.audit import several_replicas
-
     # Which gateway process wrote each record, where more than one wrote those shown.
     with_replica = several_replicas(records)
     if with_replica:
