@@ -38,9 +38,9 @@ def parse() -> argparse.Namespace:
 
 async def measure(args: argparse.Namespace) -> None:
     from toolkeeper.pipeline.audit import AuditLog
-    from toolkeeper.pipeline.audit_writer import AuditWriter
     from toolkeeper.pipeline.call import ToolCall
     from toolkeeper.store import Store
+    from toolkeeper.store.audit.writer import AuditWriter
 
     with tempfile.TemporaryDirectory() as home:
         async with Store(f"sqlite:///{Path(home) / 'toolkeeper.db'}") as store:

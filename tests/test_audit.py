@@ -29,7 +29,6 @@ from toolkeeper.catalog.catalog import ServerTools
 from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.faces.mcp.config_tools import BY_NAME, BoundConfigTool
 from toolkeeper.pipeline.audit import AuditLog
-from toolkeeper.pipeline.audit_writer import AuditWriter, made_row
 from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, ToolCall
 from toolkeeper.pipeline.targets import DownstreamTool
 from toolkeeper.policy.binding import arguments_digest
@@ -37,6 +36,7 @@ from toolkeeper.policy.model import Decision, DecisionRecord, Verdict
 from toolkeeper.services.audit import AuditService, parse_since
 from toolkeeper.store import Store
 from toolkeeper.store import db as store_db
+from toolkeeper.store.audit.writer import AuditWriter, made_row
 from toolkeeper.store.tables import audit_log, store_revision
 
 pytestmark = pytest.mark.anyio
@@ -216,7 +216,7 @@ async def test_records_wait_while_the_store_refuses_and_are_written_when_it_take
     path = tmp_path / "audit.db"
     store = await Store(f"sqlite:///{path}").open()
     writer = AuditWriter(store, 30, home=key_home(), batch_size=3, max_waiting=5)
-    caplog.set_level(logging.WARNING, logger="toolkeeper.pipeline.audit_writer")
+    caplog.set_level(logging.WARNING, logger="toolkeeper.store.audit.writer")
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
     try:

@@ -29,9 +29,14 @@ from sqlalchemy import create_engine, insert, text
 from tests.postgres import drop_schema
 from toolkeeper.config.loader import ConfigError, load_config
 from toolkeeper.config.model import GatewaySettings
-from toolkeeper.pipeline.audit_writer import AuditWriter
-from toolkeeper.store import Store, audit_key
-from toolkeeper.store import audit_chain as chain
+from toolkeeper.store import Store
+from toolkeeper.store import db as store_db
+from toolkeeper.store.audit import append as audit_append
+from toolkeeper.store.audit import key as audit_key
+from toolkeeper.store.audit import record as audit_record
+from toolkeeper.store.audit import retention as audit_retention
+from toolkeeper.store.audit import verify as audit_verify
+from toolkeeper.store.audit.writer import AuditWriter
 from toolkeeper.store.db import ThreadConnection
 from toolkeeper.store.tables import audit_log
 
@@ -48,7 +53,7 @@ class Place:
     url: str
     config: Path
     home: Path
-    key: chain.ChainKey
+    key: audit_key.ChainKey
     schema: str | None
 
     async def sql(self, statement: str, **values: Any) -> None:
@@ -74,7 +79,7 @@ async def place(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     config = write_config(tmp_path, {}, databaseUrl=url)
     async with Store(url):
         pass  # made, with its schema
-    yield Place(url, config, home, chain.load_chain_key(home), schema)
+    yield Place(url, config, home, audit_key.load_chain_key(home), schema)
     if schema is not None:
         await drop_schema(schema)
 
@@ -94,7 +99,7 @@ def call_row(
         "decision": "allow",
         "decided_by": "policy",
         "outcome": outcome,
-        "latency_ms": None if outcome == chain.STARTED else number,
+        "latency_ms": None if outcome == audit_record.STARTED else number,
         "principal": "local",
         **values,
     }
@@ -108,7 +113,7 @@ def gap_row(dropped: int, start: datetime, end: datetime) -> dict[str, Any]:
         "arguments_sha256": "",
         "decision": "",
         "outcome": "gap",
-        "kind": chain.GAP,
+        "kind": audit_record.GAP,
         "detail": f"{dropped} records were dropped: the store refused writes",
         "facts": {
             "dropped": dropped,
@@ -123,12 +128,12 @@ async def append(
     place: Place, rows: Sequence[dict[str, Any]], completions: Sequence[dict[str, Any]] = ()
 ) -> None:
     async with Store(place.url) as store, store.write(bump_revision=False) as conn:
-        await conn.run_sync(chain.append, place.key, rows, completions)
+        await conn.run_sync(audit_append.append, place.key, rows, completions)
 
 
 async def retain(place: Place, cutoff: datetime) -> int:
     async with Store(place.url) as store, store.write(bump_revision=False) as conn:
-        return int(await conn.run_sync(chain.retain, place.key, cutoff))
+        return int(await conn.run_sync(audit_retention.retain, place.key, cutoff))
 
 
 def toolkeeper(
@@ -159,8 +164,8 @@ def verify(place: Place, *args: str, **options: Any) -> tuple[int, str]:
 async def some_records(place: Place) -> list[dict[str, Any]]:
     """Calls, a call recorded before it ran and completed later, one never completed, a gap."""
     rows = [call_row(number) for number in range(6)]
-    started = call_row(6, outcome=chain.STARTED)
-    never = call_row(7, outcome=chain.STARTED)
+    started = call_row(6, outcome=audit_record.STARTED)
+    never = call_row(7, outcome=audit_record.STARTED)
     now = datetime.now(UTC)
     await append(place, [*rows[:3], started, gap_row(2001, now - timedelta(seconds=9), now)])
     await append(
@@ -226,11 +231,11 @@ async def test_the_newest_records_deleted_are_caught(place: Place) -> None:
 async def test_a_forged_row_is_caught_with_or_without_a_place(place: Place) -> None:
     records = await some_records(place)
     forged = dict(records[0])
-    columns = ", ".join((*chain.CONTENT_COLUMNS, "seq", "mac"))
-    marks = ", ".join(f":{column}" for column in (*chain.CONTENT_COLUMNS, "seq", "mac"))
+    columns = ", ".join((*audit_record.CONTENT_COLUMNS, "seq", "mac"))
+    marks = ", ".join(f":{column}" for column in (*audit_record.CONTENT_COLUMNS, "seq", "mac"))
     for seq in (99, None):
         values = {
-            **{column: forged.get(column) for column in chain.CONTENT_COLUMNS},
+            **{column: forged.get(column) for column in audit_record.CONTENT_COLUMNS},
             "id": secrets.token_hex(16),
             "kind": "call",
             "at": forged["at"].strftime("%Y-%m-%d %H:%M:%S.%f") if place.schema is None else forged["at"],
@@ -307,7 +312,7 @@ async def test_two_rows_swapped_are_caught_as_moved(place: Place) -> None:
 
 async def test_retention_leaves_an_anchor_and_the_chain_verifies(place: Place) -> None:
     old = datetime.now(UTC) - timedelta(days=40)
-    still_running = call_row(90, outcome=chain.STARTED, at=old)
+    still_running = call_row(90, outcome=audit_record.STARTED, at=old)
     await append(place, [call_row(number, at=old) for number in range(5)])
     await append(place, [still_running])
     await append(place, [call_row(number) for number in range(5, 8)])
@@ -334,7 +339,7 @@ async def test_retention_deletes_nothing_when_the_part_it_would_delete_was_chang
     rows = [call_row(number, at=old) for number in range(4)]
     await append(place, rows)
     await place.sql("UPDATE audit_log SET decision = 'deny' WHERE id = :v", v=rows[1]["id"])
-    with pytest.raises(chain.ChainNotWhole, match="Retention deleted nothing"):
+    with pytest.raises(audit_retention.ChainNotWhole, match="Retention deleted nothing"):
         await retain(place, datetime.now(UTC) - timedelta(days=30))
     code, said = verify(place)
     assert code == EXIT_BROKEN and rows[1]["id"] in said
@@ -355,7 +360,7 @@ async def test_an_export_verifies_elsewhere_and_a_changed_line_is_caught(
     setting = {"TOOLKEEPER_AUDIT_KEY": place.key.secret.decode()}
     code, said = verify(place, "--file", str(export), home=elsewhere, env=setting)
     assert code == EXIT_WHOLE, said
-    assert not (elsewhere / chain.KEY_FILE).exists()  # verifying never makes a key
+    assert not (elsewhere / audit_key.KEY_FILE).exists()  # verifying never makes a key
 
     changed = [json.loads(line) for line in lines]
     changed[3]["decision"] = "deny"
@@ -372,7 +377,7 @@ async def test_an_export_verifies_elsewhere_and_a_changed_line_is_caught(
 
 async def test_an_export_since_a_time_verifies_on_its_own(place: Place, tmp_path: Path) -> None:
     old = datetime.now(UTC) - timedelta(hours=3)
-    started = call_row(1, outcome=chain.STARTED, at=old)
+    started = call_row(1, outcome=audit_record.STARTED, at=old)
     await append(place, [call_row(0, at=old), started])
     await append(
         place,
@@ -397,20 +402,20 @@ async def test_an_empty_store_no_key_and_a_wrong_key_each_have_their_code(
     await some_records(place)
     elsewhere = tmp_path / "another-home"
     code, said = verify(place, home=elsewhere)
-    assert code == EXIT_NO_KEY and str(elsewhere / chain.KEY_FILE) in said and "does not exist" in said
+    assert code == EXIT_NO_KEY and str(elsewhere / audit_key.KEY_FILE) in said and "does not exist" in said
     elsewhere.mkdir()
-    (elsewhere / chain.KEY_FILE).write_text(secrets.token_hex(32))
-    (elsewhere / chain.KEY_FILE).chmod(0o600)
+    (elsewhere / audit_key.KEY_FILE).write_text(secrets.token_hex(32))
+    (elsewhere / audit_key.KEY_FILE).chmod(0o600)
     code, said = verify(place, home=elsewhere)
     assert code == EXIT_WRONG_KEY and "was made with another key" in said
-    with pytest.raises(chain.ChainKeyError, match="started with another key"):
+    with pytest.raises(audit_key.ChainKeyError, match="started with another key"):
         async with Store(place.url) as store, store.write(bump_revision=False) as conn:
-            await conn.run_sync(chain.append, chain.load_chain_key(elsewhere), [call_row(1)])
+            await conn.run_sync(audit_append.append, audit_key.load_chain_key(elsewhere), [call_row(1)])
 
 
 async def test_a_key_file_others_can_read_is_named_in_a_warning(place: Place) -> None:
     await some_records(place)
-    key_file = place.home / chain.KEY_FILE
+    key_file = place.home / audit_key.KEY_FILE
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     key_file.chmod(0o644)
     code, said = verify(place)
@@ -439,12 +444,11 @@ import sys, secrets, anyio
 from datetime import UTC, datetime
 from pathlib import Path
 from toolkeeper.store import Store
-from toolkeeper.store import audit as audit_rows
-from toolkeeper.store import audit_chain as chain
-from toolkeeper.store import audit_key
+from toolkeeper.store.audit import append as audit_append
+from toolkeeper.store.audit import key as audit_key
 
 async def main(url, home, name, batches):
-    key = chain.load_chain_key(Path(home))
+    key = audit_key.load_chain_key(Path(home))
     async with Store(url) as store:
         for batch in range(batches):
             rows = [
@@ -453,14 +457,14 @@ async def main(url, home, name, batches):
                 for n in range(20)
             ]
             async with store.write(bump_revision=False) as conn:
-                await conn.run_sync(chain.append, key, rows)
+                await conn.run_sync(audit_append.append, key, rows)
 
 anyio.run(main, sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
 """
 
 
 async def test_two_writer_processes_share_one_chain(place: Place) -> None:
-    (place.home / chain.KEY_FILE).unlink()  # the two make the key between them
+    (place.home / audit_key.KEY_FILE).unlink()  # the two make the key between them
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     writers = [
         subprocess.Popen([sys.executable, "-c", WRITER, place.url, str(place.home), name, "100"], env=env)
@@ -471,14 +475,15 @@ async def test_two_writer_processes_share_one_chain(place: Place) -> None:
         code, said = verify(place)
         assert code in (EXIT_WHOLE, EXIT_EMPTY, EXIT_NO_KEY), said
     assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
-    place.key = chain.load_chain_key(place.home)
+    place.key = audit_key.load_chain_key(place.home)
     code, said = verify(place)
     assert code == EXIT_WHOLE, said
     assert "4001 records (places 1–4001)" in said
 
 
 def test_every_column_but_the_chains_own_is_covered() -> None:
-    assert set(chain.CONTENT_COLUMNS) | set(chain.CHAIN_COLUMNS) == set(audit_log.columns.keys())
+    covered = set(audit_record.CONTENT_COLUMNS) | set(audit_record.CHAIN_COLUMNS)
+    assert covered == set(audit_log.columns.keys())
 
 
 def test_the_key_setting_is_used_and_a_short_one_refused(
@@ -488,17 +493,17 @@ def test_the_key_setting_is_used_and_a_short_one_refused(
     config = write_config(tmp_path, {}, auditKey="${MY_AUDIT_KEY}")
     monkeypatch.setenv("MY_AUDIT_KEY", key)
     loaded = load_config(config).settings
-    assert chain.chain_key(loaded) == chain.ChainKey(key.encode(), audit_key.KEY_SETTING)
+    assert audit_key.chain_key(loaded) == audit_key.ChainKey(key.encode(), audit_key.KEY_SETTING)
     assert key not in repr(loaded)
     monkeypatch.setenv("MY_AUDIT_KEY", "short but secret")
     with pytest.raises(ConfigError, match="needs at least 32") as refused:
         load_config(config)
     assert "short but secret" not in str(refused.value)
-    assert chain.find_chain_key(GatewaySettings(home=tmp_path / "nowhere")) is None
+    assert audit_key.find_chain_key(GatewaySettings(home=tmp_path / "nowhere")) is None
     not_a_folder = tmp_path / "a-file"
     not_a_folder.write_text("")
-    with pytest.raises(chain.StoreError, match=r"Cannot make the audit key .* set toolkeeper\.auditKey"):
-        chain.load_chain_key(not_a_folder / "home")
+    with pytest.raises(store_db.StoreError, match=r"Cannot make the audit key .* set toolkeeper\.auditKey"):
+        audit_key.load_chain_key(not_a_folder / "home")
 
 
 # --- any single change is caught -----------------------------------------------------------------
@@ -528,22 +533,22 @@ COLUMN_CHANGES = {
 
 
 @pytest.fixture(scope="module")
-def chained_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, chain.ChainKey]:
+def chained_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, audit_key.ChainKey]:
     import anyio
 
     folder = tmp_path_factory.mktemp("chain")
-    key = chain.ChainKey(b"a key for the property test, long enough", "test")
+    key = audit_key.ChainKey(b"a key for the property test, long enough", "test")
     url = f"sqlite:///{folder / 'store.db'}"
     rows = [call_row(number) for number in range(8)]
-    started = call_row(8, outcome=chain.STARTED)
+    started = call_row(8, outcome=audit_record.STARTED)
 
     async def fill() -> None:
         async with Store(url) as store:
             async with store.write(bump_revision=False) as conn:
-                await conn.run_sync(chain.append, key, [*rows[:4], started])
+                await conn.run_sync(audit_append.append, key, [*rows[:4], started])
             async with store.write(bump_revision=False) as conn:
                 await conn.run_sync(
-                    chain.append,
+                    audit_append.append,
                     key,
                     rows[4:],
                     [{"id": started["id"], "outcome": "ok", "detail": "x", "latency_ms": 3}],
@@ -556,7 +561,7 @@ def chained_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, chain.
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(place_index=st.integers(min_value=1, max_value=10), column=st.sampled_from(sorted(COLUMN_CHANGES)))
 def test_any_single_change_is_caught(
-    chained_file: tuple[Path, chain.ChainKey], tmp_path: Path, place_index: int, column: str
+    chained_file: tuple[Path, audit_key.ChainKey], tmp_path: Path, place_index: int, column: str
 ) -> None:
     original, key = chained_file
     copy = tmp_path / f"changed-{uuid.uuid4().hex}.db"
@@ -581,7 +586,7 @@ def test_any_single_change_is_caught(
     engine = create_engine(f"sqlite:///{copy}")
     try:
         with engine.connect() as conn:
-            found = chain.verify_store(conn, key)
+            found = audit_verify.verify_store(conn, key)
     finally:
         engine.dispose()
         copy.unlink()
@@ -595,9 +600,9 @@ async def test_each_row_is_made_as_sqlites_driver_inserts_it(monkeypatch: pytest
     # The writer's thread shares the interpreter with the event loop, and the driver lets go of
     # it while it inserts: rows made all before the first insert would hold it for the batch.
     home = Path(os.environ["TOOLKEEPER_HOME"])
-    key = chain.load_chain_key(home)
+    key = audit_key.load_chain_key(home)
     events: list[str] = []
-    mac = chain.entry_mac
+    mac = audit_record.entry_mac
 
     def noted_mac(*args: Any) -> str:
         events.append("made")
@@ -607,9 +612,9 @@ async def test_each_row_is_made_as_sqlites_driver_inserts_it(monkeypatch: pytest
         conn.connection.driver_connection.set_trace_callback(
             lambda sql: events.append("inserted") if sql.startswith("INSERT INTO audit_log") else None
         )
-        chain.append(conn, key, [call_row(number) for number in range(3)])
+        audit_append.append(conn, key, [call_row(number) for number in range(3)])
 
-    monkeypatch.setattr(chain, "entry_mac", noted_mac)
+    monkeypatch.setattr(audit_append, "entry_mac", noted_mac)
     async with Store(f"sqlite:///{home / 'toolkeeper.db'}") as store:
         connection = ThreadConnection(store)  # the audit writer's
         try:
@@ -621,11 +626,11 @@ async def test_each_row_is_made_as_sqlites_driver_inserts_it(monkeypatch: pytest
 
 async def test_the_writer_compiles_its_statements_before_the_first_record() -> None:
     home = Path(os.environ["TOOLKEEPER_HOME"])
-    chain._statements.clear()
+    audit_append._statements.clear()
     async with Store(f"sqlite:///{home / 'toolkeeper.db'}") as store:
         writer = AuditWriter(store, 30, home=home)
         async with anyio.create_task_group() as tg:
             await tg.start(writer.run)
             assert await writer.checked()
-            assert chain._statements  # compiled as the writer started, before any record
+            assert audit_append._statements  # compiled as the writer started, before any record
             tg.cancel_scope.cancel()

@@ -31,9 +31,10 @@ from test_audit_writer import (
 )
 from test_store import store_url  # noqa: F401 - the fixture: SQLite and PostgreSQL
 
-from toolkeeper.pipeline.audit_writer import AuditWriter
-from toolkeeper.store import Store, audit_journal
-from toolkeeper.store.audit_journal import SLOTS, AuditJournal, Orphans
+from toolkeeper.store import Store
+from toolkeeper.store.audit import journal as audit_journal
+from toolkeeper.store.audit.journal import SLOTS, AuditJournal, Orphans
+from toolkeeper.store.audit.writer import AuditWriter
 
 pytestmark = pytest.mark.anyio
 
@@ -250,7 +251,7 @@ async def test_a_record_already_in_the_store_is_not_added_twice(tmp_path: Path) 
         import os, sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
         from test_audit import a_record
-        from toolkeeper.store.audit_journal import AuditJournal
+        from toolkeeper.store.audit.journal import AuditJournal
         journal = AuditJournal.open(__import__("pathlib").Path(sys.argv[1]), sys.argv[2])
         journal.keep({{**a_record(), "id": sys.argv[3]}})
         os._exit(0)  # as a killed gateway: nothing freed, nothing closed
@@ -283,7 +284,7 @@ async def test_a_recovered_call_still_names_the_remote_account_it_was_made_with(
         import os, sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
         from test_audit import a_record
-        from toolkeeper.store.audit_journal import AuditJournal
+        from toolkeeper.store.audit.journal import AuditJournal
         journal = AuditJournal.open(__import__("pathlib").Path(sys.argv[1]), sys.argv[2])
         journal.keep({{**a_record(), "id": "f" * 32, "facts": {account!r}}})
         os._exit(0)  # as a killed gateway: nothing freed, nothing closed

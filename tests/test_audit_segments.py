@@ -31,9 +31,11 @@ from test_audit_chain import (
 )
 
 from toolkeeper.config.model import GatewaySettings
-from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.store import Store
-from toolkeeper.store import audit_chain as chain
+from toolkeeper.store.audit import append as audit_append
+from toolkeeper.store.audit import key as audit_key
+from toolkeeper.store.audit import record as audit_record
+from toolkeeper.store.audit.writer import AuditWriter
 from toolkeeper.store.tables import audit_log
 
 pytestmark = pytest.mark.anyio
@@ -47,7 +49,7 @@ def repair(where: Place, *args: str, **options: object) -> tuple[int, str]:
 async def anchors(where: Place) -> list[dict[str, object]]:
     async with Store(where.url) as store, store.read() as conn:
         rows = await conn.execute(
-            select(audit_log).where(audit_log.c.kind == chain.ANCHOR).order_by(audit_log.c.seq)
+            select(audit_log).where(audit_log.c.kind == audit_record.ANCHOR).order_by(audit_log.c.seq)
         )
         return [dict(row._mapping) for row in rows]
 
@@ -71,7 +73,8 @@ async def test_retention_with_old_records_deletes_them_and_keeps_the_start_ancho
     kept = await anchors(place)
     assert kept[0]["id"] == start["id"] and len(kept) == 2  # the start and retention's own
     async with Store(place.url) as store, store.read() as conn:
-        calls = (await conn.execute(select(audit_log.c.tool).where(audit_log.c.kind == chain.CALL))).scalars()
+        only_calls = select(audit_log.c.tool).where(audit_log.c.kind == audit_record.CALL)
+        calls = (await conn.execute(only_calls)).scalars()
         assert sorted(calls) == ["tool_4", "tool_5"]
     code, said = verify(place)
     assert code == EXIT_WHOLE and "retention removed 4 records" in said, said
@@ -90,7 +93,7 @@ async def test_a_repair_starts_a_segment_and_verify_shows_both_and_the_break(pla
         "CASE WHEN substr(mac, 1, 1) = 'f' THEN 'e' ELSE 'f' END || substr(mac, 2)"
     )
     # A writer refuses to build on it, and says what to run.
-    with pytest.raises(chain.ChainHeadError, match="toolkeeper audit verify"):
+    with pytest.raises(audit_append.ChainHeadError, match="toolkeeper audit verify"):
         await append(place, [call_row(20)])
     assert verify(place)[0] == EXIT_BROKEN
 
@@ -150,7 +153,7 @@ async def test_a_missing_key_with_signed_records_refuses_start_and_a_new_key_is_
     place: Place,  # noqa: F811
 ) -> None:
     await append(place, [call_row(1)])
-    key_file = place.home / chain.KEY_FILE
+    key_file = place.home / audit_key.KEY_FILE
     kept = key_file.read_text()
     key_file.unlink()
     done = serve(place, place.home)
@@ -176,10 +179,10 @@ async def test_a_missing_key_with_signed_records_refuses_start_and_a_new_key_is_
 
 async def test_a_gateways_writer_makes_no_key_over_signed_records(place: Place) -> None:  # noqa: F811
     await append(place, [call_row(1)])
-    key_file = place.home / chain.KEY_FILE
+    key_file = place.home / audit_key.KEY_FILE
     key_file.unlink()
     async with Store(place.url) as store:
-        writer = AuditWriter(store, 30, key=partial(chain.chain_key, GatewaySettings(home=place.home)))
+        writer = AuditWriter(store, 30, key=partial(audit_key.chain_key, GatewaySettings(home=place.home)))
         async with anyio.create_task_group() as tg:
             await tg.start(writer.run)
             assert await writer.checked()

@@ -30,8 +30,9 @@ from mcp.shared.exceptions import MCPError
 from test_audit import a_record, rows
 from test_store import store_url  # noqa: F401 - the fixture: SQLite and PostgreSQL
 
-from toolkeeper.pipeline.audit_writer import AuditWriter
-from toolkeeper.store import Store, audit_journal
+from toolkeeper.store import Store
+from toolkeeper.store.audit import journal as audit_journal
+from toolkeeper.store.audit.writer import AuditWriter
 
 pytestmark = pytest.mark.anyio
 

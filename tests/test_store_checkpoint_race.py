@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from test_audit import a_record
 
-from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.store import Store
 from toolkeeper.store import db as store_db
+from toolkeeper.store.audit.writer import AuditWriter
 
 pytestmark = pytest.mark.anyio
 

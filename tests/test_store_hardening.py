@@ -295,7 +295,7 @@ async def test_a_read_only_store_file_is_a_tool_error_over_mcp(tmp_path: Path, m
                 assert "audit record cannot be written" in text and "toolkeeper audit verify" in text
     logged = log.read_text()
     assert "Traceback" not in logged
-    assert "ERROR   toolkeeper.pipeline.audit_writer: audit log: the store refuses records" in logged
+    assert "ERROR   toolkeeper.store.audit.writer: audit log: the store refuses records" in logged
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])

@@ -14,8 +14,8 @@ from conftest import controllable
 from test_audit import a_record
 from web_support import Dashboard, config_for, running_dashboard
 
-from toolkeeper.pipeline.audit_writer import AuditWriter
-from toolkeeper.store import audit_chain
+from toolkeeper.store.audit import key as audit_key
+from toolkeeper.store.audit.writer import AuditWriter
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ async def write_records(board: Dashboard) -> None:
     """Eight calls, oldest first, two of them denied and one by another client, then, from a
     writer that could keep only two, a gap where three were dropped."""
     assert board.gateway.store is not None
-    key = partial(audit_chain.chain_key, board.config.settings)
+    key = partial(audit_key.chain_key, board.config.settings)
     writer = AuditWriter(board.gateway.store, 30, key=key)
     # Taken when the records are written, not when the module is imported: the test's windows
     # ("since 65m") are reckoned from the moment of the request.
@@ -146,7 +146,7 @@ def test_the_page_filters_pages_and_shows_gaps_as_gaps(board: Dashboard) -> None
 
 async def more_records(board: Dashboard, count: int) -> None:
     assert board.gateway.store is not None
-    writer = AuditWriter(board.gateway.store, 30, key=partial(audit_chain.chain_key, board.config.settings))
+    writer = AuditWriter(board.gateway.store, 30, key=partial(audit_key.chain_key, board.config.settings))
     now = datetime.now(UTC)
     for number in range(count):
         writer.add(a_record(at=now - timedelta(hours=2, seconds=number), client_name="audit-web"))
@@ -166,3 +166,26 @@ def test_a_records_page_shows_the_whole_record_and_leads_back_to_the_same_listin
     gap_page = board.client.get(f"/audit/{gap['id']}")
     assert "3 records lost" in gap_page.text and "&#34;dropped&#34;: 3" in gap_page.text
     assert board.client.get("/audit/nothing-here").status_code == 404
+
+
+async def records_of_replicas(board: Dashboard) -> None:
+    """A call recorded by each of two gateway processes sharing the store."""
+    assert board.gateway.store is not None
+    key = partial(audit_key.chain_key, board.config.settings)
+    now = datetime.now(UTC)
+    for replica in ("east", "west"):
+        writer = AuditWriter(board.gateway.store, 30, key=key, replica=replica)
+        writer.add(a_record(at=now - timedelta(seconds=5), client_name=f"client-{replica}"))
+        assert await writer.flush() is True
+
+
+def test_the_page_names_each_records_replica_where_several_wrote(board: Dashboard) -> None:
+    assert ">replica</th>" not in board.client.get("/audit").text  # no record names one yet
+    board.call(records_of_replicas, board)
+    page = board.client.get("/audit").text
+    assert ">replica</th>" in page
+    assert '<td class="hide-narrow">east</td>' in page and '<td class="hide-narrow">west</td>' in page
+    one = board.client.get("/audit?client=client-east").text
+    assert "client-east" in one and ">replica</th>" not in one  # one replica's records: no column
+    west = next(record for record in calls(listed(board)["records"]) if record["replica"] == "west")
+    assert "<dt>Replica</dt><dd><code>west</code>" in board.client.get(f"/audit/{west['id']}").text

@@ -306,6 +306,8 @@ def _tool(record: dict[str, Any]) -> Text:
 
 
 def _print_table(records: list[dict[str, Any]]) -> None:
+    from toolkeeper.services.audit import several_replicas
+
     table = new_table(title="Audit log, newest first")
     table.add_column("time", no_wrap=True)
     # Who the gateway let in, then the client they used (as it names itself).
@@ -317,8 +319,12 @@ def _print_table(records: list[dict[str, Any]]) -> None:
     table.add_column("outcome", no_wrap=True, overflow="ellipsis", max_width=30)
     detailed = out.width >= WIDE
     table.add_column("latency", justify="right", no_wrap=True)
-    for row in _rows(records, detailed=detailed):
-        table.add_row(*row)
+    # Which gateway process wrote each record, where more than one wrote those shown.
+    with_replica = several_replicas(records)
+    if with_replica:
+        table.add_column("replica", no_wrap=True)
+    for record, row in zip(records, _rows(records, detailed=detailed), strict=True):
+        table.add_row(*row, *((styled(record["replica"] or ""),) if with_replica else ()))
     out.print(table)
 
 

@@ -12,7 +12,7 @@ however it ended.
   once it ended, and waits in memory (or leaves a gap record) while the store refuses.
 - After the call ended (`AuditLog`): the record, or the completion of the started one.
 
-Both only hand values to the writer (`audit_writer.py`): no I/O, no serialisation, no hashing
+Both only hand values to the writer (`store/audit/writer.py`): no I/O, no serialisation, no hashing
 on the call path; the writer's thread does the rest.
 """
 
@@ -26,12 +26,12 @@ from typing import Any, ClassVar
 import anyio
 from mcp.shared.exceptions import MCPError
 
-from toolkeeper.pipeline.audit_writer import AuditWriter, HintsHeld, Record, Started, UnreadArguments
 from toolkeeper.pipeline.call import ToolCall
 from toolkeeper.pipeline.rate_limits import RATE_LIMITED
 from toolkeeper.pipeline.targets import REMOTE_ACCOUNT
 from toolkeeper.policy.model import Decision
 from toolkeeper.protocol import error_result
+from toolkeeper.store.audit.writer import AuditWriter, HintsHeld, Record, Started, UnreadArguments
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,6 @@ from toolkeeper.downstreams.signin.keeper import SignIns
 from toolkeeper.downstreams.signin.tokens import TokenShelf
 from toolkeeper.pipeline.approval import ApprovalGate
 from toolkeeper.pipeline.audit import AuditAhead, AuditLog
-from toolkeeper.pipeline.audit_writer import AuditWriter
 from toolkeeper.pipeline.call import LOCAL_USER, ClientIdentity, Principal, Target, ToolCall
 from toolkeeper.pipeline.call_metrics import CallMetrics
 from toolkeeper.pipeline.rate_limits import RateLimit, RateLimits
@@ -51,7 +50,10 @@ from toolkeeper.services.costs import ListingCosts, tokenizer_ready
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.search import SearchAnswer, search_tools
 from toolkeeper.services.toolsets import Change
-from toolkeeper.store import Store, audit_chain, audit_journal
+from toolkeeper.store import Store
+from toolkeeper.store.audit import journal as audit_journal
+from toolkeeper.store.audit import key as audit_key
+from toolkeeper.store.audit.writer import AuditWriter
 from toolkeeper.store.request_state_key import request_state_key
 from toolkeeper.toolsets.model import Toolset
 
@@ -164,9 +166,10 @@ class Gateway:
             AuditWriter(
                 store,
                 config.settings.audit_retention_days,
-                key=partial(audit_chain.chain_key, config.settings),
+                key=partial(audit_key.chain_key, config.settings),
                 max_waiting=config.settings.audit_max_waiting,
                 journal_folder=audit_journal.journal_folder(config.settings),
+                replica=config.settings.replica,
             )
             if store
             else None

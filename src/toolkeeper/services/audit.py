@@ -18,9 +18,15 @@ from toolkeeper.errors import ErrorKind, ServiceError
 from toolkeeper.jsonwire import has_utf8_form
 from toolkeeper.policy.model import Decision
 from toolkeeper.services.durations import DURATION_FORMS, parse_duration
-from toolkeeper.store import Store, StoreError, audit_journal, audit_key, audit_segments
-from toolkeeper.store import audit as audit_rows
-from toolkeeper.store import audit_chain as chain
+from toolkeeper.store import Store, StoreError
+from toolkeeper.store.audit import export as audit_export
+from toolkeeper.store.audit import journal as audit_journal
+from toolkeeper.store.audit import key as audit_key
+from toolkeeper.store.audit import log as audit_rows
+from toolkeeper.store.audit import record as audit_record
+from toolkeeper.store.audit import segments as audit_segments
+from toolkeeper.store.audit import verify as audit_verify
+from toolkeeper.store.audit.append import read_head
 
 # The decisions a record can hold: what happened to the call (a person asked ends in one of these).
 RECORDED_DECISIONS = (Decision.ALLOW.value, Decision.DENY.value)
@@ -182,9 +188,9 @@ class AuditService:
             return None
         try:
             with orphans:
-                key = chain.find_chain_key(self.settings)
+                key = audit_key.find_chain_key(self.settings)
                 if key is None:
-                    where = chain.key_file(self.settings)
+                    where = audit_key.key_file(self.settings)
                     raise ServiceError(f"there is no audit key ({where}) to add them with")
                 async with self.store.write(bump_revision=False) as conn:
                     added = await conn.run_sync(audit_journal.add_missing, key, orphans.records)
@@ -194,9 +200,9 @@ class AuditService:
 
     async def verify(self, export: Iterable[str] | None = None, *, source: str | None = None) -> Verification:
         """Walk the store's chain, or the lines of an export (`source` names it in messages)."""
-        key = chain.find_chain_key(self.settings)
+        key = audit_key.find_chain_key(self.settings)
         if key is None:
-            where = chain.key_file(self.settings)
+            where = audit_key.key_file(self.settings)
             return Verification(
                 Verdict.NO_KEY,
                 f"No audit key to verify with: {where} does not exist and toolkeeper.auditKey "
@@ -205,8 +211,8 @@ class AuditService:
             )
         if export is not None:
             try:
-                checked = chain.verify_export(export, key)
-            except chain.ExportUnreadable as exc:
+                checked = audit_export.verify_export(export, key)
+            except audit_export.ExportUnreadable as exc:
                 raise ServiceError(f"{source or 'The file'} cannot be verified: {exc}.") from None
             return _verification(checked, key, source or "the export", records=checked.records)
         async with self.store.read() as conn:
@@ -229,18 +235,23 @@ class AuditService:
                 ErrorKind.INVALID,
             )
         try:
-            key = audit_key.make_new_key(self.settings) if new_key else chain.find_chain_key(self.settings)
+            key = (
+                audit_key.make_new_key(self.settings) if new_key else audit_key.find_chain_key(self.settings)
+            )
         except StoreError as exc:
             raise ServiceError(str(exc), ErrorKind.INVALID) from None
         if key is None:
             raise ServiceError(
-                f"No audit key: {chain.key_file(self.settings)} does not exist and toolkeeper.auditKey is "
-                "not set. Put the key back there, or start the new segment with a new key (--new-key).",
+                f"No audit key: {audit_key.key_file(self.settings)} does not exist and "
+                "toolkeeper.auditKey is not set. Put the key back there, or start the new segment with "
+                "a new key (--new-key).",
                 ErrorKind.INVALID,
             )
         try:
             async with self.store.write(bump_revision=False) as conn:
-                await conn.run_sync(audit_segments.start_segment, key, reason.strip(), by)
+                await conn.run_sync(
+                    audit_segments.start_segment, key, reason.strip(), by, self.settings.replica
+                )
         except audit_segments.NothingToRepair as exc:
             raise ServiceError(str(exc), ErrorKind.CONFLICT) from None
         return await self.verify()
@@ -249,7 +260,7 @@ class AuditService:
         """Refuse to serve (ServiceError) when the key file is gone while the chain holds records
         signed with a key: a new key would be made silently over them."""
         async with self.store.read() as conn:
-            head = await conn.run_sync(chain.read_head)
+            head = await conn.run_sync(read_head)
         try:
             audit_key.check_custody(self.settings, head.fingerprint if head else None, self.store.label)
         except audit_key.ChainKeyMissing as exc:
@@ -262,7 +273,7 @@ class AuditService:
 
         def lines(conn: Connection) -> int:
             count = -1
-            for line in chain.export_lines(conn, start):
+            for line in audit_export.export_lines(conn, start):
                 write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
                 count += 1
             return max(count, 0)
@@ -272,9 +283,9 @@ class AuditService:
 
 
 def _verify_segments(
-    conn: Connection, key: chain.ChainKey
-) -> tuple[chain.StoreCheck, list[audit_segments.EarlierSegment]]:
-    return chain.verify_store(conn, key), audit_segments.earlier_segments(conn, key)
+    conn: Connection, key: audit_key.ChainKey
+) -> tuple[audit_verify.StoreCheck, list[audit_segments.EarlierSegment]]:
+    return audit_verify.verify_store(conn, key), audit_segments.earlier_segments(conn, key)
 
 
 def _with_earlier(found: Verification, earlier: list[audit_segments.EarlierSegment]) -> Verification:
@@ -347,7 +358,11 @@ HOW = {
 
 
 def _verification(
-    found: chain.StoreCheck | chain.ExportCheck, key: chain.ChainKey, label: str, *, records: int
+    found: audit_verify.StoreCheck | audit_export.ExportCheck,
+    key: audit_key.ChainKey,
+    label: str,
+    *,
+    records: int,
 ) -> Verification:
     summary = found.summary
     counts = {
@@ -377,7 +392,7 @@ def _verification(
     return Verification(Verdict.BROKEN, _broken_message(label, broken), counts, first, broken.how)
 
 
-def _whole_message(label: str, summary: chain.ChainSummary) -> str:
+def _whole_message(label: str, summary: audit_verify.ChainSummary) -> str:
     parts = [f"{summary.records} records (places {summary.first_seq}–{summary.last_seq})"]
     parts.append(f"{summary.gaps} gaps ({summary.lost} records lost)")
     anchors = f"{summary.anchors} anchors"
@@ -390,7 +405,7 @@ def _whole_message(label: str, summary: chain.ChainSummary) -> str:
     return f"The audit chain of {label} is whole: " + ", ".join(parts) + "."
 
 
-def _broken_message(label: str, broken: chain.Broken) -> str:
+def _broken_message(label: str, broken: audit_verify.Broken) -> str:
     head = f"The audit chain of {label} is broken"
     if broken.how == "removed":
         first, last = broken.missing or (broken.seq, broken.seq)
@@ -406,10 +421,10 @@ def _broken_message(label: str, broken: chain.Broken) -> str:
 
 def _named(values: Any) -> str:
     """A record as the messages name it: id, time, tool and place."""
-    kind = values.get("kind") or chain.CALL
-    what = values.get("exposed_name") or "" if kind == chain.CALL else kind
+    kind = values.get("kind") or audit_record.CALL
+    what = values.get("exposed_name") or "" if kind == audit_record.CALL else kind
     at = values.get("at")
-    when = chain.iso(at) if isinstance(at, datetime) else str(at)
+    when = audit_record.iso(at) if isinstance(at, datetime) else str(at)
     seq = values.get("seq")
     place = f", place {seq}" if seq is not None else ", no place"
     return f"{values.get('id')} ({when}, {what!r}{place})"
@@ -421,10 +436,10 @@ def _record_json(values: Mapping[str, Any]) -> dict[str, Any]:
     v = values.get
     return {
         "id": v("id"),
-        "at": chain.iso(v("at")),
+        "at": audit_record.iso(v("at")),
         # A call; a gap (records that had to be dropped); an anchor (records retention removed).
-        "kind": v("kind") or chain.CALL,
-        "facts": chain.facts_of(values) if v("facts") is not None else None,
+        "kind": v("kind") or audit_record.CALL,
+        "facts": audit_record.facts_of(values) if v("facts") is not None else None,
         # The remote server's account a call was made with: `account` (`gateway`, or the
         # principal's `kind:name`) and the token's `subject` where it names one; None for a call
         # to a server that signs in nowhere, and for gaps and anchors.
@@ -434,6 +449,8 @@ def _record_json(values: Mapping[str, Any]) -> dict[str, Any]:
         # Who the gateway let in, and the OAuth client it came through; None before it recorded them.
         "principal": v("principal"),
         "principalClient": v("principal_client"),
+        # The gateway process (replica) that wrote the record; None before records named one.
+        "replica": v("replica"),
         "exposedName": v("exposed_name"),
         "server": v("server"),
         "tool": v("tool"),
@@ -451,10 +468,16 @@ def _record_json(values: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def several_replicas(records: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether these records (as every face shows them) were written by more than one gateway
+    process: the faces then show each record's replica beside it."""
+    return len({record.get("replica") for record in records if record.get("replica")}) > 1
+
+
 def _remote_account(values: Mapping[str, Any]) -> dict[str, Any] | None:
-    if (values.get("kind") or chain.CALL) != chain.CALL:
+    if (values.get("kind") or audit_record.CALL) != audit_record.CALL:
         return None  # a gap's or an anchor's facts are of another shape
-    found = chain.facts_of(values).get("remote_account")
+    found = audit_record.facts_of(values).get("remote_account")
     if not isinstance(found, dict) or not isinstance(found.get("account"), str):
         return None
     subject = found.get("subject")
@@ -478,7 +501,11 @@ def outcome_label(record: Mapping[str, Any]) -> str:
     """A record's outcome as people read it: a call still "started" was recorded before it ran
     and never completed, so what it did is unknown."""
     outcome = str(record.get("outcome") or "")
-    return STARTED_LABEL if outcome == chain.STARTED and record.get("kind") == chain.CALL else outcome
+    return (
+        STARTED_LABEL
+        if outcome == audit_record.STARTED and record.get("kind") == audit_record.CALL
+        else outcome
+    )
 
 
 def marker_sentence(record: Mapping[str, Any], when: Callable[[str], str]) -> str | None:
@@ -486,13 +513,13 @@ def marker_sentence(record: Mapping[str, Any], when: Callable[[str], str]) -> st
     face's own rendering out); None for a call."""
     facts = record.get("facts") or {}
     kind = record.get("kind")
-    if kind == chain.GAP:
+    if kind == audit_record.GAP:
         dropped = facts.get("dropped")
         span = _span(facts.get("from"), facts.get("to"), when)
         reason = facts.get("reason") or record.get("detail") or ""
         lost = f"{dropped} records lost" if isinstance(dropped, int) else "records lost"
         return f"— {lost}{span}{': ' + reason if reason else ''} —"
-    if kind == chain.ANCHOR:
+    if kind == audit_record.ANCHOR:
         removed = facts.get("removed")
         if not removed:
             return "— the audit chain starts here —"

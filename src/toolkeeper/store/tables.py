@@ -195,7 +195,10 @@ audit_log = Table(
     # been completed (its gateway stopped or died meanwhile).
     Column("kind", String(10), nullable=False, server_default="call"),
     Column("facts", Text, nullable=True),  # JSON: what a gap or an anchor says, as values
-    # The record's places in the audit chain (store/audit_chain.py): its first entry, and for a
+    # The gateway process that wrote the record (`replica`), where replicas share the store; None
+    # for records written before records named one.
+    Column("replica", String(64), nullable=True),
+    # The record's places in the audit chain (store/audit/): its first entry, and for a
     # call recorded before it ran, the entry that completed it. None before the chain existed.
     Column("seq", BigInteger, nullable=True, unique=True),
     Column("mac", String(64), nullable=True),

@@ -34,6 +34,8 @@ async def list_records(request: Request) -> Response:
       the next page starts (null on the last page). A call to a remote server that signs in has
       `remoteAccount`: the `account` it was made with (`gateway`, or the principal's `kind:name`)
       and the token's `subject` where it names one (else null); other records have null.
+      `replica` names the gateway process that wrote the record, where replicas share the store
+      (null for records written before records named one).
     parameters:
       - name: tool
         in: query

@@ -20,6 +20,7 @@ from toolkeeper.services.audit import (
     marker_sentence,
     outcome_label,
     remote_account_label,
+    several_replicas,
 )
 
 PER_PAGE = 50
@@ -42,6 +43,8 @@ def shown_record(record: dict[str, Any]) -> dict[str, Any]:
         "outcomeShown": outcome_label(record),
         # The remote server's account the call was made with (a subject the server chose).
         "remoteAccountShown": visible_line(remote_account_label(record), NAME_MAX),
+        # The gateway process that wrote it, where replicas share the store.
+        "replicaShown": visible_line(str(record.get("replica") or ""), NAME_MAX),
         "duration": f"{latency:,} ms" if isinstance(latency, int) else "",
         "waited": f"{wait / 1000:,.1f} s" if isinstance(wait, int) else "",
         "marker": marker_sentence(record, utc_time),
@@ -86,6 +89,7 @@ async def audit(request: Request) -> Response:
         "problems": problems,
         "decisions": RECORDED_DECISIONS,
         "records": [shown_record(record) for record in records[:PER_PAGE]],
+        "with_replica": several_replicas(records[:PER_PAGE]),
         "page": page,
         "first": (page - 1) * PER_PAGE + 1,
         "previous": _link(filters, page - 1) if page > 1 else None,

@@ -16,21 +16,10 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from toolkeeper.store.audit_chain import (
-    ANCHOR,
-    Broken,
-    ChainKey,
-    anchor_row,
-    chain_start,
-    facts_of,
-    iso,
-    lock_head,
-    newest_entry,
-    segment_start,
-    verify_store,
-    walk_segment,
-    write_entries,
-)
+from toolkeeper.store.audit.append import lock_head, newest_entry, write_entries
+from toolkeeper.store.audit.key import ChainKey
+from toolkeeper.store.audit.record import ANCHOR, anchor_row, facts_of, iso
+from toolkeeper.store.audit.verify import Broken, chain_start, segment_start, verify_store, walk_segment
 from toolkeeper.store.db import StoreError
 from toolkeeper.store.tables import audit_log
 
@@ -41,10 +30,13 @@ class NothingToRepair(StoreError):
     """The store has no audit chain yet."""
 
 
-def start_segment(conn: Connection, key: ChainKey, reason: str, by: str) -> dict[str, Any]:
+def start_segment(
+    conn: Connection, key: ChainKey, reason: str, by: str, replica: str | None = None
+) -> dict[str, Any]:
     """Append the anchor of a new segment, keyed with `key`, saying why (`reason`, by `by`) and
     what the segment before it was: its places, last MAC, key and how it verified now. The
-    anchor's facts. In the caller's transaction."""
+    anchor's facts; the anchor is `replica`'s (the process writing it). In the caller's
+    transaction."""
     head = lock_head(conn, remake=True)
     newest, newest_mac = newest_entry(conn)
     end = max(head.seq, newest)
@@ -76,7 +68,7 @@ def start_segment(conn: Connection, key: ChainKey, reason: str, by: str) -> dict
     }
     head.seq, head.mac = end, ""  # built on nothing: the new segment verifies on its own
     detail = f"A new audit chain segment starts here ({by}): {reason}"
-    write_entries(conn, head, key, [anchor_row(facts, detail)])
+    write_entries(conn, head, key, [anchor_row(facts, detail)], replica=replica)
     return facts
 
 

@@ -18,7 +18,7 @@ from toolkeeper.store.db import StoreError
 from toolkeeper.store.tables import AUDIT_GAP, audit_log
 
 # Every column a record gives a value (None where it has none), so that the rows of a batch can
-# go in one statement; the chain's own columns are `audit_chain.append`'s.
+# go in one statement; the chain's own columns are `append.append`'s.
 NO_VALUES: dict[str, Any] = {
     column.name: None
     for column in audit_log.columns

@@ -3,18 +3,18 @@ so the event loop that serves calls never waits for the store, nor for the work 
 (the digest, the JSON, the chain's MACs).
 
 The call path only hands values over (`add`, `start`, `complete`: a list append under a lock).
-The thread makes the rows and writes them through `audit_chain.append`, one transaction per
+The thread makes the rows and writes them through the chain (`append.py`), one transaction per
 batch: every half second, and as soon as a batch is full. Audit writes do not bump the store
 revision: a record is no reason for a gateway to reload its state.
 
 A call recorded before it runs (`start`) is kept in the gateway's journal first
-(`store/audit_journal.py`: a copy into a file mapped into memory, which a crash of the gateway
+(`journal.py`: a copy into a file mapped into memory, which a crash of the gateway
 does not lose), and its call runs at once; the thread writes it at most `AHEAD_SECONDS` later and
 then frees its slot. Records of a gateway that ended are recovered from its journal when the
 writer starts. Without a journal (no file locks, the home not writable, every slot held), the
 call waits for its record's commit instead, at most `WRITE_AHEAD_SECONDS`.
 
-Whether records can be written is checked when the writer starts (`audit_chain.check_writable`)
+Whether records can be written is checked when the writer starts (`append.check_writable`)
 and known from every write after: while they cannot (`refusal`), the audit stage refuses calls
 that are not reliably read-only. When the store refuses (read-only, locked, full, unreachable,
 the chain changed or keyed otherwise) the writer says so once, keeps the records (up to
@@ -42,10 +42,13 @@ from typing import Any
 import anyio
 
 from toolkeeper.policy.binding import arguments_digest, canonical_json
-from toolkeeper.store import Store, StoreError, audit_chain
-from toolkeeper.store import audit as audit_rows
-from toolkeeper.store.audit_journal import AuditJournal, Orphans, add_missing
-from toolkeeper.store.db import ThreadConnection, default_home
+from toolkeeper.store.audit import log as audit_rows
+from toolkeeper.store.audit.append import append, check_writable, prepare, read_head
+from toolkeeper.store.audit.journal import AuditJournal, Orphans, add_missing
+from toolkeeper.store.audit.key import ChainKey, load_chain_key
+from toolkeeper.store.audit.record import STORED
+from toolkeeper.store.audit.retention import retain
+from toolkeeper.store.db import Store, StoreError, ThreadConnection, default_home
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +149,7 @@ class AuditWriter:
         store: Store,
         retention_days: int,
         *,
-        key: Callable[[str | None], audit_chain.ChainKey] | None = None,
+        key: Callable[[str | None], ChainKey] | None = None,
         home: Path | None = None,
         batch_size: int = BATCH_SIZE,
         max_waiting: int = MAX_WAITING,
@@ -154,6 +157,7 @@ class AuditWriter:
         write_ahead_seconds: float = WRITE_AHEAD_SECONDS,
         journal_folder: Path | None = None,
         ahead_seconds: float = AHEAD_SECONDS,
+        replica: str | None = None,
     ) -> None:
         self.store = store
         self.retention_days = retention_days
@@ -170,6 +174,9 @@ class AuditWriter:
         # recovered from; None: no journal (every call recorded before it runs waits for the store).
         self.journal_folder = journal_folder
         self.ahead_seconds = ahead_seconds
+        # The name of this process among the replicas of its store, which every record it writes
+        # carries (one the journal keeps too, so that a recovered record names its own).
+        self.replica = replica
         self._journal: AuditJournal | None = None
         self._alarm: asyncio.TimerHandle | None = None  # the loop's: when the thread writes next
         # Shared by the loop's thread and the writer's: the items handed over, under `_lock`.
@@ -186,7 +193,7 @@ class AuditWriter:
         # The writer thread's side (and a flush's, under `_writing`).
         self._writing = threading.Lock()
         self._store_connection: ThreadConnection | None = None
-        self._key: audit_chain.ChainKey | None = None
+        self._key: ChainKey | None = None
         self._ahead: deque[Started] = deque()  # rows of calls recorded before they ran, not written yet
         self._rows: deque[Record] = deque()  # rows of ended calls, oldest first
         self._completions: deque[Completion] = deque()  # of calls whose started row is written
@@ -237,7 +244,14 @@ class AuditWriter:
         written soon, or else written at once (`written` waits for that); its outcome follows
         with `complete`."""
         # Its id is given now, so that a record recovered from the journal is known by it.
-        fresh = {**record, "id": os.urandom(16).hex(), "outcome": STARTED, "detail": None, "latency_ms": None}
+        fresh = {
+            **record,
+            "id": os.urandom(16).hex(),
+            "outcome": STARTED,
+            "detail": None,
+            "latency_ms": None,
+            "replica": self.replica,
+        }
         started = Started(fresh)
         self._running[started] = None
         journal = self._journal
@@ -466,7 +480,7 @@ class AuditWriter:
         return removed
 
     def _probe(self) -> bool:
-        """Check that an append would be taken (see `audit_chain.check_writable`); whether it
+        """Check that an append would be taken (see `append.check_writable`); whether it
         would. A refusal is kept (`refusal`) until a write or a later probe succeeds."""
         with self._writing:
             try:
@@ -481,7 +495,9 @@ class AuditWriter:
     def _retain(self, cutoff: datetime) -> int:
         with self._writing:
             key = self._key_now()
-            return self._connection_now().transaction(lambda conn: audit_chain.retain(conn, key, cutoff))
+            return self._connection_now().transaction(
+                lambda conn: retain(conn, key, cutoff, replica=self.replica)
+            )
 
     # -- the writer's thread ----------------------------------------------------------------------
 
@@ -656,16 +672,16 @@ class AuditWriter:
             self._store_connection = ThreadConnection(self.store)
         return self._store_connection
 
-    def _key_now(self) -> audit_chain.ChainKey:
+    def _key_now(self) -> ChainKey:
         if self._key is None:
-            # A key file is made only while no record was signed with a key (audit_key.py).
-            head = self._connection_now().transaction(audit_chain.read_head)
+            # A key file is made only while no record was signed with a key (key.py).
+            head = self._connection_now().transaction(read_head)
             signed_by = head.fingerprint if head is not None else None
             try:
                 self._key = (
                     self.chain_key(signed_by)
                     if self.chain_key
-                    else audit_chain.load_chain_key(self._key_home(), signed_by)
+                    else load_chain_key(self._key_home(), signed_by)
                 )
             except OSError as exc:
                 raise StoreError(f"Cannot read or make the audit log's key: {exc}") from None
@@ -679,7 +695,7 @@ class AuditWriter:
         if batch.gap is not None:
             rows.insert(0, gap_row(batch.gap, os.urandom(16).hex()))
         completions = [_completion_values(done) for done in batch.completions]
-        return connection.transaction(lambda conn: audit_chain.append(conn, key, rows, completions))
+        return connection.transaction(lambda conn: append(conn, key, rows, completions, replica=self.replica))
 
     def _key_home(self) -> Path:
         if self.home is not None:
@@ -797,11 +813,11 @@ class _Batch:
         return "a call of " + ", ".join(repr(name) for name in names)
 
 
-def _checked_and_prepared(conn: Any, key: audit_chain.ChainKey) -> None:
+def _checked_and_prepared(conn: Any, key: ChainKey) -> None:
     """Whether an append would be taken (raises if not), and its statements ready: the thread
     checks as the gateway starts, so the first calls' records need no compiling."""
-    audit_chain.check_writable(conn, key)
-    audit_chain.prepare(conn)
+    check_writable(conn, key)
+    prepare(conn)
 
 
 def _popped(items: deque[Any], count: int) -> list[Any]:
@@ -834,7 +850,7 @@ def _completion_values(done: Completion) -> Record:
         "latency_ms": done.latency_ms,
     }
     if started.stored is not None:
-        values[audit_chain.STORED] = started.stored
+        values[STORED] = started.stored
     return values
 
 

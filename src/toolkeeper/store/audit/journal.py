@@ -38,8 +38,10 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from toolkeeper.config.model import GatewaySettings
-from toolkeeper.store import audit_chain
-from toolkeeper.store.audit import NO_VALUES, hints_text
+from toolkeeper.store.audit.append import append
+from toolkeeper.store.audit.key import ChainKey
+from toolkeeper.store.audit.log import NO_VALUES, hints_text
+from toolkeeper.store.audit.record import STARTED, STARTED_COLUMNS
 from toolkeeper.store.db import default_home
 from toolkeeper.store.tables import audit_log
 
@@ -69,9 +71,7 @@ _CUT = 200  # characters a text keeps when a record does not fit its slot otherw
 # facts name its remote account), except its arguments, which are only digested on the writer's
 # thread (a call's arguments can be large). The header names the columns, so a journal written
 # before a column was kept is still read.
-JOURNALED = tuple(
-    column for column in audit_chain.STARTED_COLUMNS if column not in ("arguments_sha256", "arguments")
-)
+JOURNALED = tuple(column for column in STARTED_COLUMNS if column not in ("arguments_sha256", "arguments"))
 RECOVERED = (
     "the gateway ended (killed, or crashed) while the call ran, before its record reached the "
     "store; recovered from its journal, which keeps no arguments"
@@ -308,7 +308,7 @@ def _read(content: bytes) -> tuple[str | None, list[dict[str, Any]], int]:
     return label, records, unreadable
 
 
-def add_missing(conn: Connection, key: audit_chain.ChainKey, records: Sequence[Mapping[str, Any]]) -> int:
+def add_missing(conn: Connection, key: ChainKey, records: Sequence[Mapping[str, Any]]) -> int:
     """Append, as started with their outcome unknown, the recovered records the store does not
     have yet (a gateway can end between its commit and freeing the slot); how many."""
     ids = [record["id"] for record in records]
@@ -317,7 +317,7 @@ def add_missing(conn: Connection, key: audit_chain.ChainKey, records: Sequence[M
         present.update(conn.execute(select(audit_log.c.id).where(audit_log.c.id.in_(chunk))).scalars())
     rows = [_recovered_row(record) for record in records if record["id"] not in present]
     rows.sort(key=lambda row: row["at"])
-    audit_chain.append(conn, key, rows)
+    append(conn, key, rows)
     return len(rows)
 
 
@@ -329,7 +329,7 @@ def _recovered_row(record: Mapping[str, Any]) -> dict[str, Any]:
     row["exposed_name"] = row["exposed_name"] or ""
     row["decision"] = row["decision"] or ""
     row["arguments_sha256"] = ""
-    row["outcome"] = audit_chain.STARTED
+    row["outcome"] = STARTED
     row["detail"] = RECOVERED
     return row
 
