@@ -19,11 +19,9 @@ import anyio.abc
 import mcp_types as types
 
 from toolkeeper.downstreams.base import Downstream, DownstreamListener, ServerInput, State
+from toolkeeper.downstreams.side_connections import OPEN_SECONDS, SideConnections
 
 logger = logging.getLogger(__name__)
-
-# How long a call waits for its account's new connection to be ready.
-OPEN_SECONDS = 30.0
 
 
 class OnBehalfOf:
@@ -51,40 +49,26 @@ class OnBehalfOf:
         await self._listener.resource_updated(self._owner, uri)
 
 
-class AccountConnections:
+class AccountConnections(SideConnections):
     """The connections of a per-principal server's accounts other than its own connection's."""
 
     def __init__(self, name: str, make: Callable[[str], Downstream]) -> None:
-        self._name = name
+        super().__init__(name)
         self._make = make
         self._open: dict[str, Downstream] = {}
         self._cancels: dict[str, anyio.CancelScope] = {}
-        self._tasks: anyio.abc.TaskGroup | None = None
-        self._slots: anyio.CapacityLimiter | None = None
 
-    async def run(self, slots: anyio.CapacityLimiter, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        """Keep the accounts' connections until cancelled."""
-        self._slots = slots
-        try:
-            async with anyio.create_task_group() as tasks:
-                self._tasks = tasks
-                task_status.started()
-                await anyio.sleep_forever()
-        finally:
-            self._tasks = None
-            self._open.clear()
+    def _forget_all(self) -> None:
+        self._open.clear()
 
     async def connection(self, account: str) -> Downstream:
         """`account`'s connection, opened now if it has none, once its first attempt ended."""
         connection = self._open.get(account)
         if connection is None:
-            if self._tasks is None or self._slots is None:
+            if not self.running:
                 raise RuntimeError(f"server '{self._name}' is not running")
             connection = self._open[account] = self._make(account)
-            scope = self._cancels[account] = anyio.CancelScope()
-            self._tasks.start_soon(
-                self._run_one, connection, scope, self._slots, name=f"account:{self._name}"
-            )
+            self._cancels[account] = self._start(connection, "account")
             logger.info("server %r: opening a connection for account %r", self._name, account)
         with anyio.move_on_after(OPEN_SECONDS):
             await connection.first_attempt_done.wait()
@@ -100,10 +84,3 @@ class AccountConnections:
     @property
     def accounts(self) -> dict[str, State]:
         return {account: connection.state for account, connection in self._open.items()}
-
-    @staticmethod
-    async def _run_one(
-        connection: Downstream, scope: anyio.CancelScope, slots: anyio.CapacityLimiter
-    ) -> None:
-        with scope:
-            await connection.run(slots)

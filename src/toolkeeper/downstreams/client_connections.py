@@ -2,7 +2,7 @@
 
 In the handshake era a server's request during a call (elicitation, sampling, roots) does not
 say which call it belongs to. On a connection that carries the calls of one client only, it can
-only be that client's; so the relay (relay/lanes.py) gives a client whose call comes while
+only be that client's; so the relay (relay/server_calls.py) gives a client whose call comes while
 another client's calls are in flight a connection of its own, taken from here. A connection
 that has carried no call for a while is closed; one free sooner is handed to the next client
 that needs one, so a server has no more of them than clients met on it at once (which the relay
@@ -21,11 +21,9 @@ import anyio.abc
 import mcp_types as types
 
 from toolkeeper.downstreams.base import Downstream, DownstreamListener, ServerInput, State
+from toolkeeper.downstreams.side_connections import OPEN_SECONDS, SideConnections
 
 logger = logging.getLogger(__name__)
-
-# How long a call waits for a new connection to be ready.
-OPEN_SECONDS = 30.0
 
 
 class ForOneClient:
@@ -53,13 +51,13 @@ class ForOneClient:
         return
 
 
-class ClientConnections:
+class ClientConnections(SideConnections):
     """A server's connections for one client at a time: those in use, and those free until their
     idle time runs out."""
 
     def __init__(self, name: str, make: Callable[[], Downstream]) -> None:
         """`make`: a new connection to the server (heard through a `ForOneClient`)."""
-        self._name = name
+        super().__init__(name)
         self._make = make
         self._free: list[Downstream] = []
         self._cancels: dict[Downstream, anyio.CancelScope] = {}
@@ -67,23 +65,12 @@ class ClientConnections:
         # (one watcher each, however often it is taken and given back).
         self._idle_since: dict[Downstream, float] = {}
         self._watched: set[Downstream] = set()
-        self._tasks: anyio.abc.TaskGroup | None = None
-        self._slots: anyio.CapacityLimiter | None = None
 
-    async def run(self, slots: anyio.CapacityLimiter, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        """Keep the connections until cancelled (the server's own connection stops)."""
-        self._slots = slots
-        try:
-            async with anyio.create_task_group() as tasks:
-                self._tasks = tasks
-                task_status.started()
-                await anyio.sleep_forever()
-        finally:
-            self._tasks = None
-            self._free.clear()
-            self._cancels.clear()
-            self._idle_since.clear()
-            self._watched.clear()
+    def _forget_all(self) -> None:
+        self._free.clear()
+        self._cancels.clear()
+        self._idle_since.clear()
+        self._watched.clear()
 
     @property
     def open(self) -> int:
@@ -114,11 +101,10 @@ class ClientConnections:
             if connection.available:
                 return connection
             self._close(connection)
-        if self._tasks is None or self._slots is None:
+        if not self.running:
             return None
         connection = self._make()
-        scope = self._cancels[connection] = anyio.CancelScope()
-        self._tasks.start_soon(self._run_one, connection, scope, self._slots, name=f"client:{self._name}")
+        self._cancels[connection] = self._start(connection, "client")
         try:
             with anyio.move_on_after(OPEN_SECONDS):
                 await connection.first_attempt_done.wait()
@@ -169,10 +155,3 @@ class ClientConnections:
         scope = self._cancels.pop(connection, None)
         if scope is not None:
             scope.cancel()
-
-    @staticmethod
-    async def _run_one(
-        connection: Downstream, scope: anyio.CancelScope, slots: anyio.CapacityLimiter
-    ) -> None:
-        with scope:
-            await connection.run(slots)

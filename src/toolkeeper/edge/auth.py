@@ -258,6 +258,16 @@ class Authenticator:
             if not self.plan.required:
                 return self.anonymous, frozenset()
             return Refusal(401, None, NO_TOKEN)
+        token = self._bearer(address, header)
+        if isinstance(token, Refusal):
+            return token
+        if token.startswith(TOKEN_START):
+            return self._by_key(address, token)
+        return await self._by_oauth(address, token)
+
+    def _bearer(self, address: str, header: str) -> str | Refusal:
+        """The token of an Authorization header, or the refusal of a header that is over 8 KiB or
+        not `Bearer <token>` (counted as a failed authentication from `address`)."""
         if len(header) > MAX_AUTHORIZATION_BYTES:
             refusal = Refusal(431, "invalid_request", "the Authorization header is over 8 KiB")
             return self._failed(address, "an Authorization header over 8 KiB", refusal)
@@ -266,9 +276,7 @@ class Authenticator:
         if scheme.lower() != "bearer" or not token:
             what = "an Authorization header that is not 'Bearer <token>'"
             return self._failed(address, what, Refusal(401, "invalid_token", INVALID_TOKEN))
-        if token.startswith(TOKEN_START):
-            return self._by_key(address, token)
-        return await self._by_oauth(address, token)
+        return token
 
     def _by_key(
         self, address: str, token: str, *, whatever_the_mode: bool = False
@@ -313,14 +321,9 @@ class Authenticator:
         if header is None:
             return Refusal(401, None, NO_ADMIN_TOKEN)
         address = (scope.get("client") or ("unknown", 0))[0]
-        if len(header) > MAX_AUTHORIZATION_BYTES:
-            refusal = Refusal(431, "invalid_request", "the Authorization header is over 8 KiB")
-            return self._failed(address, "an Authorization header over 8 KiB", refusal)
-        scheme, _, token = header.strip().partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
-            what = "an Authorization header that is not 'Bearer <token>'"
-            return self._failed(address, what, Refusal(401, "invalid_token", INVALID_TOKEN))
+        token = self._bearer(address, header)
+        if isinstance(token, Refusal):
+            return token
         if token.startswith(TOKEN_START):
             outcome = self._by_key(address, token, whatever_the_mode=True)
         else:
