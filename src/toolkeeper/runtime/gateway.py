@@ -50,7 +50,7 @@ from toolkeeper.services.costs import ListingCosts, tokenizer_ready
 from toolkeeper.services.keys import KeyRing
 from toolkeeper.services.search import SearchAnswer, search_tools
 from toolkeeper.services.toolsets import Change
-from toolkeeper.store import Store
+from toolkeeper.store import Store, StoreError
 from toolkeeper.store.audit import journal as audit_journal
 from toolkeeper.store.audit import key as audit_key
 from toolkeeper.store.audit.writer import AuditWriter
@@ -225,8 +225,7 @@ class Gateway:
             await self.sync.settle_orphaned_approvals()
             await self.sync.end_sessions(starting=True)
             await self.sync.load()
-            # The replicas' key, so that a modern client's retry verifies on any of them.
-            self.relay.seal.use_key(await request_state_key(self.store))
+            await self._use_replicas_seal(self.store)
             if self.shared_mode is None:  # a shared mode was read with the rest of the state
                 self.mode = starting_mode(equipped=self.toolset is not None, searching=self._search_on)
             self._rebuild_view()
@@ -237,6 +236,19 @@ class Gateway:
                 # A stop must not hang on a store that does not answer.
                 with anyio.move_on_after(SESSIONS_END_SECONDS, shield=True):
                     await self.sync.end_sessions(starting=False)
+
+    async def _use_replicas_seal(self, store: Store) -> None:
+        """Seal request states with the replicas' key, so that a modern client's retry verifies
+        on any of them. A store that cannot give one (read-only, or its value damaged) leaves
+        this process's own key: its rounds then verify here only."""
+        try:
+            self.relay.seal.use_key(await request_state_key(store))
+        except (StoreError, ValueError) as exc:
+            logger.warning(
+                "request states are sealed with this process's own key, so a modern client's retry"
+                " must come back to this replica: %s",
+                exc,
+            )
 
     async def _run(self, task_status: anyio.abc.TaskStatus[None]) -> None:
         async with anyio.create_task_group() as tg:

@@ -31,7 +31,7 @@ _LOST = object()  # put in the stream when the connection ends
 class ChangeListener:
     def __init__(self, store: Store, connection: Any) -> None:
         self.store = store
-        self._connection = connection
+        self._pg = connection
         self._sender, self._receiver = anyio.create_memory_object_stream[object](math.inf)
 
     @classmethod
@@ -79,7 +79,7 @@ class ChangeListener:
     async def revision(self) -> int:
         """The store's revision, read on this connection: whether it still answers, and whether a
         notice was missed."""
-        value = await self._guarded(self._connection.fetchval("SELECT value FROM store_revision"))
+        value = await self._guarded(self._pg.fetchval("SELECT value FROM store_revision"))
         return int(value)
 
     async def _guarded(self, awaitable: Any) -> Any:
