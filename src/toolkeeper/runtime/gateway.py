@@ -227,7 +227,7 @@ class Gateway:
             await self.sync.load()
             await self._use_replicas_seal(self.store)
             if self.shared_mode is None:  # a shared mode was read with the rest of the state
-                self.mode = starting_mode(equipped=self.toolset is not None, searching=self._search_on)
+                self.mode = starting_mode(equipped=self.toolset is not None, searching=self.search_on)
             self._rebuild_view()
         try:
             await self._run(task_status)
@@ -428,7 +428,8 @@ class Gateway:
     # -- modes -----------------------------------------------------------------------------
 
     @property
-    def _search_on(self) -> bool:
+    def search_on(self) -> bool:
+        """Whether the settings turn tool search on where no toolset says otherwise."""
         return self.settings.discovery == "search"
 
     async def set_mode(self, mode: Mode) -> bool:
@@ -440,7 +441,7 @@ class Gateway:
             # must not take its own stale mode for the current one.
             async with self.sync.loading:
                 current = await self.shared_mode.read(
-                    equipped=self.toolset is not None, searching=self._search_on
+                    equipped=self.toolset is not None, searching=self.search_on
                 )
                 if current is not mode:
                     await self.shared_mode.write(mode)

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from toolkeeper.annotations.effective import Annotator
-from toolkeeper.config.model import GatewaySettings
 from toolkeeper.downstreams.signin.keeper import SignIns
 from toolkeeper.policy.decide import Policy
 from toolkeeper.runtime.menu import Mode
@@ -74,7 +73,7 @@ class SyncedGateway(Protocol):
     started: anyio.Event
 
     @property
-    def settings(self) -> GatewaySettings: ...
+    def search_on(self) -> bool: ...
 
     sign_ins: SignIns
 
@@ -136,7 +135,7 @@ class StoreSync:
                     gateway.mode = Mode.NORMAL
             if "mode" in pieces and gateway.shared_mode is not None:
                 gateway.mode = await gateway.shared_mode.read(
-                    equipped=gateway.toolset is not None, searching=gateway.settings.discovery == "search"
+                    equipped=gateway.toolset is not None, searching=gateway.search_on
                 )
             if "annotator" in pieces:
                 gateway.annotator = replace(
